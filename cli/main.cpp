@@ -1,0 +1,205 @@
+// The gridbcast command: plan, launch, and the internal rank entry.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "runtime/launcher.hpp"
+#include "runtime/rank.hpp"
+#include "topology/loader.hpp"
+#include "topology/plan/format.hpp"
+#include "topology/plan/plan.hpp"
+#include "topology/plan/verify.hpp"
+#include "topology/units.hpp"
+
+namespace {
+
+using namespace gridbcast;
+
+struct Loaded {
+  topology::Grid grid;
+  std::string yaml;
+};
+
+Loaded load(const std::string& path) {
+  if (path.empty()) return {topology::default_grid(), topology::default_topology_yaml()};
+  std::ifstream in(path);
+  if (!in) throw topology::ConfigError({path, 0, 0}, "cannot read the file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return {topology::load_grid_string(ss.str(), path), ss.str()};
+}
+
+std::uint64_t parse_size_option(const std::string& text, const char* option) {
+  try {
+    return topology::parse_size(text);
+  } catch (const std::exception& e) {
+    throw CLI::ValidationError(option, e.what());
+  }
+}
+
+std::string algorithm_list() {
+  std::string s;
+  for (const auto& a : topology::algorithms()) s += (s.empty() ? "" : ", ") + std::string(a.name);
+  return s;
+}
+
+topology::Algorithm resolve_algorithm(const std::string& name, const topology::Grid& g,
+                                      std::uint64_t size) {
+  if (name == "auto") return topology::select_algorithm(g, size, topology::SelectionThresholds::from_environment());
+  auto a = topology::parse_algorithm(name);
+  if (!a) throw CLI::ValidationError("--algorithm", "unknown algorithm \"" + name + "\"; one of auto, " + algorithm_list());
+  return *a;
+}
+
+std::string self_exe() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "gridbcast" : p.string();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"gridbcast: grid-wide multi-lane broadcast over TCP.\n"
+               "Sends one buffer or file from a root to every rank of a grid of sites."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "gridbcast 0.1.0");
+  app.footer("Examples:\n  gridbcast launch                       # embedded default topology\n"
+             "  gridbcast plan site-configs/three-sites-hetero.yaml --format text\n"
+             "Run 'gridbcast COMMAND --help' for a command's options.");
+
+  // plan
+  auto* plan_cmd = app.add_subcommand("plan", "Print the broadcast plan (who sends what to whom) for a topology");
+  std::string plan_topology, plan_algorithm = "auto", plan_format = "text", plan_size = "1 MiB";
+  int plan_root = 0;
+  bool plan_check = false;
+  plan_cmd->add_option("TOPOLOGY", plan_topology, "site-config YAML (default: the embedded default)");
+  plan_cmd->add_option("--algorithm,-a", plan_algorithm, "auto or one of: " + algorithm_list())->capture_default_str();
+  plan_cmd->add_option("--root,-r", plan_root, "root rank")->capture_default_str();
+  plan_cmd->add_option("--size,-s", plan_size, "message size, e.g. 4096, \"64 MiB\"")->capture_default_str();
+  plan_cmd->add_option("--format,-f", plan_format, "text, json or dot")
+      ->check(CLI::IsMember({"text", "json", "dot"}))->capture_default_str();
+  plan_cmd->add_flag("--check", plan_check, "verify coverage, causality, exactness and the multilane invariants; exit 1 on a violation");
+  plan_cmd->footer("Example:\n  gridbcast plan site-configs/two-sites-16x16.yaml --algorithm multilane --size 64MiB --format json");
+
+  // launch
+  auto* launch_cmd = app.add_subcommand("launch", "Start one rank per node and broadcast (the main job)");
+  std::string l_topology, l_algorithm = "auto", l_size = "64 MiB", l_file, l_output = "/tmp/gridbcast/{node}/", l_backend = "local",
+              l_ssh = "ssh", l_exe, l_listen = "127.0.0.1", l_segment = "0";
+  int l_root = 0, l_iterations = 1;
+  double l_timeout = 30, l_startup = 60;
+  std::uint16_t l_port = 0;
+  std::uint64_t l_seed = 1;
+  bool l_json = false, l_no_verify = false, l_random_roots = false, l_random_sizes = false;
+  launch_cmd->add_option("TOPOLOGY", l_topology, "site-config YAML (default: the embedded default, 2 sites x 4 nodes on loopback)");
+  launch_cmd->add_option("--size,-s", l_size, "bytes to broadcast, e.g. 1048576, \"64 MiB\"")->capture_default_str();
+  launch_cmd->add_option("--file", l_file, "broadcast this file instead of generated data");
+  launch_cmd->add_option("--output,-o", l_output, "where other ranks write --file; {node} and {rank} are replaced; a trailing / appends the file name")->capture_default_str();
+  launch_cmd->add_option("--root,-r", l_root, "root rank")->capture_default_str();
+  launch_cmd->add_option("--algorithm,-a", l_algorithm, "auto, random (per iteration) or one of: " + algorithm_list())->capture_default_str();
+  launch_cmd->add_option("--iterations,-n", l_iterations, "back-to-back broadcasts")->check(CLI::PositiveNumber)->capture_default_str();
+  launch_cmd->add_flag("--random-roots", l_random_roots, "draw each iteration's root at random (from --seed)");
+  launch_cmd->add_flag("--random-sizes", l_random_sizes, "draw each iteration's size from [0, --size] (from --seed)");
+  launch_cmd->add_option("--seed", l_seed, "seed for generated data and random draws")->capture_default_str();
+  launch_cmd->add_option("--segment", l_segment, "pipelining segment, e.g. \"256 KiB\"; 0 = topology's or automatic")->capture_default_str();
+  launch_cmd->add_option("--timeout", l_timeout, "seconds without progress before a broadcast fails")->check(CLI::PositiveNumber)->capture_default_str();
+  launch_cmd->add_option("--startup-timeout", l_startup, "seconds for every rank to connect")->check(CLI::PositiveNumber)->capture_default_str();
+  launch_cmd->add_option("--backend", l_backend, "local (fork/exec), ssh, or external (ranks started by srun, mpiexec, compose, by hand)")
+      ->check(CLI::IsMember({"local", "ssh", "external"}))->capture_default_str();
+  launch_cmd->add_option("--ssh-command", l_ssh, "ssh command for the ssh backend")->capture_default_str();
+  launch_cmd->add_option("--rank-exe", l_exe, "gridbcast binary the ranks run (default: this one)");
+  launch_cmd->add_option("--listen", l_listen, "address of the launcher's control listener")->capture_default_str();
+  launch_cmd->add_option("--port", l_port, "port of the control listener (0: any)")->capture_default_str();
+  launch_cmd->add_flag("--json", l_json, "print the summary as JSON");
+  launch_cmd->add_flag("--no-verify", l_no_verify, "skip the SHA-256 check of every copy");
+  launch_cmd->footer("Examples:\n  gridbcast launch\n  gridbcast launch site-configs/single-site-15.yaml --size 256MiB --algorithm multilane\n"
+                     "  gridbcast launch --file big.iso --output /tmp/copies/{node}.iso\n"
+                     "The job secret never appears in argv: ranks get it on standard input (local, ssh)\n"
+                     "or from GRIDBCAST_SECRET (external).");
+
+  // rank (internal)
+  auto* rank_cmd = app.add_subcommand("rank", "Run one rank (started by 'launch' or by srun/mpiexec with GRIDBCAST_LAUNCHER set)");
+  rank_cmd->footer("Environment: GRIDBCAST_LAUNCHER=host:port, GRIDBCAST_JOB_ID, GRIDBCAST_RANK (or SLURM_PROCID,\n"
+                   "PMI_RANK, OMPI_COMM_WORLD_RANK), GRIDBCAST_SECRET or the secret on standard input.");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  try {
+    if (*plan_cmd) {
+      const Loaded l = load(plan_topology);
+      const std::uint64_t size = parse_size_option(plan_size, "--size");
+      const auto algo = resolve_algorithm(plan_algorithm, l.grid, size);
+      const auto plan = topology::build_plan(l.grid, algo, plan_root, size);
+      if (plan_format == "json") std::cout << topology::plan_to_json(l.grid, plan);
+      else if (plan_format == "dot") std::cout << topology::plan_to_dot(l.grid, plan);
+      else std::cout << topology::plan_to_text(l.grid, plan);
+      if (plan_check) {
+        const auto check = topology::verify_plan(l.grid, plan);
+        for (const auto& e : check.errors) std::cerr << "gridbcast plan: property violated: " << e << "\n";
+        if (!check.ok()) return 1;
+        std::cerr << "gridbcast plan: all properties hold\n";
+      }
+      return 0;
+    }
+    if (*rank_cmd) return runtime::run_rank(std::cin, std::cerr);
+    if (*launch_cmd) {
+      Loaded l = load(l_topology);
+      runtime::LaunchOptions o;
+      o.params.algorithm = l_algorithm;
+      if (l_algorithm != "auto" && l_algorithm != "random") (void)resolve_algorithm(l_algorithm, l.grid, 0);
+      if (l_root < 0 || l_root >= l.grid.size())
+        throw CLI::ValidationError("--root", "rank " + std::to_string(l_root) + " is outside 0.." + std::to_string(l.grid.size() - 1));
+      o.params.root = l_root;
+      o.params.iterations = l_iterations;
+      o.params.random_roots = l_random_roots;
+      o.params.random_sizes = l_random_sizes;
+      o.params.seed = l_seed;
+      o.params.segment_bytes = parse_size_option(l_segment, "--segment");
+      o.params.timeout_ms = static_cast<std::int64_t>(l_timeout * 1000);
+      o.params.verify = !l_no_verify;
+      if (!l_file.empty()) {
+        std::error_code ec;
+        const auto fsize = std::filesystem::file_size(l_file, ec);
+        if (ec) throw std::runtime_error("--file " + l_file + ": " + ec.message());
+        o.params.file = std::filesystem::absolute(l_file).string();
+        o.params.size = fsize;
+        o.params.output = l_output;
+        if (!o.params.output.empty() && o.params.output.back() == '/')
+          o.params.output += std::filesystem::path(l_file).filename().string();
+        if (l_random_sizes) throw CLI::ValidationError("--random-sizes", "cannot be used with --file");
+      } else {
+        o.params.size = parse_size_option(l_size, "--size");
+      }
+      o.grid = std::move(l.grid);
+      o.yaml_text = std::move(l.yaml);
+      o.listen_address = l_listen;
+      o.listen_port = l_port;
+      o.startup_timeout_ms = static_cast<std::int64_t>(l_startup * 1000);
+      o.json = l_json;
+      o.progress = ::isatty(2) && o.params.iterations > 1;
+      const std::string exe = l_exe.empty() ? self_exe() : l_exe;
+      std::unique_ptr<runtime::Backend> backend;
+      if (l_backend == "local") backend = runtime::make_local_backend(exe);
+      else if (l_backend == "ssh") backend = runtime::make_ssh_backend(l_ssh, exe);
+      else backend = runtime::make_external_backend();
+      return runtime::launch(o, *backend, std::cout, std::cerr);
+    }
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const topology::ConfigError& e) {
+    std::cerr << "gridbcast: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "gridbcast: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

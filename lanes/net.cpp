@@ -1,0 +1,167 @@
+#include "lanes/net.hpp"
+
+#include <netinet/tcp.h>
+
+namespace gridbcast::lanes {
+
+std::string endpoint_string(const tcp::endpoint& e) {
+  const auto a = e.address();
+  return (a.is_v6() ? "[" + a.to_string() + "]" : a.to_string()) + ":" + std::to_string(e.port());
+}
+
+tcp::endpoint make_endpoint(const std::string& address, std::uint16_t port) {
+  asio::error_code ec;
+  auto a = asio::ip::make_address(address, ec);
+  if (ec) throw NetworkError("\"" + address + "\" is not an IP address: " + ec.message());
+  return {a, port};
+}
+
+void set_stream_options(tcp::socket& s) {
+  // Frames are written whole; Nagle would only delay the tail of a segment.
+  s.set_option(tcp::no_delay(true));
+  // Buffer sizes are left alone: setting SO_SNDBUF/SO_RCVBUF turns off Linux's
+  // autotuning, which long fat WAN pipes need.
+}
+
+Listener::Listener(asio::any_io_executor ex, std::string address, Credentials creds)
+    : acceptor_(ex), address_(std::move(address)), creds_(std::move(creds)) {}
+
+std::shared_ptr<Listener> Listener::open(asio::any_io_executor ex, const std::string& address,
+                                         std::uint16_t port, Credentials creds) {
+  std::shared_ptr<Listener> l(new Listener(ex, address, std::move(creds)));
+  const tcp::endpoint ep = make_endpoint(address, port);
+  asio::error_code ec;
+  l->acceptor_.open(ep.protocol(), ec);
+  if (!ec) l->acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) l->acceptor_.bind(ep, ec);
+  if (!ec) l->acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) throw NetworkError("cannot listen on " + endpoint_string(ep) + ": " + ec.message());
+  l->port_ = l->acceptor_.local_endpoint().port();
+  return l;
+}
+
+void Listener::start(OnConnection on_connection, OnReject on_reject) {
+  on_connection_ = std::move(on_connection);
+  on_reject_ = std::move(on_reject);
+  asio::co_spawn(acceptor_.get_executor(), [self = shared_from_this()] { return self->accept_loop(); },
+                 asio::detached);
+}
+
+void Listener::close() {
+  asio::error_code ignored;
+  acceptor_.close(ignored);
+}
+
+asio::awaitable<void> Listener::accept_loop() {
+  auto self = shared_from_this();
+  while (acceptor_.is_open()) {
+    auto [ec, socket] = co_await acceptor_.async_accept(kAsTuple);
+    if (ec == asio::error::operation_aborted || !acceptor_.is_open()) co_return;
+    if (ec) continue;  // e.g. EMFILE or a reset before accept: keep serving
+    asio::co_spawn(
+        acceptor_.get_executor(),
+        [self, s = std::move(socket)]() mutable { return self->handshake(std::move(s)); },
+        [self](std::exception_ptr e) {
+          if (!e) return;
+          ++self->rejected_;
+          try {
+            std::rethrow_exception(e);
+          } catch (const std::exception& ex) {
+            if (self->on_reject_) self->on_reject_(ex.what());
+          }
+        });
+  }
+}
+
+asio::awaitable<void> Listener::handshake(tcp::socket socket) {
+  asio::error_code ignored;
+  const auto remote = socket.remote_endpoint(ignored);
+  const std::string who = "connection from " + endpoint_string(remote);
+  const auto deadline = Clock::now() + kHandshakeTimeout;
+
+  Challenge challenge{random_nonce()};
+  const auto challenge_bytes = encode(challenge);
+  std::array<std::uint8_t, kHelloBytes> hello_bytes{};
+  co_await before(deadline, asio::async_write(socket, asio::buffer(challenge_bytes), asio::use_awaitable),
+                  who + ": timed out sending the challenge");
+  co_await before(deadline, asio::async_read(socket, asio::buffer(hello_bytes), asio::use_awaitable),
+                  who + ": no hello within " + std::to_string(kHandshakeTimeout.count()) + " s");
+  std::string why;
+  auto hello = decode_hello(hello_bytes, why);
+  if (!hello) throw NetworkError(who + " rejected: " + why);
+  if (hello->job_id != creds_.job_id)
+    throw NetworkError(who + " rejected: it belongs to another job");
+  if (!mac_equal(hello->mac, hello_mac(creds_.secret, challenge.server_nonce, *hello)))
+    throw NetworkError(who + " (claims rank " + std::to_string(hello->rank) +
+                       ") rejected: wrong job secret");
+  const auto accept_bytes =
+      encode(Accept{accept_mac(creds_.secret, hello->client_nonce, challenge.server_nonce)});
+  co_await before(deadline, asio::async_write(socket, asio::buffer(accept_bytes), asio::use_awaitable),
+                  who + ": timed out sending accept");
+  set_stream_options(socket);
+  if (on_connection_) on_connection_(std::move(socket), *hello);
+}
+
+asio::awaitable<tcp::socket> connect_authenticated(const std::string& local_address,
+                                                   const tcp::endpoint& remote, Hello hello,
+                                                   const Credentials& creds,
+                                                   Clock::time_point deadline,
+                                                   const std::string& peer_name) {
+  auto ex = co_await asio::this_coro::executor;
+  const std::string where = peer_name + " at " + endpoint_string(remote);
+  std::chrono::milliseconds backoff{10};
+  for (;;) {
+    tcp::socket socket(ex);
+    asio::error_code ec;
+    socket.open(remote.protocol(), ec);
+    if (!ec && !local_address.empty()) socket.bind(make_endpoint(local_address, 0), ec);
+    if (ec)
+      throw NetworkError("cannot bind to local address " + local_address + " to reach " + where +
+                         ": " + ec.message());
+    auto [cec] = co_await before(deadline,
+                                 socket.async_connect(remote, kAsTuple),
+                                 "timed out connecting to " + where);
+    if (cec == asio::error::connection_refused && Clock::now() + backoff < deadline) {
+      // The peer may still be opening its listener: bounded retries.
+      asio::steady_timer t(ex, backoff);
+      co_await t.async_wait(asio::use_awaitable);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds{500});
+      continue;
+    }
+    if (cec) throw NetworkError("cannot connect to " + where + ": " + cec.message());
+
+    std::array<std::uint8_t, kChallengeBytes> challenge_bytes{};
+    auto [rec, rn] = co_await before(
+        deadline, asio::async_read(socket, asio::buffer(challenge_bytes), kAsTuple),
+        "timed out waiting for the handshake of " + where);
+    if (rec) throw NetworkError("handshake with " + where + " failed: " + rec.message());
+    std::string why;
+    auto challenge = decode_challenge(challenge_bytes, why);
+    if (!challenge) throw NetworkError(where + " is not a gridbcast lane: " + why);
+    hello.job_id = creds.job_id;
+    hello.client_nonce = random_nonce();
+    hello.mac = hello_mac(creds.secret, challenge->server_nonce, hello);
+    const auto hello_bytes = encode(hello);
+    std::array<std::uint8_t, kAcceptBytes> accept_bytes{};
+    auto [wec, wn] = co_await before(
+        deadline, asio::async_write(socket, asio::buffer(hello_bytes), kAsTuple),
+        "timed out sending hello to " + where);
+    if (!wec) {
+      auto [aec, an] = co_await before(
+          deadline, asio::async_read(socket, asio::buffer(accept_bytes), kAsTuple),
+          "timed out waiting for " + where + " to accept");
+      wec = aec;
+    }
+    if (wec)
+      throw NetworkError(where + " refused the handshake (" + wec.message() +
+                         "): wrong job secret or job id?");
+    auto accept = decode_accept(accept_bytes, why);
+    if (!accept || !mac_equal(accept->mac, accept_mac(creds.secret, hello.client_nonce,
+                                                      challenge->server_nonce)))
+      throw NetworkError(where + " failed to prove the job secret");
+    set_stream_options(socket);
+    co_return socket;
+  }
+}
+
+}  // namespace gridbcast::lanes

@@ -1,0 +1,91 @@
+// The wire format, as pure functions over bytes (no sockets): the connection
+// handshake and the data frame header, all integers in network byte order.
+// Fuzzed by tests/fuzz; every decoder rejects what it cannot trust.
+//
+//   acceptor                                connector
+//      ── Challenge{magic, version, server_nonce} ──►
+//      ◄── Hello{magic, version, job, rank, lanes, stream, client_nonce, mac} ──
+//            mac = HMAC-SHA256(secret, "hello" | server_nonce | client_nonce | fields)
+//      ── Accept{mac'} ──►   mac' = HMAC-SHA256(secret, "accept" | client_nonce | server_nonce)
+//   then frames: FrameHeader{kind, seq, offset, length} followed by `length` bytes.
+//
+// Fresh nonces on both sides make a recorded handshake useless on a new
+// connection; the job id keeps two jobs sharing a secret apart.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+
+namespace gridbcast::lanes {
+
+inline constexpr std::uint32_t kMagic = 0x47424331;  // "GBC1"
+inline constexpr std::uint16_t kProtocolVersion = 1;
+inline constexpr size_t kNonceBytes = 32;
+inline constexpr size_t kMacBytes = 32;
+// A single write never exceeds this (Linux caps one write near 2^31 anyway).
+inline constexpr std::uint64_t kMaxFrameBytes = std::uint64_t{1} << 30;
+// Lane number the control channel (rank <-> launcher) uses in its Hello.
+inline constexpr std::uint8_t kControlLane = 255;
+
+using Nonce = std::array<std::uint8_t, kNonceBytes>;
+using Mac = std::array<std::uint8_t, kMacBytes>;
+
+struct Challenge {
+  Nonce server_nonce{};
+};
+
+struct Hello {
+  std::uint64_t job_id = 0;
+  std::uint32_t rank = 0;
+  std::uint8_t lane_from = 0;
+  std::uint8_t lane_to = 0;
+  std::uint16_t stream = 0;
+  Nonce client_nonce{};
+  Mac mac{};
+};
+
+struct Accept {
+  Mac mac{};
+};
+
+enum class FrameKind : std::uint32_t {
+  kData = 1,
+};
+
+struct FrameHeader {
+  FrameKind kind = FrameKind::kData;
+  std::uint64_t seq = 0;     // broadcast sequence number on this communicator
+  std::uint64_t offset = 0;  // into the message
+  std::uint64_t length = 0;  // payload bytes that follow
+};
+
+inline constexpr size_t kChallengeBytes = 4 + 2 + 2 + kNonceBytes;
+inline constexpr size_t kHelloBytes = 4 + 2 + 2 + 8 + 4 + 1 + 1 + 2 + kNonceBytes + kMacBytes;
+inline constexpr size_t kAcceptBytes = 4 + kMacBytes;
+inline constexpr size_t kFrameHeaderBytes = 4 + 4 + 8 + 8 + 8;
+
+std::array<std::uint8_t, kChallengeBytes> encode(const Challenge& c);
+std::array<std::uint8_t, kHelloBytes> encode(const Hello& h);
+std::array<std::uint8_t, kAcceptBytes> encode(const Accept& a);
+std::array<std::uint8_t, kFrameHeaderBytes> encode(const FrameHeader& f);
+
+// Decoders return nullopt and set `why` for wrong magic, version or kind.
+std::optional<Challenge> decode_challenge(std::span<const std::uint8_t> bytes, std::string& why);
+std::optional<Hello> decode_hello(std::span<const std::uint8_t> bytes, std::string& why);
+std::optional<Accept> decode_accept(std::span<const std::uint8_t> bytes, std::string& why);
+std::optional<FrameHeader> decode_frame_header(std::span<const std::uint8_t> bytes,
+                                               std::string& why);
+
+// Authentication (OpenSSL): random nonces and the two MACs above.
+Nonce random_nonce();
+Mac hello_mac(std::span<const std::uint8_t> secret, const Nonce& server_nonce, const Hello& h);
+Mac accept_mac(std::span<const std::uint8_t> secret, const Nonce& client_nonce,
+               const Nonce& server_nonce);
+// Constant-time comparison.
+bool mac_equal(const Mac& a, const Mac& b);
+
+}  // namespace gridbcast::lanes

@@ -1,0 +1,151 @@
+// Launcher backends: local fork/exec, ssh, external.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <sstream>
+
+#include "runtime/launcher.hpp"
+
+extern char** environ;
+
+namespace gridbcast::runtime {
+namespace {
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    return std::string("was killed by signal ") + std::to_string(sig) + " (" + strsignal(sig) + ")";
+  }
+  return "stopped (status " + std::to_string(status) + ")";
+}
+
+// Starts argv with env added to ours; the secret goes to its stdin. The child
+// dies with the launcher (PR_SET_PDEATHSIG), so no rank outlives it.
+class ProcessBackend : public Backend {
+ public:
+  std::vector<Exit> reap() override {
+    std::vector<Exit> exits;
+    for (;;) {
+      int status = 0;
+      const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      if (pid <= 0) break;
+      auto it = pids_.find(pid);
+      if (it == pids_.end()) continue;
+      exits.push_back({it->second, describe_status(status),
+                       WIFEXITED(status) && WEXITSTATUS(status) == 0});
+      pids_.erase(it);
+    }
+    return exits;
+  }
+  int running() const override { return static_cast<int>(pids_.size()); }
+  void signal_all(int signo) override {
+    for (const auto& [pid, rank] : pids_) ::kill(pid, signo);
+  }
+
+ protected:
+  void spawn(int rank, const std::vector<std::string>& argv, const Env& env,
+             const std::string& secret_hex) {
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e; ++e) {
+      const std::string kv = *e;
+      bool overridden = false;
+      for (const auto& [k, v] : env) overridden |= kv.rfind(k + "=", 0) == 0;
+      // The secret only ever travels on stdin.
+      overridden |= kv.rfind("GRIDBCAST_SECRET=", 0) == 0;
+      if (!overridden) env_strings.push_back(kv);
+    }
+    for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+    std::vector<char*> cargv, cenv;
+    for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+    cargv.push_back(nullptr);
+    for (const auto& e : env_strings) cenv.push_back(const_cast<char*>(e.c_str()));
+    cenv.push_back(nullptr);
+
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+    const pid_t parent = ::getpid();
+    const pid_t pid = ::fork();
+    if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);
+      ::dup2(fds[0], 0);
+      ::execve(cargv[0], cargv.data(), cenv.data());
+      const char msg[] = "gridbcast: cannot execute the rank program\n";
+      [[maybe_unused]] auto n = ::write(2, msg, sizeof msg - 1);
+      ::_exit(127);
+    }
+    ::close(fds[0]);
+    const std::string line = secret_hex + "\n";
+    [[maybe_unused]] auto n = ::write(fds[1], line.data(), line.size());
+    ::close(fds[1]);
+    pids_[pid] = rank;
+  }
+
+  std::map<pid_t, int> pids_;
+};
+
+class LocalBackend : public ProcessBackend {
+ public:
+  explicit LocalBackend(std::string exe) : exe_(std::move(exe)) {}
+  std::string name() const override { return "local"; }
+  void start(int rank, const topology::Node&, const Env& env, const std::string& secret) override {
+    spawn(rank, {exe_, "rank"}, env, secret);
+  }
+
+ private:
+  std::string exe_;
+};
+
+class SshBackend : public ProcessBackend {
+ public:
+  SshBackend(std::string ssh, std::string exe) : exe_(std::move(exe)) {
+    std::istringstream in(ssh);
+    for (std::string w; in >> w;) ssh_.push_back(w);
+    if (ssh_.empty()) throw std::invalid_argument("empty ssh command");
+    if (ssh_[0].find('/') == std::string::npos) ssh_[0] = "/usr/bin/" + ssh_[0];
+  }
+  std::string name() const override { return "ssh"; }
+  void start(int rank, const topology::Node& node, const Env& env, const std::string& secret) override {
+    std::vector<std::string> argv = ssh_;
+    argv.push_back(node.host.empty() ? node.name : node.host);
+    argv.push_back("env");
+    for (const auto& [k, v] : env) argv.push_back(k + "=" + v);
+    argv.push_back(exe_);
+    argv.push_back("rank");
+    spawn(rank, argv, {}, secret);
+  }
+
+ private:
+  std::vector<std::string> ssh_;
+  std::string exe_;
+};
+
+class ExternalBackend : public Backend {
+ public:
+  std::string name() const override { return "external"; }
+  void start(int, const topology::Node&, const Env&, const std::string&) override {}
+  std::vector<Exit> reap() override { return {}; }
+  int running() const override { return 0; }
+  void signal_all(int) override {}
+  bool external() const override { return true; }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_local_backend(std::string exe) {
+  return std::make_unique<LocalBackend>(std::move(exe));
+}
+std::unique_ptr<Backend> make_ssh_backend(std::string ssh_command, std::string exe) {
+  return std::make_unique<SshBackend>(std::move(ssh_command), std::move(exe));
+}
+std::unique_ptr<Backend> make_external_backend() { return std::make_unique<ExternalBackend>(); }
+
+}  // namespace gridbcast::runtime

@@ -1,0 +1,127 @@
+#include "runtime/buffer.hpp"
+
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+#include <utility>
+
+namespace gridbcast::runtime {
+namespace {
+
+std::runtime_error sys_error(const std::string& what) {
+  return std::runtime_error(what + ": " + std::strerror(errno));
+}
+
+std::byte* map(std::uint64_t bytes, int prot, int flags, int fd, const std::string& what) {
+  if (bytes == 0) return nullptr;
+  void* p = ::mmap(nullptr, bytes, prot, flags, fd, 0);
+  if (p == MAP_FAILED) throw sys_error("cannot map " + what);
+  return static_cast<std::byte*>(p);
+}
+
+}  // namespace
+
+MappedBuffer MappedBuffer::anonymous(std::uint64_t bytes) {
+  MappedBuffer b;
+  b.data_ = map(bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                std::to_string(bytes) + " bytes of memory");
+  b.size_ = bytes;
+  return b;
+}
+
+MappedBuffer MappedBuffer::read_file(const std::string& path) {
+  MappedBuffer b;
+  b.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (b.fd_ < 0) throw sys_error("cannot open " + path);
+  struct stat st {};
+  if (::fstat(b.fd_, &st) != 0) throw sys_error("cannot stat " + path);
+  if (!S_ISREG(st.st_mode)) throw std::runtime_error(path + " is not a regular file");
+  b.size_ = static_cast<std::uint64_t>(st.st_size);
+  // Private and writable: pages stay the file's until written, and a write
+  // never reaches the file.
+  b.data_ = map(b.size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, b.fd_, path);
+  if (b.data_) ::madvise(b.data_, b.size_, MADV_SEQUENTIAL);
+  return b;
+}
+
+MappedBuffer MappedBuffer::create_file(const std::string& path, std::uint64_t bytes) {
+  const auto parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  MappedBuffer b;
+  b.fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (b.fd_ < 0) throw sys_error("cannot create " + path);
+  if (::ftruncate(b.fd_, static_cast<off_t>(bytes)) != 0)
+    throw sys_error("cannot size " + path + " to " + std::to_string(bytes) + " bytes");
+  b.size_ = bytes;
+  b.data_ = map(bytes, PROT_READ | PROT_WRITE, MAP_SHARED, b.fd_, path);
+  return b;
+}
+
+MappedBuffer::MappedBuffer(MappedBuffer&& o) noexcept
+    : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)), fd_(std::exchange(o.fd_, -1)) {}
+
+MappedBuffer& MappedBuffer::operator=(MappedBuffer&& o) noexcept {
+  if (this != &o) {
+    release();
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+    fd_ = std::exchange(o.fd_, -1);
+  }
+  return *this;
+}
+
+MappedBuffer::~MappedBuffer() { release(); }
+
+void MappedBuffer::flush() {
+  if (data_ && fd_ >= 0 && ::msync(data_, size_, MS_SYNC) != 0) throw sys_error("msync");
+}
+
+void MappedBuffer::release() {
+  if (data_) ::munmap(data_, size_);
+  if (fd_ >= 0) ::close(fd_);
+  data_ = nullptr;
+  fd_ = -1;
+  size_ = 0;
+}
+
+void fill_pattern(std::byte* data, std::uint64_t bytes, std::uint64_t seed) {
+  std::uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+  std::uint64_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::memcpy(data + i, &x, 8);
+  }
+  for (; i < bytes; ++i) data[i] = static_cast<std::byte>(x >> (8 * (i % 8)));
+}
+
+std::string sha256_hex(const std::byte* data, std::uint64_t bytes) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  bool ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr) == 1;
+  // Feed at most 1 GiB per call.
+  for (std::uint64_t off = 0; ok && off < bytes; off += (1u << 30))
+    ok = EVP_DigestUpdate(ctx, data + off, std::min<std::uint64_t>(1u << 30, bytes - off)) == 1;
+  ok = ok && EVP_DigestFinal_ex(ctx, md, &len) == 1;
+  EVP_MD_CTX_free(ctx);
+  if (!ok) throw std::runtime_error("SHA-256 failed in OpenSSL");
+  static const char* kDigits = "0123456789abcdef";
+  std::string s;
+  for (unsigned int i = 0; i < len; ++i) {
+    s += kDigits[md[i] >> 4];
+    s += kDigits[md[i] & 15];
+  }
+  return s;
+}
+
+}  // namespace gridbcast::runtime

@@ -1,0 +1,237 @@
+#include "runtime/executor.hpp"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "topology/intervals.hpp"
+
+namespace gridbcast::runtime {
+namespace {
+
+using lanes::Clock;
+
+struct Segment {
+  std::uint64_t offset;
+  std::uint64_t length;
+};
+
+struct LinkPlan {
+  int streams = 1;
+  std::vector<std::vector<Segment>> per_stream;  // stream -> segments in send order
+};
+
+// Everything one broadcast's coroutines share. Lives in execute()'s frame,
+// which outlives every task it starts.
+struct Run {
+  Transport& transport;
+  const topology::Plan& plan;
+  std::uint64_t seq;
+  std::byte* buffer;
+  ExecOptions options;
+  Event progress;  // new bytes arrived, a task ended, or the run failed
+  topology::IntervalSet have;
+  std::exception_ptr error;
+  int pending = 0;
+  Clock::time_point last_progress = Clock::now();
+  ExecStats stats;
+  // What each incoming link still expects: (offset, length) -> how many times.
+  std::map<std::tuple<int, int, int>, std::map<std::pair<std::uint64_t, std::uint64_t>, int>>
+      expected;
+  asio::steady_timer dog;  // the progress deadline
+  bool finished = false;
+  std::vector<lanes::tcp::socket*> active;  // sockets to close on failure
+  std::map<lanes::tcp::socket*, std::string> waiting_on;  // reads not yet done -> peer
+
+  Run(Transport& t, const topology::Plan& p, std::uint64_t s, std::byte* b, ExecOptions o)
+      : transport(t), plan(p), seq(s), buffer(b), options(o), progress(t.io().get_executor()), dog(t.io()) {}
+
+  void fail(std::exception_ptr e) {
+    if (error) return;  // the first error sticks
+    error = e;
+    asio::error_code ignored;
+    for (auto* s : active) s->close(ignored);
+    progress.notify_all();
+    transport.accepted().notify_all();
+  }
+  void check() const {
+    if (error) std::rethrow_exception(error);
+  }
+  void moved() {
+    last_progress = Clock::now();
+    progress.notify_all();
+  }
+};
+
+std::string range(std::uint64_t off, std::uint64_t len) {
+  return "[" + std::to_string(off) + ", " + std::to_string(off + len) + ")";
+}
+
+asio::awaitable<void> send_stream(Run& run, LinkKey key, const std::vector<Segment>& segments) {
+  const auto deadline = Clock::now() + run.options.timeout;
+  lanes::tcp::socket* socket = co_await run.transport.outgoing(key, deadline);
+  run.active.push_back(socket);
+  for (const Segment& seg : segments) {
+    while (!run.have.contains(seg.offset, seg.offset + seg.length)) {
+      run.check();
+      co_await run.progress.wait();
+    }
+    run.check();
+    const auto header = lanes::encode(lanes::FrameHeader{lanes::FrameKind::kData, run.seq,
+                                                         seg.offset, seg.length});
+    const std::array<asio::const_buffer, 2> bufs{
+        asio::buffer(header), asio::buffer(run.buffer + seg.offset, seg.length)};
+    run.waiting_on[socket] = "sending to " + run.transport.describe(key.peer, key.lane_to);
+    auto [ec, n] = co_await asio::async_write(*socket, bufs, lanes::kAsTuple);
+    run.waiting_on.erase(socket);
+    run.check();
+    if (ec)
+      throw BroadcastError("sending to " + run.transport.describe(key.peer, key.lane_to) +
+                           " failed: " + ec.message());
+    run.stats.bytes_out += seg.length;
+    ++run.stats.frames_out;
+    run.moved();
+  }
+}
+
+asio::awaitable<void> receive_stream(Run& run, LinkKey key, std::uint64_t frames) {
+  const std::string peer = run.transport.describe(key.peer, key.lane_from);
+  lanes::tcp::socket* socket = nullptr;
+  while ((socket = run.transport.incoming(key)) == nullptr) {
+    run.check();
+    co_await run.transport.accepted().wait();
+  }
+  run.active.push_back(socket);
+  auto& expected = run.expected[{key.peer, key.lane_from, key.lane_to}];
+  std::array<std::uint8_t, lanes::kFrameHeaderBytes> header_bytes{};
+  for (std::uint64_t i = 0; i < frames; ++i) {
+    run.waiting_on[socket] = "waiting for data from " + peer;
+    auto [ec, n] = co_await asio::async_read(*socket, asio::buffer(header_bytes),
+                                             lanes::kAsTuple);
+    run.check();
+    if (ec == asio::error::eof)
+      throw BroadcastError(peer + " closed the connection mid-broadcast (did it fail?)");
+    if (ec) throw BroadcastError("receiving from " + peer + " failed: " + ec.message());
+    std::string why;
+    auto header = lanes::decode_frame_header(header_bytes, why);
+    if (!header) throw BroadcastError("protocol error from " + peer + ": " + why);
+    if (header->seq != run.seq)
+      throw BroadcastError("protocol error from " + peer + ": frame of broadcast " +
+                           std::to_string(header->seq) + " during broadcast " +
+                           std::to_string(run.seq));
+    auto it = expected.find({header->offset, header->length});
+    if (it == expected.end())
+      throw BroadcastError("protocol error from " + peer + ": bytes " +
+                           range(header->offset, header->length) +
+                           " are not routed over this link, or arrived twice");
+    if (--it->second == 0) expected.erase(it);
+    auto [rec, rn] =
+        co_await asio::async_read(*socket, asio::buffer(run.buffer + header->offset, header->length),
+                                  lanes::kAsTuple);
+    run.check();
+    if (rec == asio::error::eof)
+      throw BroadcastError(peer + " closed the connection mid-segment (did it fail?)");
+    if (rec) throw BroadcastError("receiving from " + peer + " failed: " + rec.message());
+    run.have.add(header->offset, header->offset + header->length);
+    run.stats.bytes_in += header->length;
+    ++run.stats.frames_in;
+    run.moved();
+  }
+  run.waiting_on.erase(socket);
+}
+
+// Fails the run when nothing has moved for options.timeout. It sleeps until the
+// deadline of the last progress it saw and re-arms if there was progress since.
+asio::awaitable<void> watchdog(Run& run) {
+  while (!run.finished && !run.error) {
+    run.dog.expires_at(run.last_progress + run.options.timeout);
+    co_await run.dog.async_wait(lanes::kAsTuple);
+    if (run.finished || run.error) break;
+    if (Clock::now() >= run.last_progress + run.options.timeout) {
+      std::string who;
+      for (const auto& [s, what] : run.waiting_on) who += (who.empty() ? "" : "; ") + what;
+      if (who.empty()) who = "waiting for peers to connect";
+      run.fail(std::make_exception_ptr(BroadcastError(
+          "no progress for " + std::to_string(run.options.timeout.count()) + " ms: " + who)));
+    }
+  }
+}
+
+void start(Run& run, asio::awaitable<void> task) {
+  ++run.pending;
+  asio::co_spawn(run.transport.io(), std::move(task), [&run](std::exception_ptr e) {
+    if (e) run.fail(e);
+    --run.pending;
+    run.progress.notify_all();
+  });
+}
+
+}  // namespace
+
+std::uint64_t automatic_segment(std::uint64_t size) {
+  constexpr std::uint64_t kMin = 64 * 1024, kMax = 1024 * 1024;
+  return std::clamp<std::uint64_t>(size / 16, kMin, kMax);
+}
+
+asio::awaitable<ExecStats> execute(Transport& transport, const topology::Plan& plan,
+                                   std::uint64_t seq, std::byte* buffer,
+                                   const ExecOptions& options) {
+  Run run(transport, plan, seq, buffer, options);
+  const int me = transport.rank();
+  const std::uint64_t seg_bytes = std::min<std::uint64_t>(
+      options.segment_bytes ? options.segment_bytes : automatic_segment(plan.size),
+      lanes::kMaxFrameBytes);
+  if (me == plan.root) run.have.add(0, plan.size);
+
+  // Cut transfers into segments, and spread each link's segments round-robin
+  // over its streams; sender and receiver derive the same assignment.
+  std::map<std::tuple<int, int, int>, LinkPlan> out_links, in_links;
+  auto add = [&](LinkPlan& link, const topology::Transfer& t) {
+    link.streams = std::max(1, t.streams);
+    link.per_stream.resize(static_cast<size_t>(link.streams));
+    size_t count = 0;
+    for (const auto& s : link.per_stream) count += s.size();
+    for (std::uint64_t off = t.offset; off < t.offset + t.length; off += seg_bytes) {
+      const Segment seg{off, std::min(seg_bytes, t.offset + t.length - off)};
+      link.per_stream[count++ % static_cast<size_t>(link.streams)].push_back(seg);
+    }
+  };
+  for (const auto& t : plan.transfers) {
+    if (t.from == me) add(out_links[{t.to, t.lane_from, t.lane_to}], t);
+    if (t.to == me) {
+      add(in_links[{t.from, t.lane_from, t.lane_to}], t);
+      auto& exp = run.expected[{t.from, t.lane_from, t.lane_to}];
+      for (std::uint64_t off = t.offset; off < t.offset + t.length; off += seg_bytes)
+        ++exp[{off, std::min(seg_bytes, t.offset + t.length - off)}];
+    }
+  }
+
+  for (const auto& [k, link] : out_links)
+    for (int s = 0; s < link.streams; ++s)
+      if (!link.per_stream[static_cast<size_t>(s)].empty())
+        start(run, send_stream(run, LinkKey{std::get<0>(k), std::get<1>(k), std::get<2>(k), s},
+                               link.per_stream[static_cast<size_t>(s)]));
+  for (const auto& [k, link] : in_links)
+    for (int s = 0; s < link.streams; ++s)
+      if (!link.per_stream[static_cast<size_t>(s)].empty())
+        start(run, receive_stream(run, LinkKey{std::get<0>(k), std::get<1>(k), std::get<2>(k), s},
+                                  link.per_stream[static_cast<size_t>(s)].size()));
+
+  if (run.pending > 0) {
+    bool watching = true;
+    asio::co_spawn(transport.io(), watchdog(run), [&run, &watching](std::exception_ptr) {
+      watching = false;
+      run.progress.notify_all();
+    });
+    while (run.pending > 0) co_await run.progress.wait();
+    // Stop the watchdog before this frame, which it references, goes away.
+    run.finished = true;
+    run.dog.cancel();
+    while (watching) co_await run.progress.wait();
+  }
+  if (run.error) std::rethrow_exception(run.error);
+  co_return run.stats;
+}
+
+}  // namespace gridbcast::runtime

@@ -1,0 +1,44 @@
+// Runs one Plan on this rank: receives straight into the user buffer, sends
+// straight from it, and forwards every segment as soon as it has arrived.
+// Internal to runtime (Asio in the interface).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+#include "runtime/transport.hpp"
+#include "topology/plan/plan.hpp"
+
+namespace gridbcast::runtime {
+
+// A broadcast failed on this rank; what() names the peer involved.
+class BroadcastError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct ExecOptions {
+  std::uint64_t segment_bytes = 0;             // 0 = automatic_segment(size)
+  std::chrono::milliseconds timeout{30'000};   // longest time without progress
+};
+
+// Pipelining unit when the topology and options leave it open: small enough for
+// a deep pipeline, large enough that per-frame costs vanish.
+std::uint64_t automatic_segment(std::uint64_t size);
+
+struct ExecStats {
+  std::uint64_t bytes_in = 0;
+  std::uint64_t bytes_out = 0;
+  std::uint64_t frames_in = 0;
+  std::uint64_t frames_out = 0;
+};
+
+// Runs `plan` (broadcast number `seq`) over `transport`; `buffer` holds
+// plan.size bytes (the root's data, or where the others receive). Throws
+// BroadcastError on the first error; the transport is then unusable.
+asio::awaitable<ExecStats> execute(Transport& transport, const topology::Plan& plan,
+                                   std::uint64_t seq, std::byte* buffer,
+                                   const ExecOptions& options);
+
+}  // namespace gridbcast::runtime

@@ -1,0 +1,68 @@
+// `gridbcast launch`: starts one rank per node through a backend, runs the
+// rendezvous, drives the iterations, verifies every copy and reports. If any
+// rank fails, it stops the others and names the rank. No Asio here.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/job.hpp"
+#include "topology/grid.hpp"
+
+namespace gridbcast::runtime {
+
+// How rank processes get started. The launcher only needs these calls, so a
+// backend for network namespaces or a batch system slots in beside these.
+class Backend {
+ public:
+  using Env = std::vector<std::pair<std::string, std::string>>;
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  // Starts `rank` on `node` with `env` (GRIDBCAST_* without the secret); the
+  // secret goes to its standard input. Throws if it cannot start.
+  virtual void start(int rank, const topology::Node& node, const Env& env,
+                     const std::string& secret_hex) = 0;
+  // Children that exited since the last call: (rank, human-readable status, ok).
+  struct Exit {
+    int rank;
+    std::string status;
+    bool success;
+  };
+  virtual std::vector<Exit> reap() = 0;
+  virtual int running() const = 0;
+  virtual void signal_all(int signo) = 0;
+  // True when ranks are started by someone else (external backend).
+  virtual bool external() const { return false; }
+};
+
+// Local fork/exec of `exe rank` (loopback topologies).
+std::unique_ptr<Backend> make_local_backend(std::string exe);
+// `ssh HOST env GRIDBCAST_...=... exe rank` per node; `ssh_command` is split on spaces.
+std::unique_ptr<Backend> make_ssh_backend(std::string ssh_command, std::string exe);
+// Starts nothing: ranks come from srun, mpiexec, docker compose or by hand.
+std::unique_ptr<Backend> make_external_backend();
+
+struct LaunchOptions {
+  topology::Grid grid;
+  std::string yaml_text;  // the topology as given, sent to every rank
+  JobParams params;
+  std::string listen_address = "127.0.0.1";  // the control listener
+  std::uint16_t listen_port = 0;
+  std::int64_t startup_timeout_ms = 60'000;
+  bool json = false;
+  bool progress = false;  // a progress line on a terminal
+};
+
+// Runs the job; returns the process exit status (0 on success).
+int launch(const LaunchOptions& options, Backend& backend, std::ostream& out, std::ostream& err);
+
+// The lower bound for one broadcast on a topology: the message over the
+// smallest of the root's outbound, any node's inbound and any WAN link's
+// bandwidth, plus the longest root-to-rank WAN latency.
+double lower_bound_seconds(const topology::Grid& grid, int root, std::uint64_t bytes);
+
+}  // namespace gridbcast::runtime

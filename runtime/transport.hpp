@@ -1,0 +1,75 @@
+// A rank's lanes: one listener per logical lane on that lane's NIC address, and
+// the table of authenticated connections to and from peers, keyed by
+// (peer, lane_from, lane_to, stream). Connections are made lazily, only for
+// the links a Plan uses, and kept for later broadcasts. Internal to runtime.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "lanes/net.hpp"
+#include "runtime/endpoints.hpp"
+#include "runtime/event.hpp"
+#include "topology/grid.hpp"
+
+namespace gridbcast::runtime {
+
+
+
+
+
+
+struct LinkKey {
+  int peer;
+  int lane_from;
+  int lane_to;
+  int stream;
+  auto operator<=>(const LinkKey&) const = default;
+};
+
+class Transport {
+ public:
+  Transport(asio::io_context& io, const topology::Grid& grid, int rank, lanes::Credentials creds);
+  ~Transport();
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+
+  // Opens the listeners; returns their ports (index = lane).
+  std::array<std::uint16_t, kLanes> listen();
+  void set_table(EndpointTable table) { table_ = std::move(table); }
+  const EndpointTable& table() const { return table_; }
+
+  // The connection this rank sends on, made on first use.
+  asio::awaitable<lanes::tcp::socket*> outgoing(LinkKey key, lanes::Clock::time_point deadline);
+  // The connection a peer made to us, or nullptr if it has not arrived yet.
+  lanes::tcp::socket* incoming(LinkKey key);
+  Event& accepted() { return accepted_; }
+
+  // "rank 3 (a4, 127.0.1.4 lane 1)": how errors name a peer.
+  std::string describe(int rank, int lane) const;
+  std::string describe(int rank) const;
+  int rank() const { return rank_; }
+  const topology::Grid& grid() const { return grid_; }
+  asio::io_context& io() { return io_; }
+  std::uint64_t rejected_connections() const;
+  const std::vector<std::string>& rejections() const { return rejections_; }
+  // Closes every connection (after a failure: peers see the end of file).
+  void close_all();
+
+ private:
+  asio::io_context& io_;
+  const topology::Grid& grid_;
+  int rank_;
+  lanes::Credentials creds_;
+  EndpointTable table_;
+  std::vector<std::shared_ptr<lanes::Listener>> listeners_;
+  std::map<LinkKey, std::unique_ptr<lanes::tcp::socket>> out_;
+  std::map<LinkKey, std::unique_ptr<lanes::tcp::socket>> in_;
+  std::vector<std::string> rejections_;
+  Event accepted_;
+};
+
+}  // namespace gridbcast::runtime

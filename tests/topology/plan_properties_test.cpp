@@ -1,0 +1,187 @@
+// Property tests over every algorithm, many shapes, roots and sizes: coverage,
+// causality, exactness and the multilane invariants (topology/plan/verify.cpp).
+#include <gtest/gtest.h>
+
+#include <set>
+#include <tuple>
+
+#include "support/grids.hpp"
+#include "topology/plan/plan.hpp"
+#include "topology/plan/verify.hpp"
+
+namespace gridbcast::topology {
+namespace {
+
+using testing::make_grid;
+
+constexpr std::uint64_t kSizes[] = {0, 1, 7, (1u << 20) + 3};
+
+std::vector<int> roots_for(int p) {
+  std::set<int> r{0, p / 2, p - 1};
+  return {r.begin(), r.end()};
+}
+
+void expect_all_properties(const Grid& grid, Algorithm a) {
+  for (int root : roots_for(grid.size())) {
+    for (std::uint64_t size : kSizes) {
+      const Plan plan = build_plan(grid, a, root, size);
+      const PlanCheck check = verify_plan(grid, plan);
+      ASSERT_TRUE(check.ok()) << algorithm_name(a) << " p=" << grid.size()
+                              << " sites=" << grid.sites.size() << " root=" << root
+                              << " size=" << size << ": " << check.errors.front();
+      EXPECT_EQ(plan.ranks, grid.size());
+      EXPECT_EQ(plan.root, root);
+      EXPECT_EQ(plan.size, size);
+      if (size == 0) {
+        EXPECT_TRUE(plan.transfers.empty());
+      }
+    }
+  }
+}
+
+class EveryAlgorithm : public ::testing::TestWithParam<Algorithm> {};
+
+TEST_P(EveryAlgorithm, OneSiteOfEveryCountUpTo64) {
+  for (int n = 1; n <= 64; ++n) expect_all_properties(make_grid({n}), GetParam());
+}
+
+TEST_P(EveryAlgorithm, TwoAndThreeSites) {
+  const int counts[] = {1, 2, 3, 4, 5, 7, 8, 15, 16, 17};
+  for (int a : counts)
+    for (int b : counts) expect_all_properties(make_grid({a, b}), GetParam());
+  for (int a : {1, 3, 8})
+    for (int b : {1, 2, 7})
+      for (int c : {1, 4, 9}) expect_all_properties(make_grid({a, b, c}), GetParam());
+}
+
+TEST_P(EveryAlgorithm, LargeSamplesUpTo300) {
+  for (auto shape : std::vector<std::vector<int>>{{100}, {211}, {300}, {100, 100, 100}, {5, 290}})
+    expect_all_properties(make_grid(shape), GetParam());
+}
+
+TEST_P(EveryAlgorithm, OneNicNodesStillUseTwoLanes) {
+  expect_all_properties(make_grid({6, 5}, 2, 1), GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Plans, EveryAlgorithm,
+                         ::testing::Values(Algorithm::kMultilane, Algorithm::kBinomial,
+                                           Algorithm::kScatterRd, Algorithm::kScatterRing,
+                                           Algorithm::kScatterRingTuned, Algorithm::kChain,
+                                           Algorithm::kBinary),
+                         [](const auto& p) { return std::string(algorithm_name(p.param)); });
+
+TEST(Multilane, LaneMatchingHoldsForEveryMemberCountInRootAndOtherSites) {
+  // Root sites have n-1 members, other sites n: cover both for n up to 300.
+  for (int n = 1; n <= 300; ++n) {
+    const Grid g = make_grid({n, n});
+    const Plan plan = build_multilane(g, 0, 1000);
+    const PlanCheck check = verify_plan(g, plan);
+    ASSERT_TRUE(check.ok()) << "n=" << n << ": " << check.errors.front();
+  }
+}
+
+TEST(Multilane, EveryNonRootRankReceivesHalfOnEachLane) {
+  const Grid g = make_grid({8, 8});
+  const std::uint64_t m = 1001;
+  const PlanCheck check = verify_plan(g, build_multilane(g, 3, m));
+  ASSERT_TRUE(check.ok());
+  for (int r = 0; r < g.size(); ++r) {
+    if (r == 3) continue;
+    EXPECT_EQ(check.stats.in_bytes[0][static_cast<size_t>(r)] +
+                  check.stats.in_bytes[1][static_cast<size_t>(r)],
+              m);
+    EXPECT_GT(check.stats.in_bytes[0][static_cast<size_t>(r)], 0u) << r;
+    EXPECT_GT(check.stats.in_bytes[1][static_cast<size_t>(r)], 0u) << r;
+  }
+  EXPECT_EQ(check.stats.wan_bytes, m);
+}
+
+TEST(Multilane, WanTransfersCarryTheLinkStreamCount) {
+  const Grid g = make_grid({4, 4, 4}, 5);
+  const Plan plan = build_multilane(g, 0, 4096);
+  int wan = 0;
+  for (const auto& t : plan.transfers) {
+    if (g.site_of(t.from) != g.site_of(t.to)) {
+      ++wan;
+      EXPECT_EQ(t.streams, 5);
+    } else {
+      EXPECT_EQ(t.streams, 1);
+    }
+  }
+  EXPECT_EQ(wan, 4);  // two halves into each of two downstream sites
+  EXPECT_EQ(plan.wan_streams, 5);
+}
+
+TEST(Multilane, DepthGrowsLogarithmically) {
+  for (int n : {16, 64, 256}) {
+    const Grid g = make_grid({n});
+    const PlanCheck check = verify_plan(g, build_multilane(g, 0, 1 << 20));
+    ASSERT_TRUE(check.ok());
+    int deepest = 0;
+    for (int d : check.stats.depth) deepest = std::max(deepest, d);
+    int log2n = 0;
+    while ((1 << log2n) < n) ++log2n;
+    EXPECT_LE(deepest, log2n + 2) << "n=" << n;
+  }
+}
+
+// Ring allgather chunk transfers, after the p-1 scatter transfers.
+size_t ring_transfers(int p, Algorithm a) {
+  const Grid g = make_grid({p});
+  const Plan plan = build_plan(g, a, 0, 1 << 20);
+  return plan.transfers.size() - static_cast<size_t>(p - 1);
+}
+
+TEST(TunedRing, SavesWhatThePaperCounts) {
+  EXPECT_EQ(ring_transfers(8, Algorithm::kScatterRing), 56u);
+  EXPECT_EQ(ring_transfers(8, Algorithm::kScatterRingTuned), 56u - 12u);
+  EXPECT_EQ(ring_transfers(10, Algorithm::kScatterRing), 90u);
+  EXPECT_EQ(ring_transfers(10, Algorithm::kScatterRingTuned), 90u - 15u);
+}
+
+TEST(TunedRing, MovesFewerBytesThanTheNativeRingAndNativeWastes) {
+  for (int p : {3, 5, 6, 7, 9, 12, 100}) {
+    const Grid g = make_grid({p});
+    const auto native = verify_plan(g, build_plan(g, Algorithm::kScatterRing, 0, 1 << 20));
+    const auto tuned = verify_plan(g, build_plan(g, Algorithm::kScatterRingTuned, 0, 1 << 20));
+    ASSERT_TRUE(native.ok());
+    ASSERT_TRUE(tuned.ok());
+    EXPECT_GT(native.stats.duplicate_bytes, 0u) << p;
+    EXPECT_EQ(tuned.stats.duplicate_bytes, 0u) << p;
+  }
+}
+
+TEST(Binomial, RootSendsLogPWholeMessages) {
+  const Grid g = make_grid({16});
+  const Plan plan = build_binomial(g, 5, 100);
+  int from_root = 0;
+  for (const auto& t : plan.transfers) {
+    EXPECT_EQ(t.length, 100u);
+    if (t.from == 5) ++from_root;
+  }
+  EXPECT_EQ(from_root, 4);
+  EXPECT_EQ(plan.transfers.size(), 15u);
+}
+
+TEST(BuildPlan, RejectsARootOutsideTheGrid) {
+  const Grid g = make_grid({4});
+  EXPECT_THROW(build_plan(g, Algorithm::kMultilane, 4, 10), std::invalid_argument);
+  EXPECT_THROW(build_plan(g, Algorithm::kMultilane, -1, 10), std::invalid_argument);
+}
+
+TEST(Registry, NamesRoundTrip) {
+  for (const auto& info : algorithms()) EXPECT_EQ(parse_algorithm(info.name), info.id);
+  EXPECT_FALSE(parse_algorithm("ring_of_fire").has_value());
+  EXPECT_EQ(algorithms().size(), 7u);
+}
+
+TEST(Selection, SmallMessagesGoBinomialLargeGoMultilane) {
+  const Grid g = make_grid({4, 4});
+  SelectionThresholds t;
+  t.small_bytes = 1000;
+  EXPECT_EQ(select_algorithm(g, 999, t), Algorithm::kBinomial);
+  EXPECT_EQ(select_algorithm(g, 1000, t), Algorithm::kMultilane);
+}
+
+}  // namespace
+}  // namespace gridbcast::topology

@@ -1,0 +1,127 @@
+#include "topology/grid.hpp"
+
+#include <algorithm>
+#include <deque>
+#include <stdexcept>
+
+namespace gridbcast::topology {
+
+namespace {
+
+// The other end of a link at `site`, or -1 when the link does not touch it.
+int other_end(const WanLink& link, int site) {
+  if (link.site_a == site) return link.site_b;
+  if (link.site_b == site) return link.site_a;
+  return -1;
+}
+
+void check_site(const Grid& grid, int site, const char* what) {
+  if (site < 0 || site >= static_cast<int>(grid.sites.size())) {
+    throw std::out_of_range(std::string(what) + ": site index " + std::to_string(site) +
+                            " is outside [0, " + std::to_string(grid.sites.size()) + ")");
+  }
+}
+
+void chain_from(const Grid& grid, int site, std::vector<bool>& visited, std::vector<int>& chain) {
+  visited[static_cast<size_t>(site)] = true;
+  chain.push_back(site);
+  for (const WanLink& link : grid.wan) {
+    const int next = other_end(link, site);
+    if (next >= 0 && !visited[static_cast<size_t>(next)]) chain_from(grid, next, visited, chain);
+  }
+}
+
+}  // namespace
+
+std::string Location::str() const {
+  if (line <= 0) return file;
+  if (column <= 0) return file + ":" + std::to_string(line);
+  return file + ":" + std::to_string(line) + ":" + std::to_string(column);
+}
+
+ConfigError::ConfigError(Location where, const std::string& what)
+    : std::runtime_error(where.str() + ": " + what), where_(std::move(where)), message_(what) {}
+
+double Node::total_bandwidth_bps() const {
+  double total = 0;
+  for (const Nic& nic : nics) total += nic.bandwidth_bps;
+  return total;
+}
+
+const WanLink* Grid::link_between(int a, int b) const {
+  for (const WanLink& link : wan) {
+    if ((link.site_a == a && link.site_b == b) || (link.site_a == b && link.site_b == a)) {
+      return &link;
+    }
+  }
+  return nullptr;
+}
+
+std::vector<int> Grid::site_chain(int from_site) const {
+  check_site(*this, from_site, "site_chain");
+  std::vector<bool> visited(sites.size(), false);
+  std::vector<int> chain;
+  chain.reserve(sites.size());
+  chain_from(*this, from_site, visited, chain);
+  // A loaded grid is connected; a hand-built one may not be, and every site must
+  // still appear once, so continue from the first site not reached yet.
+  for (int s = 0; s < static_cast<int>(sites.size()); ++s) {
+    if (!visited[static_cast<size_t>(s)]) chain_from(*this, s, visited, chain);
+  }
+  return chain;
+}
+
+std::vector<const WanLink*> Grid::wan_path(int a, int b) const {
+  check_site(*this, a, "wan_path");
+  check_site(*this, b, "wan_path");
+  if (a == b) return {};
+  // Breadth-first from a, neighbours in file order: the first path found is the
+  // fewest-hops one, and ties always break the same way.
+  std::vector<const WanLink*> via(sites.size(), nullptr);
+  std::vector<bool> seen(sites.size(), false);
+  seen[static_cast<size_t>(a)] = true;
+  std::deque<int> queue{a};
+  while (!queue.empty() && !seen[static_cast<size_t>(b)]) {
+    const int site = queue.front();
+    queue.pop_front();
+    for (const WanLink& link : wan) {
+      const int next = other_end(link, site);
+      if (next < 0 || seen[static_cast<size_t>(next)]) continue;
+      seen[static_cast<size_t>(next)] = true;
+      via[static_cast<size_t>(next)] = &link;
+      queue.push_back(next);
+    }
+  }
+  if (!seen[static_cast<size_t>(b)]) {
+    throw std::invalid_argument("wan_path: no WAN path between site \"" +
+                                sites[static_cast<size_t>(a)].name + "\" and site \"" +
+                                sites[static_cast<size_t>(b)].name + "\"");
+  }
+  std::vector<const WanLink*> path;
+  for (int site = b; site != a;) {
+    const WanLink* link = via[static_cast<size_t>(site)];
+    path.push_back(link);
+    site = other_end(*link, site);
+  }
+  std::reverse(path.begin(), path.end());
+  return path;
+}
+
+int Grid::streams_between(int from_rank, int to_rank) const {
+  const int a = site_of(from_rank);
+  const int b = site_of(to_rank);
+  if (a == b) return 1;
+  int streams = 0;
+  for (const WanLink* link : wan_path(a, b)) {
+    streams = streams == 0 ? link->streams : std::min(streams, link->streams);
+  }
+  return streams;
+}
+
+int Grid::max_wan_streams() const {
+  int streams = 1;
+  for (const WanLink& link : wan) streams = std::max(streams, link.streams);
+  return streams;
+}
+
+}  // namespace gridbcast::topology

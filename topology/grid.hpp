@@ -1,0 +1,94 @@
+// The Grid model: sites, nodes (ranks), NICs and WAN links, as validated from a
+// site-config. Pure data; no sockets, no YAML types in this header.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace gridbcast::topology {
+
+// Where something was written in a site-config; line and column are 1-based.
+struct Location {
+  std::string file;
+  int line = 0;
+  int column = 0;
+  std::string str() const;  // "file:line:col" (or just "file" when line is 0)
+};
+
+// A configuration error: says where and what was expected.
+class ConfigError : public std::runtime_error {
+ public:
+  ConfigError(Location where, const std::string& what);
+  const Location& where() const { return where_; }
+  const std::string& message() const { return message_; }
+
+ private:
+  Location where_;
+  std::string message_;
+};
+
+struct Nic {
+  std::string address;          // IPv4 or IPv6 literal this NIC's lane binds to
+  double bandwidth_bps = 0;     // bits per second, each direction
+  std::string device;           // optional interface name (testbed uses it)
+};
+
+// One node runs one rank. Logical lane L uses NIC (L mod nics.size()), so a
+// one-NIC node still has the two lanes multilane needs (two sockets, one NIC).
+struct Node {
+  std::string name;
+  std::string host;  // where the ssh backend reaches it; defaults to name
+  int site = 0;      // index into Grid::sites
+  std::vector<Nic> nics;
+  Location where;
+
+  const Nic& lane_nic(int lane) const { return nics[static_cast<size_t>(lane) % nics.size()]; }
+  double total_bandwidth_bps() const;
+};
+
+struct Site {
+  std::string name;
+  std::vector<int> ranks;  // ranks of this site's nodes, ascending
+  Location where;
+};
+
+struct WanLink {
+  int site_a = 0;
+  int site_b = 0;
+  double latency_s = 0;      // one-way
+  double bandwidth_bps = 0;  // each direction
+  double loss = 0;           // fraction in [0, 1)
+  int streams = 1;           // parallel TCP streams per hop
+  bool tls = false;
+  Location where;
+};
+
+// Ranks are numbered 0..P-1 in the order the file lists sites, then nodes within
+// a site (after hostlist expansion). Rank 0 is the first node of the first site.
+struct Grid {
+  std::string name;
+  std::string source;  // file it came from, or "<embedded default>"
+  std::vector<Site> sites;
+  std::vector<Node> nodes;  // index == rank
+  std::vector<WanLink> wan;
+  std::uint64_t segment_bytes = 0;  // pipelining unit; 0 = automatic
+
+  int size() const { return static_cast<int>(nodes.size()); }
+  int site_of(int rank) const { return nodes.at(static_cast<size_t>(rank)).site; }
+  const WanLink* link_between(int a, int b) const;  // direct link or nullptr
+
+  // Sites in multilane chain order from the given site: depth-first over the WAN
+  // graph, neighbours in file order. Every site appears once.
+  std::vector<int> site_chain(int from_site) const;
+  // The WAN links on the fewest-hops path between two sites (empty if same site).
+  std::vector<const WanLink*> wan_path(int a, int b) const;
+  // Parallel streams for a transfer between two ranks: 1 inside a site, otherwise
+  // the smallest stream count along the WAN path.
+  int streams_between(int from_rank, int to_rank) const;
+  // Largest stream count any WAN link asks for (1 when there are none).
+  int max_wan_streams() const;
+};
+
+}  // namespace gridbcast::topology

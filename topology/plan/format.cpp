@@ -1,0 +1,109 @@
+#include "topology/plan/format.hpp"
+
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#include "topology/units.hpp"
+
+namespace gridbcast::topology {
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+std::string plan_to_json(const Grid& grid, const Plan& plan) {
+  std::ostringstream o;
+  o << "{\"algorithm\": \"" << algorithm_name(plan.algorithm) << "\", \"ranks\": " << plan.ranks
+    << ", \"root\": " << plan.root << ", \"size\": " << plan.size
+    << ", \"wan_streams\": " << plan.wan_streams << ",\n \"nodes\": [";
+  for (int r = 0; r < grid.size(); ++r) {
+    const auto& n = grid.nodes[static_cast<size_t>(r)];
+    o << (r ? ",\n  " : "\n  ") << "{\"rank\": " << r << ", \"name\": \"" << json_escape(n.name)
+      << "\", \"site\": \"" << json_escape(grid.sites[static_cast<size_t>(n.site)].name)
+      << "\", \"lanes\": " << n.nics.size() << "}";
+  }
+  o << "],\n \"transfers\": [";
+  for (size_t i = 0; i < plan.transfers.size(); ++i) {
+    const auto& t = plan.transfers[i];
+    o << (i ? ",\n  " : "\n  ") << "{\"from\": " << t.from << ", \"to\": " << t.to
+      << ", \"offset\": " << t.offset << ", \"length\": " << t.length
+      << ", \"lane_from\": " << t.lane_from << ", \"lane_to\": " << t.lane_to
+      << ", \"streams\": " << t.streams << "}";
+  }
+  o << "]}\n";
+  return o.str();
+}
+
+std::string plan_to_text(const Grid& grid, const Plan& plan) {
+  std::ostringstream o;
+  auto name = [&](int r) {
+    return grid.nodes[static_cast<size_t>(r)].name + "(" + std::to_string(r) + ")";
+  };
+  o << algorithm_name(plan.algorithm) << ": " << plan.ranks << " ranks in " << grid.sites.size()
+    << " site(s), root " << name(plan.root) << ", " << format_bytes(plan.size) << ", "
+    << plan.transfers.size() << " transfers\n";
+  // Group by sending site, then by sender, so each site's trees read top-down.
+  std::map<int, std::vector<size_t>> by_site;
+  for (size_t i = 0; i < plan.transfers.size(); ++i)
+    by_site[grid.site_of(plan.transfers[i].from)].push_back(i);
+  for (const auto& [site, idx] : by_site) {
+    o << "site " << grid.sites[static_cast<size_t>(site)].name << ":\n";
+    for (size_t i : idx) {
+      const auto& t = plan.transfers[i];
+      const bool wan = grid.site_of(t.from) != grid.site_of(t.to);
+      o << "  " << name(t.from) << " lane " << t.lane_from << (wan ? " ==WAN==> " : " --> ")
+        << name(t.to) << " lane " << t.lane_to << "  bytes [" << t.offset << ", "
+        << t.offset + t.length << ")";
+      if (t.streams > 1) o << " over " << t.streams << " streams";
+      o << "\n";
+    }
+  }
+  return o.str();
+}
+
+std::string plan_to_dot(const Grid& grid, const Plan& plan) {
+  static const char* kLaneColours[] = {"blue", "red"};
+  std::ostringstream o;
+  o << "digraph gridbcast {\n  label=\"" << algorithm_name(plan.algorithm) << ", "
+    << plan.ranks << " ranks, root " << plan.root << ", " << plan.size
+    << " bytes\";\n  node [shape=box];\n";
+  for (size_t s = 0; s < grid.sites.size(); ++s) {
+    o << "  subgraph cluster_" << s << " {\n    label=\"" << json_escape(grid.sites[s].name)
+      << "\";\n";
+    for (int r : grid.sites[s].ranks)
+      o << "    r" << r << " [label=\"" << json_escape(grid.nodes[static_cast<size_t>(r)].name)
+        << "\\nrank " << r << "\"" << (r == plan.root ? ", style=filled, fillcolor=gold" : "")
+        << "];\n";
+    o << "  }\n";
+  }
+  for (const auto& t : plan.transfers) {
+    const bool wan = grid.site_of(t.from) != grid.site_of(t.to);
+    o << "  r" << t.from << " -> r" << t.to << " [color=" << kLaneColours[t.lane_from % 2]
+      << ", label=\"[" << t.offset << "," << t.offset + t.length << ")"
+      << (t.streams > 1 ? " x" + std::to_string(t.streams) : "") << "\""
+      << (wan ? ", style=bold, penwidth=3" : "") << "];\n";
+  }
+  o << "}\n";
+  return o.str();
+}
+
+}  // namespace gridbcast::topology

@@ -1,0 +1,113 @@
+#include "topology/plan/plan.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+#include "topology/plan/builder.hpp"
+
+namespace gridbcast::topology {
+
+namespace detail {
+
+PlanBuilder::PlanBuilder(const Grid& grid, Algorithm algorithm, int root, std::uint64_t size)
+    : grid_(grid) {
+  plan_.algorithm = algorithm;
+  plan_.ranks = grid.size();
+  plan_.root = root;
+  plan_.size = size;
+  plan_.wan_streams = grid.max_wan_streams();
+}
+
+void PlanBuilder::send(int from, int to, std::uint64_t offset, std::uint64_t length,
+                       int lane_from, int lane_to) {
+  if (length == 0) return;
+  plan_.transfers.push_back(Transfer{from, to, offset, length, lane_from, lane_to,
+                                     grid_.streams_between(from, to)});
+}
+
+std::uint64_t Chunks::begin(int k) const {
+  return std::min(size, chunk * static_cast<std::uint64_t>(k));
+}
+std::uint64_t Chunks::end(int k) const {
+  return std::min(size, chunk * static_cast<std::uint64_t>(k + 1));
+}
+
+}  // namespace detail
+
+const std::vector<AlgorithmInfo>& algorithms() {
+  static const std::vector<AlgorithmInfo> kRegistry = {
+      {Algorithm::kMultilane, "multilane",
+       "two binary trees per site carry the two halves on two lanes, leaves swap halves, "
+       "sites chained over multi-stream WAN hops"},
+      {Algorithm::kBinomial, "binomial", "binomial tree of whole messages; latency-optimal"},
+      {Algorithm::kScatterRd, "scatter_rd",
+       "binomial scatter, then recursive-doubling allgather (van de Geijn)"},
+      {Algorithm::kScatterRing, "scatter_ring",
+       "binomial scatter, then native ring allgather: p-1 full steps, as MPICH and Open MPI"},
+      {Algorithm::kScatterRingTuned, "scatter_ring_tuned",
+       "binomial scatter, then a ring that never re-sends a chunk its receiver owns "
+       "(Zhou et al. 2015)"},
+      {Algorithm::kChain, "chain", "pipelined chain in rank order from the root"},
+      {Algorithm::kBinary, "binary", "pipelined binary tree, one lane per child"},
+  };
+  return kRegistry;
+}
+
+std::string_view algorithm_name(Algorithm a) {
+  for (const auto& info : algorithms())
+    if (info.id == a) return info.name;
+  return "unknown";
+}
+
+std::optional<Algorithm> parse_algorithm(std::string_view name) {
+  for (const auto& info : algorithms())
+    if (info.name == name) return info.id;
+  return std::nullopt;
+}
+
+Plan build_plan(const Grid& grid, Algorithm algorithm, int root, std::uint64_t size) {
+  if (grid.size() == 0) throw std::invalid_argument("the topology has no nodes");
+  if (root < 0 || root >= grid.size())
+    throw std::invalid_argument("root " + std::to_string(root) + " is outside 0.." +
+                                std::to_string(grid.size() - 1));
+  switch (algorithm) {
+    case Algorithm::kMultilane:
+      return build_multilane(grid, root, size);
+    case Algorithm::kBinomial:
+      return build_binomial(grid, root, size);
+    case Algorithm::kScatterRd:
+    case Algorithm::kScatterRing:
+    case Algorithm::kScatterRingTuned:
+      return build_scatter_allgather(grid, algorithm, root, size);
+    case Algorithm::kChain:
+      return build_chain(grid, root, size);
+    case Algorithm::kBinary:
+      return build_binary(grid, root, size);
+  }
+  throw std::invalid_argument("unknown algorithm");
+}
+
+SelectionThresholds SelectionThresholds::from_environment() {
+  SelectionThresholds t;
+  if (const char* v = std::getenv("GRIDBCAST_SMALL_BYTES"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    unsigned long long parsed = std::strtoull(v, &end, 10);
+    if (end == v || *end != '\0')
+      throw std::invalid_argument(std::string("GRIDBCAST_SMALL_BYTES must be a byte count, got \"") +
+                                  v + "\"");
+    t.small_bytes = parsed;
+  }
+  return t;
+}
+
+Algorithm select_algorithm(const Grid& grid, std::uint64_t size,
+                           const SelectionThresholds& thresholds) {
+  (void)grid;  // shape-dependent rules come with measurements (docs/ALGORITHMS.md)
+  // A small message is latency-bound: halving it buys nothing and costs a hop.
+  if (size < thresholds.small_bytes) return Algorithm::kBinomial;
+  return Algorithm::kMultilane;
+}
+
+}  // namespace gridbcast::topology

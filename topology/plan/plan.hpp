@@ -1,0 +1,85 @@
+// A Plan is one broadcast as pure data: who sends which byte range to whom, on
+// which lanes, over how many parallel streams. Builders never touch a socket; the
+// runtime executes Plans, `gridbcast plan` prints them, tests check them.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "topology/grid.hpp"
+
+namespace gridbcast::topology {
+
+enum class Algorithm {
+  kMultilane,         // two binary trees per site, leaf swap, chained sites
+  kBinomial,          // latency-optimal for small messages
+  kScatterRd,         // binomial scatter + recursive-doubling allgather
+  kScatterRing,       // binomial scatter + native ring allgather (p-1 full steps)
+  kScatterRingTuned,  // binomial scatter + ring that skips chunks the receiver owns
+  kChain,             // pipelined chain
+  kBinary,            // pipelined binary tree
+};
+
+struct AlgorithmInfo {
+  Algorithm id;
+  std::string_view name;
+  std::string_view description;
+};
+
+// The registry, in a stable order.
+const std::vector<AlgorithmInfo>& algorithms();
+std::string_view algorithm_name(Algorithm a);
+// Accepts the registry names; nullopt for anything else.
+std::optional<Algorithm> parse_algorithm(std::string_view name);
+
+// "This byte range goes from this rank's lane to that rank's lane, over this
+// many streams." A transfer is sent once; the executor pipelines it in segments.
+struct Transfer {
+  int from = 0;
+  int to = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+  int lane_from = 0;
+  int lane_to = 0;
+  int streams = 1;
+
+  bool operator==(const Transfer&) const = default;
+};
+
+// Transfers are listed in a causal order: when a transfer is listed, its sender
+// is the root or has received the whole range from transfers listed before it.
+// No transfer has length 0.
+struct Plan {
+  Algorithm algorithm = Algorithm::kMultilane;
+  int ranks = 0;
+  int root = 0;
+  std::uint64_t size = 0;
+  int wan_streams = 1;
+  std::vector<Transfer> transfers;
+};
+
+// Throws std::invalid_argument for a root outside [0, ranks).
+Plan build_plan(const Grid& grid, Algorithm algorithm, int root, std::uint64_t size);
+
+// The builders, one file each under topology/plan/.
+Plan build_multilane(const Grid& grid, int root, std::uint64_t size);
+Plan build_binomial(const Grid& grid, int root, std::uint64_t size);
+Plan build_scatter_allgather(const Grid& grid, Algorithm variant, int root, std::uint64_t size);
+Plan build_chain(const Grid& grid, int root, std::uint64_t size);
+Plan build_binary(const Grid& grid, int root, std::uint64_t size);
+
+// Algorithm selection by size and shape. Thresholds are named and overridable;
+// see docs/ALGORITHMS.md for the rationale.
+struct SelectionThresholds {
+  // Below this many bytes, latency dominates: binomial (log p hops, no halves).
+  std::uint64_t small_bytes = 64 * 1024;
+  // Reads GRIDBCAST_SMALL_BYTES from the environment when set.
+  static SelectionThresholds from_environment();
+};
+Algorithm select_algorithm(const Grid& grid, std::uint64_t size,
+                           const SelectionThresholds& thresholds = SelectionThresholds{});
+
+}  // namespace gridbcast::topology

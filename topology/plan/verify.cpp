@@ -1,0 +1,136 @@
+#include "topology/plan/verify.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "topology/intervals.hpp"
+
+namespace gridbcast::topology {
+namespace {
+
+std::string describe(size_t index, const Transfer& t) {
+  std::ostringstream o;
+  o << "transfer #" << index << " (" << t.from << " lane " << t.lane_from << " -> " << t.to
+    << " lane " << t.lane_to << ", bytes [" << t.offset << ", " << t.offset + t.length << "))";
+  return o.str();
+}
+
+}  // namespace
+
+PlanCheck verify_plan(const Grid& grid, const Plan& plan) {
+  PlanCheck check;
+  auto& errors = check.errors;
+  auto& st = check.stats;
+  const int p = plan.ranks;
+  const auto up = static_cast<size_t>(p);
+  if (p != grid.size()) {
+    errors.push_back("plan has " + std::to_string(p) + " ranks, topology " +
+                     std::to_string(grid.size()));
+    return check;
+  }
+  if (plan.root < 0 || plan.root >= p) {
+    errors.push_back("root " + std::to_string(plan.root) + " out of range");
+    return check;
+  }
+  for (auto& v : st.out_bytes) v.assign(up, 0);
+  for (auto& v : st.in_bytes) v.assign(up, 0);
+  st.received.assign(up, 0);
+  st.depth.assign(up, 0);
+  st.site_depth.assign(grid.sites.size(), 0);
+
+  std::vector<IntervalSet> holds(up);
+  holds[static_cast<size_t>(plan.root)].add(0, plan.size);
+  const bool multilane = plan.algorithm == Algorithm::kMultilane;
+  const bool exact = plan.algorithm != Algorithm::kScatterRing;
+
+  for (size_t i = 0; i < plan.transfers.size(); ++i) {
+    const Transfer& t = plan.transfers[i];
+    if (t.from < 0 || t.from >= p || t.to < 0 || t.to >= p || t.from == t.to) {
+      errors.push_back(describe(i, t) + ": bad ranks");
+      continue;
+    }
+    if (t.length == 0 || t.offset > plan.size || t.length > plan.size - t.offset) {
+      errors.push_back(describe(i, t) + ": empty or outside the message of " +
+                       std::to_string(plan.size) + " bytes");
+      continue;
+    }
+    if (t.lane_from < 0 || t.lane_from > 1 || t.lane_to < 0 || t.lane_to > 1) {
+      errors.push_back(describe(i, t) + ": lanes must be 0 or 1");
+      continue;
+    }
+    const int want_streams = grid.streams_between(t.from, t.to);
+    if (t.streams != want_streams)
+      errors.push_back(describe(i, t) + ": " + std::to_string(t.streams) +
+                       " streams, the topology asks for " + std::to_string(want_streams));
+    const bool same_site = grid.site_of(t.from) == grid.site_of(t.to);
+    if (same_site && t.lane_from != t.lane_to)
+      errors.push_back(describe(i, t) + ": crosses lanes inside a site (one switch per lane)");
+
+    const auto from = static_cast<size_t>(t.from), to = static_cast<size_t>(t.to);
+    if (!holds[from].contains(t.offset, t.offset + t.length))
+      errors.push_back(describe(i, t) + ": causality: the sender does not hold these bytes yet");
+    const std::uint64_t fresh = holds[to].add(t.offset, t.offset + t.length);
+    st.duplicate_bytes += t.length - fresh;
+    if (exact && fresh != t.length)
+      errors.push_back(describe(i, t) + ": exactness: " + std::to_string(t.length - fresh) +
+                       " bytes the receiver already holds");
+    st.out_bytes[t.lane_from][from] += t.length;
+    st.in_bytes[t.lane_to][to] += t.length;
+    st.received[to] += t.length;
+    if (!same_site) st.wan_bytes += t.length;
+    st.depth[to] = std::max(st.depth[to], st.depth[from] + 1);
+  }
+
+  for (int r = 0; r < p; ++r) {
+    const auto ur = static_cast<size_t>(r);
+    if (r != plan.root && holds[ur].total() != plan.size)
+      errors.push_back("coverage: rank " + std::to_string(r) + " gets " +
+                       std::to_string(holds[ur].total()) + " of " + std::to_string(plan.size) +
+                       " bytes");
+  }
+
+  for (size_t s = 0; s < grid.sites.size(); ++s) {
+    int lo = 1 << 30, hi = 0;
+    for (int r : grid.sites[s].ranks) {
+      const auto ur = static_cast<size_t>(r);
+      lo = std::min(lo, r == plan.root ? 0 : st.depth[ur] - 1);
+      hi = std::max(hi, st.depth[ur]);
+    }
+    st.site_depth[s] = plan.size == 0 ? 0 : hi - lo;
+  }
+
+  if (multilane && plan.size > 0) {
+    const std::uint64_t half = plan.size - plan.size / 2;
+    for (int r = 0; r < p; ++r) {
+      const auto ur = static_cast<size_t>(r);
+      for (int lane = 0; lane < 2; ++lane) {
+        const auto ul = static_cast<size_t>(lane);
+        if (st.out_bytes[ul][ur] > half || st.in_bytes[ul][ur] > half)
+          errors.push_back("multilane: rank " + std::to_string(r) + " lane " +
+                           std::to_string(lane) + " moves more than ceil(M/2) = " +
+                           std::to_string(half) + " bytes (in " +
+                           std::to_string(st.in_bytes[ul][ur]) + ", out " +
+                           std::to_string(st.out_bytes[ul][ur]) + ")");
+      }
+      if (r != plan.root && st.received[ur] != plan.size)
+        errors.push_back("multilane: rank " + std::to_string(r) + " receives " +
+                         std::to_string(st.received[ur]) + " bytes, not exactly M");
+    }
+    const std::uint64_t want_wan = (grid.sites.size() - 1) * plan.size;
+    if (st.wan_bytes != want_wan)
+      errors.push_back("multilane: " + std::to_string(st.wan_bytes) +
+                       " bytes cross sites, expected (sites-1)*M = " + std::to_string(want_wan));
+    for (size_t s = 0; s < grid.sites.size(); ++s) {
+      const double n = static_cast<double>(grid.sites[s].ranks.size());
+      const int bound = 2 * static_cast<int>(std::ceil(std::log2(n + 1))) + 2;
+      if (st.site_depth[s] > bound)
+        errors.push_back("multilane: site " + grid.sites[s].name + " is " +
+                         std::to_string(st.site_depth[s]) + " hops deep, more than " +
+                         std::to_string(bound) + " = O(log p)");
+    }
+  }
+  return check;
+}
+
+}  // namespace gridbcast::topology
