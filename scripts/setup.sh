@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs what gridbcast needs from Debian 12's archive (only what is missing),
+# then configures and builds into build/. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(g++ cmake ninja-build pkg-config libasio-dev libyaml-cpp-dev libssl-dev
+          libgtest-dev libcli11-dev iproute2 python3)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}"
+fi
+
+build_type=${GRIDBCAST_BUILD_TYPE:-RelWithDebInfo}
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$build_type" -DGRIDBCAST_WERROR=ON >/dev/null
+cmake --build build -j"$(nproc)"
+echo "setup: built build/cli/gridbcast"

@@ -1,0 +1,113 @@
+// The handshake over real loopback sockets.
+#include "lanes/net.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <optional>
+
+namespace gridbcast::lanes {
+namespace {
+
+Credentials creds(std::uint64_t job, const char* s) {
+  return {job, std::vector<std::uint8_t>(s, s + std::strlen(s))};
+}
+
+template <typename T>
+T run(asio::io_context& io, asio::awaitable<T> op) {
+  std::optional<T> out;
+  std::exception_ptr err;
+  asio::co_spawn(io, std::move(op), [&](std::exception_ptr e, T v) {
+    err = e;
+    if (!e) out.emplace(std::move(v));
+  });
+  io.restart();
+  while (!out && !err) io.run_one();
+  if (err) std::rethrow_exception(err);
+  return std::move(*out);
+}
+
+struct Server {
+  asio::io_context io;
+  std::shared_ptr<Listener> listener;
+  std::vector<Hello> accepted;
+  std::vector<std::string> rejected;
+  explicit Server(Credentials c) {
+    listener = Listener::open(io.get_executor(), "127.0.0.1", 0, std::move(c));
+    listener->start([this](tcp::socket, const Hello& h) { accepted.push_back(h); },
+                    [this](const std::string& why) { rejected.push_back(why); });
+  }
+};
+
+asio::awaitable<int> connect(Server& s, Credentials c, std::uint32_t rank) {
+  Hello h;
+  h.rank = rank;
+  h.lane_from = 1;
+  h.lane_to = 0;
+  auto sock = co_await connect_authenticated("127.0.0.1", make_endpoint("127.0.0.1", s.listener->port()),
+                                             h, c, Clock::now() + std::chrono::seconds(5), "test peer");
+  co_return sock.is_open() ? 1 : 0;
+}
+
+TEST(Handshake, RightSecretIsAccepted) {
+  Server s(creds(7, "secret"));
+  EXPECT_EQ(run(s.io, connect(s, creds(7, "secret"), 3)), 1);
+  while (s.accepted.empty()) s.io.run_one();
+  EXPECT_EQ(s.accepted[0].rank, 3u);
+  EXPECT_EQ(s.accepted[0].lane_from, 1);
+  EXPECT_TRUE(s.rejected.empty());
+}
+
+TEST(Handshake, WrongSecretIsRejectedOnBothSides) {
+  Server s(creds(7, "secret"));
+  EXPECT_THROW(run(s.io, connect(s, creds(7, "guess"), 3)), NetworkError);
+  while (s.rejected.empty()) s.io.run_one();
+  EXPECT_NE(s.rejected[0].find("wrong job secret"), std::string::npos) << s.rejected[0];
+  EXPECT_TRUE(s.accepted.empty());
+  EXPECT_EQ(s.listener->rejected(), 1u);
+}
+
+TEST(Handshake, AnotherJobIsRejected) {
+  Server s(creds(7, "secret"));
+  EXPECT_THROW(run(s.io, connect(s, creds(8, "secret"), 3)), NetworkError);
+  while (s.rejected.empty()) s.io.run_one();
+  EXPECT_NE(s.rejected[0].find("another job"), std::string::npos) << s.rejected[0];
+}
+
+TEST(Handshake, GarbageIsRejectedAndTheListenerKeepsServing) {
+  Server s(creds(7, "secret"));
+  {
+    tcp::socket raw(s.io);
+    raw.connect(make_endpoint("127.0.0.1", s.listener->port()));
+    std::string junk(kHelloBytes, 'x');
+    asio::write(raw, asio::buffer(junk));
+    while (s.rejected.empty()) s.io.run_one();
+  }
+  EXPECT_NE(s.rejected[0].find("magic"), std::string::npos) << s.rejected[0];
+  EXPECT_EQ(run(s.io, connect(s, creds(7, "secret"), 1)), 1);
+}
+
+TEST(Connect, RefusedUntilTheDeadlineNamesThePeer) {
+  asio::io_context io;
+  // Find a free port, then close it so nothing listens there.
+  std::uint16_t port;
+  {
+    tcp::acceptor a(io, make_endpoint("127.0.0.1", 0));
+    port = a.local_endpoint().port();
+  }
+  auto op = [&]() -> asio::awaitable<int> {
+    co_await connect_authenticated("127.0.0.1", make_endpoint("127.0.0.1", port), Hello{},
+                                   creds(1, "s"), Clock::now() + std::chrono::milliseconds(300),
+                                   "rank 9 (n9)");
+    co_return 0;
+  };
+  try {
+    run(io, op());
+    FAIL() << "connected to nothing";
+  } catch (const NetworkError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 9 (n9)"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace gridbcast::lanes

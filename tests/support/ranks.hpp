@@ -1,0 +1,55 @@
+// Runs a job's ranks as threads in this process, each with its own Communicator
+// and io_context, talking over real loopback sockets (rendezvous in memory).
+#pragma once
+
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "runtime/communicator.hpp"
+
+namespace gridbcast::testing {
+
+class Ranks {
+ public:
+  explicit Ranks(const topology::Grid& grid, runtime::CommOptions options = {})
+      : creds_(runtime::new_credentials()) {
+    runtime::EndpointTable table;
+    for (int r = 0; r < grid.size(); ++r) {
+      comms_.push_back(std::make_unique<runtime::Communicator>(grid, r, creds_, options));
+      table.push_back(comms_.back()->listen());
+    }
+    for (auto& c : comms_) c->set_endpoints(table);
+  }
+
+  // Calls fn(rank's communicator) on one thread per rank; rethrows the first
+  // exception (by rank order) after every thread has finished.
+  void run(const std::function<void(runtime::Communicator&)>& fn) {
+    std::vector<std::exception_ptr> errors(comms_.size());
+    std::vector<std::thread> threads;
+    for (size_t r = 0; r < comms_.size(); ++r)
+      threads.emplace_back([&, r] {
+        try {
+          fn(*comms_[r]);
+        } catch (...) {
+          errors[r] = std::current_exception();
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+  }
+
+  runtime::Communicator& at(int r) { return *comms_.at(static_cast<size_t>(r)); }
+  int size() const { return static_cast<int>(comms_.size()); }
+  const runtime::JobCredentials& credentials() const { return creds_; }
+
+ private:
+  runtime::JobCredentials creds_;
+  std::vector<std::unique_ptr<runtime::Communicator>> comms_;
+};
+
+}  // namespace gridbcast::testing
