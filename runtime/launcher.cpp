@@ -109,6 +109,11 @@ asio::awaitable<void> Launcher::read_loop(int r) {
       }
     }();
     if (!ec.empty()) {
+      if (finishing_) co_return;
+      // A rank that died shows as a closed connection first; give SIGCHLD a
+      // moment so the report says how it died.
+      asio::steady_timer grace(io_, std::chrono::milliseconds(300));
+      co_await grace.async_wait(lanes::kAsTuple);
       if (!finishing_) fail(who(r) + " lost its control connection: " + ec);
       co_return;
     }

@@ -1,0 +1,139 @@
+// The gridbcast command as a user runs it: real processes, loopback sockets.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "support/process.hpp"
+
+namespace gridbcast::testing {
+namespace {
+
+using namespace std::chrono_literals;
+const std::string kBin = GRIDBCAST_BINARY;
+const std::string kSrc = GRIDBCAST_SOURCE_DIR;
+
+TEST(Launch, EmbeddedDefaultBroadcastsAndVerifiesEveryCopy) {
+  Child c({kBin, "launch", "--size", "3MiB", "--json"});
+  ASSERT_EQ(c.wait(120s), 0) << c.err();
+  const std::string out = c.out();
+  EXPECT_NE(out.find("\"ranks\": 8"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"sites\": 2"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"verified\": true"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"algorithm\": \"multilane\""), std::string::npos) << out;
+}
+
+TEST(Launch, TwoHundredBackToBackBroadcastsWithRandomSizesRootsAndAlgorithms) {
+  Child c({kBin, "launch", "--size", "512KiB", "--iterations", "200", "--random-roots",
+           "--random-sizes", "--algorithm", "random", "--json"});
+  ASSERT_EQ(c.wait(300s), 0) << c.err();
+  EXPECT_NE(c.out().find("\"iterations\": 200"), std::string::npos) << c.out();
+}
+
+TEST(Launch, EveryAlgorithmOnTheHeterogeneousGrid) {
+  for (const char* a : {"multilane", "binomial", "scatter_rd", "scatter_ring",
+                        "scatter_ring_tuned", "chain", "binary"}) {
+    Child c({kBin, "launch", kSrc + "/site-configs/three-sites-hetero.yaml", "--size", "1000003",
+             "--root", "7", "--algorithm", a});
+    ASSERT_EQ(c.wait(120s), 0) << a << ": " << c.err();
+    EXPECT_NE(c.out().find("verified: all 15 ranks"), std::string::npos) << c.out();
+  }
+}
+
+TEST(Launch, DistributesAFileToEveryNode) {
+  const std::string dir = temp_dir();
+  const std::string input = dir + "/input.bin";
+  {
+    std::ofstream f(input, std::ios::binary);
+    for (int i = 0; i < 3'000'001; ++i) f.put(static_cast<char>((i * 131) ^ (i >> 7)));
+  }
+  Child c({kBin, "launch", "--file", input, "--output", dir + "/{node}/copy.bin", "--root", "2"});
+  ASSERT_EQ(c.wait(120s), 0) << c.err();
+  const std::string want = slurp(input);
+  for (const char* node : {"a1", "a2", "a4", "b1", "b2", "b3", "b4"}) {
+    EXPECT_EQ(slurp(dir + "/" + node + "/copy.bin"), want) << node;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/a3/copy.bin"));  // the root keeps its file
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Launch, AKilledRankFailsTheJobInBoundedTimeAndNamesIt) {
+  Child c({kBin, "launch", "--size", "256MiB", "--iterations", "50", "--timeout", "10"});
+  // Wait until all 8 ranks run, then kill rank 5 mid-job.
+  pid_t victim = -1;
+  std::vector<pid_t> ranks;
+  for (int i = 0; i < 200 && ranks.size() < 8; ++i) {
+    std::this_thread::sleep_for(50ms);
+    ranks.clear();
+    for (auto [pid, rank] : children_of(c.pid(), "GRIDBCAST_RANK")) {
+      ranks.push_back(pid);
+      if (rank == "5") victim = pid;
+    }
+  }
+  ASSERT_EQ(ranks.size(), 8u);
+  ASSERT_GT(victim, 0);
+  std::this_thread::sleep_for(1500ms);
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  const int status = c.wait(40s);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(status, -1) << "the launcher did not exit in time";
+  EXPECT_NE(c.err().find("rank 5 (b2)"), std::string::npos) << c.err();
+  for (pid_t p : ranks) {
+    // Reaped by the launcher: nothing of ours survives it.
+    EXPECT_FALSE(alive(p) && children_of(c.pid(), "GRIDBCAST_RANK").size() > 0) << p;
+  }
+}
+
+TEST(Launch, AStoppedRankFailsTheJobWithinTheTimeout) {
+  Child c({kBin, "launch", "--size", "64MiB", "--iterations", "1000", "--timeout", "2"});
+  pid_t victim = -1;
+  for (int i = 0; i < 200 && victim < 0; ++i) {
+    std::this_thread::sleep_for(50ms);
+    for (auto [pid, rank] : children_of(c.pid(), "GRIDBCAST_RANK"))
+      if (rank == "3") victim = pid;
+  }
+  ASSERT_GT(victim, 0);
+  std::this_thread::sleep_for(1000ms);
+  ASSERT_EQ(::kill(victim, SIGSTOP), 0);
+  const int status = c.wait(30s);
+  ::kill(victim, SIGCONT);
+  EXPECT_GT(status, 0) << "the launcher did not fail in time";
+  EXPECT_NE(c.err().find("rank 3 (a4"), std::string::npos) << c.err();
+}
+
+TEST(Launch, BadTopologyNamesFileLineAndColumn) {
+  const std::string dir = temp_dir();
+  {
+    std::ofstream f(dir + "/bad.yaml");
+    f << "sites:\n  - name: x\n    nodes:\n      - name: n1\n        nics:\n          - address: 127.0.0.1\n            bandwith: 1 Gbit\n";
+  }
+  Child c({kBin, "launch", dir + "/bad.yaml"});
+  EXPECT_EQ(c.wait(30s), 2);
+  EXPECT_NE(c.err().find(dir + "/bad.yaml:7:13"), std::string::npos) << c.err();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Plan, EverySiteConfigSatisfiesThePropertiesForEveryAlgorithm) {
+  for (const auto& entry : std::filesystem::directory_iterator(kSrc + "/site-configs")) {
+    for (const char* a : {"multilane", "binomial", "scatter_rd", "scatter_ring",
+                          "scatter_ring_tuned", "chain", "binary"}) {
+      Child c({kBin, "plan", entry.path().string(), "--algorithm", a, "--size", "1000001",
+               "--root", "1", "--format", "json", "--check"});
+      ASSERT_EQ(c.wait(60s), 0) << entry.path() << " " << a << ": " << c.err();
+      EXPECT_EQ(c.out().rfind(std::string("{\"algorithm\": \"") + a + "\"", 0), 0u) << c.out();
+    }
+  }
+}
+
+TEST(Cli, HelpHasExamplesAndUnknownOptionsFail) {
+  for (const char* cmd : {"launch", "plan"}) {
+    Child c({kBin, cmd, "--help"});
+    ASSERT_EQ(c.wait(10s), 0);
+    EXPECT_NE(c.out().find("Example"), std::string::npos) << c.out();
+  }
+  Child bad({kBin, "launch", "--no-such-option"});
+  EXPECT_NE(bad.wait(10s), 0);
+}
+
+}  // namespace
+}  // namespace gridbcast::testing

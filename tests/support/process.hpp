@@ -1,0 +1,116 @@
+// Runs a child process with its output captured in files, with a deadline.
+// Tests kill only what they started, by PID.
+#pragma once
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace gridbcast::testing {
+
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline std::string temp_dir() {
+  std::string tmpl = "/tmp/gridbcast-test-XXXXXX";
+  if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+  return tmpl;
+}
+
+class Child {
+ public:
+  explicit Child(std::vector<std::string> argv, const std::string& dir = temp_dir())
+      : out_path_(dir + "/stdout"), err_path_(dir + "/stderr") {
+    std::vector<char*> cargv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      const int out = ::open(out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const int err = ::open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const int in = ::open("/dev/null", O_RDONLY);
+      ::dup2(in, 0);
+      ::dup2(out, 1);
+      ::dup2(err, 2);
+      ::execv(cargv[0], cargv.data());
+      ::_exit(127);
+    }
+  }
+  ~Child() {
+    if (pid_ > 0 && !exited_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  pid_t pid() const { return pid_; }
+  // Exit status, or -1 if still running at the deadline (then it is killed).
+  int wait(std::chrono::milliseconds limit) {
+    const auto end = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < end) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        exited_ = true;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  }
+  std::string out() const { return slurp(out_path_); }
+  std::string err() const { return slurp(err_path_); }
+
+ private:
+  std::string out_path_, err_path_;
+  pid_t pid_ = -1;
+  bool exited_ = false;
+};
+
+// Direct children of `parent`, with the value of one environment variable each.
+inline std::vector<std::pair<pid_t, std::string>> children_of(pid_t parent, const std::string& var) {
+  std::vector<std::pair<pid_t, std::string>> out;
+  DIR* d = ::opendir("/proc");
+  if (!d) return out;
+  while (auto* e = ::readdir(d)) {
+    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+    if (pid <= 0) continue;
+    const std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
+    const auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 2));
+    char state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid != parent) continue;
+    const std::string env = slurp("/proc/" + std::to_string(pid) + "/environ");
+    std::string value;
+    const std::string key = var + "=";
+    for (size_t pos = 0; pos < env.size();) {
+      const size_t end = env.find('\0', pos);
+      const std::string kv = env.substr(pos, end - pos);
+      if (kv.rfind(key, 0) == 0) value = kv.substr(key.size());
+      if (end == std::string::npos) break;
+      pos = end + 1;
+    }
+    out.emplace_back(pid, value);
+  }
+  ::closedir(d);
+  return out;
+}
+
+inline bool alive(pid_t pid) { return ::kill(pid, 0) == 0; }
+
+}  // namespace gridbcast::testing
