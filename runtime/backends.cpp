@@ -104,6 +104,24 @@ class LocalBackend : public ProcessBackend {
   std::string exe_;
 };
 
+class PrefixedBackend : public ProcessBackend {
+ public:
+  PrefixedBackend(std::string name, CommandPrefix prefix, std::string exe)
+      : name_(std::move(name)), prefix_(std::move(prefix)), exe_(std::move(exe)) {}
+  std::string name() const override { return name_; }
+  void start(int rank, const topology::Node& node, const Env& env, const std::string& secret) override {
+    std::vector<std::string> argv = prefix_(rank, node);
+    argv.push_back(exe_);
+    argv.push_back("rank");
+    spawn(rank, argv, env, secret);
+  }
+
+ private:
+  std::string name_;
+  CommandPrefix prefix_;
+  std::string exe_;
+};
+
 class SshBackend : public ProcessBackend {
  public:
   SshBackend(std::string ssh, std::string exe) : exe_(std::move(exe)) {
@@ -147,5 +165,9 @@ std::unique_ptr<Backend> make_ssh_backend(std::string ssh_command, std::string e
   return std::make_unique<SshBackend>(std::move(ssh_command), std::move(exe));
 }
 std::unique_ptr<Backend> make_external_backend() { return std::make_unique<ExternalBackend>(); }
+std::unique_ptr<Backend> make_prefixed_backend(std::string name, CommandPrefix prefix,
+                                               std::string exe) {
+  return std::make_unique<PrefixedBackend>(std::move(name), std::move(prefix), std::move(exe));
+}
 
 }  // namespace gridbcast::runtime

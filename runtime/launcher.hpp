@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -45,6 +46,11 @@ std::unique_ptr<Backend> make_local_backend(std::string exe);
 std::unique_ptr<Backend> make_ssh_backend(std::string ssh_command, std::string exe);
 // Starts nothing: ranks come from srun, mpiexec, docker compose or by hand.
 std::unique_ptr<Backend> make_external_backend();
+// Starts `prefix(rank, node)... exe rank` locally, e.g. `ip netns exec NS` for
+// the emulated grid; `name` is what reports call it.
+using CommandPrefix = std::function<std::vector<std::string>(int rank, const topology::Node&)>;
+std::unique_ptr<Backend> make_prefixed_backend(std::string name, CommandPrefix prefix,
+                                               std::string exe);
 
 struct LaunchOptions {
   topology::Grid grid;
