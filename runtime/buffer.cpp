@@ -33,6 +33,13 @@ MappedBuffer MappedBuffer::anonymous(std::uint64_t bytes) {
   b.data_ = map(bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
                 std::to_string(bytes) + " bytes of memory");
   b.size_ = bytes;
+  if (b.data_) {
+    // Huge pages where the kernel allows them, and every page touched now:
+    // faulting in gigabytes inside the kernel's receive path, under the socket
+    // lock, made a first broadcast of 1 GiB 5x slower than the next.
+    ::madvise(b.data_, bytes, MADV_HUGEPAGE);
+    std::memset(b.data_, 0, bytes);
+  }
   return b;
 }
 
@@ -61,7 +68,8 @@ MappedBuffer MappedBuffer::create_file(const std::string& path, std::uint64_t by
   if (::ftruncate(b.fd_, static_cast<off_t>(bytes)) != 0)
     throw sys_error("cannot size " + path + " to " + std::to_string(bytes) + " bytes");
   b.size_ = bytes;
-  b.data_ = map(bytes, PROT_READ | PROT_WRITE, MAP_SHARED, b.fd_, path);
+  // Populated up front for the same reason as anonymous memory.
+  b.data_ = map(bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, b.fd_, path);
   return b;
 }
 

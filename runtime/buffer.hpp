@@ -11,7 +11,7 @@ namespace gridbcast::runtime {
 
 class MappedBuffer {
  public:
-  static MappedBuffer anonymous(std::uint64_t bytes);
+  static MappedBuffer anonymous(std::uint64_t bytes);  // zeroed, every page resident
   static MappedBuffer read_file(const std::string& path);           // private, copy-on-write
   static MappedBuffer create_file(const std::string& path, std::uint64_t bytes);  // shared
   MappedBuffer() = default;

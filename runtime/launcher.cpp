@@ -42,7 +42,7 @@ using lanes::Clock;
 struct RankResult {
   std::int64_t t0 = 0, t1 = 0;
   std::string digest, algorithm;
-  std::uint64_t segment = 0, rejected = 0;
+  std::uint64_t segment = 0, rejected = 0, peak_rss = 0;
 };
 
 struct IterationResult {
@@ -94,6 +94,7 @@ class Launcher {
   std::vector<std::string> failures_;
   std::vector<IterationResult> results_;
   std::uint64_t rejected_ = 0;
+  std::uint64_t peak_rss_ = 0;  // largest resident set of any rank
   bool finishing_ = false;
   std::string root_digest_;
 };
@@ -216,6 +217,7 @@ asio::awaitable<void> Launcher::orchestrate() {
       rr.algorithm = m.at(5);
       rr.segment = std::stoull(m.at(6));
       rr.rejected = std::stoull(m.at(7));
+      rr.peak_rss = std::stoull(m.at(8));
     }
     const auto& root = res.ranks[static_cast<size_t>(res.it.root)];
     std::int64_t end = root.t0;
@@ -234,7 +236,10 @@ asio::awaitable<void> Launcher::orchestrate() {
       err_ << "\r  iteration " << (i + 1) << "/" << params.iterations << std::flush;
   }
   if (o_.progress && !o_.json) err_ << "\n";
-  for (const auto& rr : results_.back().ranks) rejected_ = std::max(rejected_, rr.rejected);
+  for (const auto& rr : results_.back().ranks) {
+    rejected_ = std::max(rejected_, rr.rejected);
+    peak_rss_ = std::max(peak_rss_, rr.peak_rss);
+  }
   finishing_ = true;
   co_await send_all(make_message("exit"));
   // Wait for the ranks to exit on their own.
@@ -297,7 +302,7 @@ void Launcher::report(std::ostream& out) const {
         << "}, \"bandwidth_bytes_per_second\": " << bw << ", \"lower_bound_seconds\": " << lb
         << ", \"ratio_to_lower_bound\": " << (lb > 0 ? median / lb : 0)
         << ", \"verified\": " << (o_.params.verify ? "true" : "false") << ", \"sha256\": \""
-        << root_digest_ << "\", \"rejected_connections\": " << rejected_
+        << root_digest_ << "\", \"rejected_connections\": " << rejected_ << ", \"peak_rss_bytes\": " << peak_rss_
         << ", \"slowest_per_site\": [";
     for (size_t s = 0; s < slow.size(); ++s)
       out << (s ? ", " : "") << "{\"site\": \"" << topology::json_escape(g.sites[s].name)
@@ -332,6 +337,7 @@ void Launcher::report(std::ostream& out) const {
   out << "\n";
   if (o_.params.verify)
     out << "  verified: all " << p_ << " ranks hold the root's SHA-256 " << root_digest_ << "\n";
+  out << "  largest rank resident set: " << topology::format_bytes(peak_rss_) << "\n";
   if (rejected_ > 0) out << "  rejected connections: " << rejected_ << "\n";
 }
 

@@ -1,5 +1,7 @@
 #include "runtime/rank.hpp"
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
@@ -17,6 +19,12 @@ namespace {
 std::string env_or_empty(const char* name) {
   const char* v = std::getenv(name);
   return v ? v : "";
+}
+
+std::uint64_t peak_rss_bytes() {
+  struct rusage ru {};
+  ::getrusage(RUSAGE_SELF, &ru);
+  return static_cast<std::uint64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
 std::int64_t now_ns() {
@@ -135,7 +143,7 @@ int run_rank(std::istream& secret_in, std::ostream& err) {
       const std::string digest = params.verify ? sha256_hex(buffer.data(), it.size) : "";
       send(make_message("done", std::to_string(i), std::to_string(t0), std::to_string(t1), digest,
                       topology::algorithm_name(info.algorithm), std::to_string(info.segment_bytes),
-                      std::to_string(comm.rejected_connections())));
+                      std::to_string(comm.rejected_connections()), std::to_string(peak_rss_bytes())));
     }
     if (file_mode && rank != params.root) buffer.flush();
     receive("exit");

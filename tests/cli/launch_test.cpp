@@ -137,3 +137,24 @@ TEST(Cli, HelpHasExamplesAndUnknownOptionsFail) {
 
 }  // namespace
 }  // namespace gridbcast::testing
+
+namespace gridbcast::testing {
+namespace {
+
+std::uint64_t json_number(const std::string& json, const std::string& key) {
+  const auto at = json.find("\"" + key + "\": ");
+  if (at == std::string::npos) return 0;
+  return std::stoull(json.substr(at + key.size() + 4));
+}
+
+TEST(Launch, PeakMemoryPerRankIsTheMessagePlusAtMost64MiB) {
+  const std::uint64_t size = 1ull << 30;
+  Child c({kBin, "launch", "--size", "1GiB", "--algorithm", "multilane", "--json"});
+  ASSERT_EQ(c.wait(300s), 0) << c.err();
+  const std::uint64_t rss = json_number(c.out(), "peak_rss_bytes");
+  EXPECT_GE(rss, size) << c.out();  // the whole message is resident, as it must be
+  EXPECT_LE(rss, size + (64ull << 20)) << c.out();
+}
+
+}  // namespace
+}  // namespace gridbcast::testing
