@@ -82,10 +82,16 @@ asio::awaitable<void> Listener::handshake(tcp::socket socket) {
   Challenge challenge{random_nonce()};
   const auto challenge_bytes = encode(challenge);
   std::array<std::uint8_t, kHelloBytes> hello_bytes{};
-  co_await before(deadline, asio::async_write(socket, asio::buffer(challenge_bytes), asio::use_awaitable),
-                  who + ": timed out sending the challenge");
-  co_await before(deadline, asio::async_read(socket, asio::buffer(hello_bytes), asio::use_awaitable),
-                  who + ": no hello within " + std::to_string(kHandshakeTimeout.count()) + " s");
+  // Errors come back as values: with exceptions the deadline's `||` would wait
+  // for the timer (it completes on the first *success*).
+  auto [wec, wn] = co_await before(
+      deadline, asio::async_write(socket, asio::buffer(challenge_bytes), kAsTuple),
+      who + ": timed out sending the challenge");
+  if (wec) throw NetworkError(who + " rejected: " + wec.message());
+  auto [rec, rn] = co_await before(
+      deadline, asio::async_read(socket, asio::buffer(hello_bytes), kAsTuple),
+      who + ": no hello within " + std::to_string(kHandshakeTimeout.count()) + " s");
+  if (rec) throw NetworkError(who + " rejected: " + rec.message() + " before a complete hello");
   std::string why;
   auto hello = decode_hello(hello_bytes, why);
   if (!hello) throw NetworkError(who + " rejected: " + why);
@@ -96,8 +102,10 @@ asio::awaitable<void> Listener::handshake(tcp::socket socket) {
                        ") rejected: wrong job secret");
   const auto accept_bytes =
       encode(Accept{accept_mac(creds_.secret, hello->client_nonce, challenge.server_nonce)});
-  co_await before(deadline, asio::async_write(socket, asio::buffer(accept_bytes), asio::use_awaitable),
-                  who + ": timed out sending accept");
+  auto [aec, an] = co_await before(
+      deadline, asio::async_write(socket, asio::buffer(accept_bytes), kAsTuple),
+      who + ": timed out sending accept");
+  if (aec) throw NetworkError(who + ": " + aec.message() + " while accepting");
   set_stream_options(socket);
   if (on_connection_) on_connection_(std::move(socket), *hello);
 }

@@ -80,6 +80,8 @@ asio::awaitable<tcp::socket> connect_authenticated(const std::string& local_addr
                                                    const std::string& peer_name);
 
 // Runs `op` but gives up at `deadline`, cancelling it; throws NetworkError(what).
+// Pass ops that report errors as values (kAsTuple): an op that throws makes
+// this wait for the deadline, since `||` completes on the first success.
 template <typename T>
 asio::awaitable<T> before(Clock::time_point deadline, asio::awaitable<T> op,
                           const std::string& what);

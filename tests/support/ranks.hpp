@@ -23,6 +23,7 @@ class Ranks {
       table.push_back(comms_.back()->listen());
     }
     for (auto& c : comms_) c->set_endpoints(table);
+    table_ = table;
   }
 
   // Calls fn(rank's communicator) on one thread per rank; rethrows the first
@@ -46,10 +47,14 @@ class Ranks {
   runtime::Communicator& at(int r) { return *comms_.at(static_cast<size_t>(r)); }
   int size() const { return static_cast<int>(comms_.size()); }
   const runtime::JobCredentials& credentials() const { return creds_; }
+  std::uint16_t port(int rank, int lane) const {
+    return table_.at(static_cast<size_t>(rank))[static_cast<size_t>(lane)];
+  }
 
  private:
   runtime::JobCredentials creds_;
   std::vector<std::unique_ptr<runtime::Communicator>> comms_;
+  runtime::EndpointTable table_;
 };
 
 }  // namespace gridbcast::testing
