@@ -1,6 +1,8 @@
 // The gridbcast command as a user runs it: real processes, loopback sockets.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -154,6 +156,61 @@ TEST(Launch, PeakMemoryPerRankIsTheMessagePlusAtMost64MiB) {
   const std::uint64_t rss = json_number(c.out(), "peak_rss_bytes");
   EXPECT_GE(rss, size) << c.out();  // the whole message is resident, as it must be
   EXPECT_LE(rss, size + (64ull << 20)) << c.out();
+}
+
+}  // namespace
+}  // namespace gridbcast::testing
+
+namespace gridbcast::testing {
+namespace {
+
+TEST(Launch, SshBackendRunsRanksThroughTheSshCommandWithTheSecretOffArgv) {
+  // An ssh stand-in: logs its arguments, drops the host, runs the command here.
+  const std::string dir = temp_dir();
+  const std::string fake = dir + "/fake-ssh";
+  {
+    std::ofstream f(fake);
+    f << "#!/bin/sh\necho \"$@\" >> " << dir << "/argv.log\nshift\nexec \"$@\"\n";
+  }
+  ::chmod(fake.c_str(), 0755);
+  Child c({kBin, "launch", "--backend", "ssh", "--ssh-command", fake, "--size", "2MiB"});
+  ASSERT_EQ(c.wait(120s), 0) << c.err();
+  const std::string log = slurp(dir + "/argv.log");
+  for (const char* host : {"a1 env", "a4 env", "b1 env", "b4 env"})
+    EXPECT_NE(log.find(host), std::string::npos) << log;
+  EXPECT_NE(log.find("GRIDBCAST_LAUNCHER="), std::string::npos) << log;
+  EXPECT_EQ(log.find("SECRET"), std::string::npos) << "the secret leaked into argv: " << log;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Launch, ExternalBackendAcceptsRanksStartedByHandWithMpiStyleRankVariables) {
+  ::setenv("GRIDBCAST_SECRET", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
+  Child launcher({kBin, "launch", "--backend", "external", "--size", "1MiB", "--json"});
+  std::string hint;
+  for (int i = 0; i < 100 && hint.find("GRIDBCAST_JOB_ID=") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(50ms);
+    hint = launcher.err();
+  }
+  const auto grab = [&](const std::string& key) {
+    const auto at = hint.find(key + "=");
+    const auto end = hint.find(' ', at);
+    return hint.substr(at + key.size() + 1, end - at - key.size() - 1);
+  };
+  ASSERT_NE(hint.find("GRIDBCAST_LAUNCHER="), std::string::npos) << hint;
+  ::setenv("GRIDBCAST_LAUNCHER", grab("GRIDBCAST_LAUNCHER").c_str(), 1);
+  ::setenv("GRIDBCAST_JOB_ID", grab("GRIDBCAST_JOB_ID").c_str(), 1);
+  std::vector<std::unique_ptr<Child>> ranks;
+  const char* vars[] = {"GRIDBCAST_RANK", "SLURM_PROCID", "PMI_RANK", "OMPI_COMM_WORLD_RANK"};
+  for (int r = 0; r < 8; ++r) {
+    const char* var = vars[r % 4];
+    ::setenv(var, std::to_string(r).c_str(), 1);
+    ranks.push_back(std::make_unique<Child>(std::vector<std::string>{kBin, "rank"}));
+    ::unsetenv(var);
+  }
+  for (const char* v : {"GRIDBCAST_SECRET", "GRIDBCAST_LAUNCHER", "GRIDBCAST_JOB_ID"}) ::unsetenv(v);
+  ASSERT_EQ(launcher.wait(120s), 0) << launcher.err();
+  EXPECT_NE(launcher.out().find("\"verified\": true"), std::string::npos) << launcher.out();
+  for (auto& r : ranks) EXPECT_EQ(r->wait(30s), 0) << r->err();
 }
 
 }  // namespace
