@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -13,6 +14,7 @@
 #include "topology/plan/format.hpp"
 #include "topology/plan/plan.hpp"
 #include "topology/plan/verify.hpp"
+#include "topology/simulate.hpp"
 #include "topology/units.hpp"
 
 namespace {
@@ -121,6 +123,22 @@ int main(int argc, char** argv) {
                      "The job secret never appears in argv: ranks get it on standard input (local, ssh)\n"
                      "or from GRIDBCAST_SECRET (external).");
 
+  // simulate
+  auto* sim_cmd = app.add_subcommand("simulate", "Predict broadcast times with a cost model (no network)");
+  std::string s_topology, s_algorithm = "multilane", s_size = "64 MiB", s_scale, s_segment = "0";
+  int s_root = 0;
+  bool s_sweep = false, s_json = false;
+  sim_cmd->add_option("TOPOLOGY", s_topology, "site-config YAML (default: the embedded default)");
+  sim_cmd->add_option("--algorithm,-a", s_algorithm, "auto, all, or a comma-separated list of: " + algorithm_list())->capture_default_str();
+  sim_cmd->add_option("--root,-r", s_root, "root rank")->capture_default_str();
+  sim_cmd->add_option("--size,-s", s_size, "message size")->capture_default_str();
+  sim_cmd->add_flag("--sweep", s_sweep, "sizes 1 KiB .. 256 MiB, x4");
+  sim_cmd->add_option("--scale", s_scale, "a synthetic grid SITESxNODES instead of TOPOLOGY (2 x 10 Gbit NICs, 10 ms WAN), e.g. 10x1000");
+  sim_cmd->add_option("--segment", s_segment, "pipelining segment; 0 = topology's or automatic")->capture_default_str();
+  sim_cmd->add_flag("--json", s_json, "JSON lines, one per prediction");
+  sim_cmd->footer("Examples:\n  gridbcast simulate site-configs/two-sites-16x16.yaml --algorithm all --sweep\n"
+                  "  gridbcast simulate --scale 10x1000 --size 1GiB");
+
   // rank (internal)
   auto* rank_cmd = app.add_subcommand("rank", "Run one rank (started by 'launch' or by srun/mpiexec with GRIDBCAST_LAUNCHER set)");
   rank_cmd->footer("Environment: GRIDBCAST_LAUNCHER=host:port, GRIDBCAST_JOB_ID, GRIDBCAST_RANK (or SLURM_PROCID,\n"
@@ -146,6 +164,54 @@ int main(int argc, char** argv) {
         for (const auto& e : check.errors) std::cerr << "gridbcast plan: property violated: " << e << "\n";
         if (!check.ok()) return 1;
         std::cerr << "gridbcast plan: all properties hold\n";
+      }
+      return 0;
+    }
+    if (*sim_cmd) {
+      topology::Grid grid;
+      if (!s_scale.empty()) {
+        const auto x = s_scale.find('x');
+        if (x == std::string::npos) throw CLI::ValidationError("--scale", "expected SITESxNODES, e.g. 10x1000");
+        grid = topology::synthetic_grid(std::stoi(s_scale.substr(0, x)), std::stoi(s_scale.substr(x + 1)));
+      } else {
+        grid = load(s_topology).grid;
+      }
+      std::vector<std::uint64_t> sizes;
+      if (s_sweep) {
+        for (std::uint64_t sz = 1024; sz <= (256ull << 20); sz *= 4) sizes.push_back(sz);
+      } else {
+        sizes.push_back(parse_size_option(s_size, "--size"));
+      }
+      std::vector<std::string> names;
+      if (s_algorithm == "all") {
+        for (const auto& a : topology::algorithms()) names.emplace_back(a.name);
+      } else {
+        std::stringstream ss(s_algorithm);
+        for (std::string n; std::getline(ss, n, ',');) names.push_back(n);
+      }
+      topology::CostModel model;
+      model.segment_bytes = parse_size_option(s_segment, "--segment");
+      if (!s_json)
+        std::cout << "# " << grid.name << ": " << grid.size() << " ranks in " << grid.sites.size()
+                  << " site(s), root " << s_root << "\n"
+                  << "# algorithm            size      predicted s   lower bound s   ratio  slowest rank\n";
+      for (std::uint64_t size : sizes) {
+        for (const auto& name : names) {
+          const auto algo = resolve_algorithm(name, grid, size);
+          const auto plan = topology::build_plan(grid, algo, s_root, size);
+          const auto r = topology::simulate(grid, plan, model);
+          const double lb = topology::lower_bound_seconds(grid, s_root, size);
+          if (s_json) {
+            std::cout << "{\"algorithm\": \"" << topology::algorithm_name(algo) << "\", \"ranks\": " << grid.size()
+                      << ", \"size\": " << size << ", \"predicted_seconds\": " << r.makespan_s
+                      << ", \"lower_bound_seconds\": " << lb << ", \"slowest_rank\": " << r.slowest_rank
+                      << ", \"segments\": " << r.segments << "}\n";
+          } else {
+            std::printf("  %-18s %10s %14.6f %15.6f %7.2f  %d\n", std::string(topology::algorithm_name(algo)).c_str(),
+                        topology::format_bytes(size).c_str(), r.makespan_s, lb, lb > 0 ? r.makespan_s / lb : 0.0,
+                        r.slowest_rank);
+          }
+        }
       }
       return 0;
     }

@@ -169,11 +169,6 @@ void start(Run& run, asio::awaitable<void> task) {
 
 }  // namespace
 
-std::uint64_t automatic_segment(std::uint64_t size) {
-  constexpr std::uint64_t kMin = 64 * 1024, kMax = 1024 * 1024;
-  return std::clamp<std::uint64_t>(size / 16, kMin, kMax);
-}
-
 asio::awaitable<ExecStats> execute(Transport& transport, const topology::Plan& plan,
                                    std::uint64_t seq, std::byte* buffer,
                                    const ExecOptions& options) {

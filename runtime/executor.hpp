@@ -23,9 +23,7 @@ struct ExecOptions {
   std::chrono::milliseconds timeout{30'000};   // longest time without progress
 };
 
-// Pipelining unit when the topology and options leave it open: small enough for
-// a deep pipeline, large enough that per-frame costs vanish.
-std::uint64_t automatic_segment(std::uint64_t size);
+using topology::automatic_segment;
 
 struct ExecStats {
   std::uint64_t bytes_in = 0;

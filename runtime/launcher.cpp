@@ -14,26 +14,10 @@
 #include "runtime/run_until.hpp"
 #include "topology/plan/format.hpp"
 #include "topology/plan/plan.hpp"
+#include "topology/simulate.hpp"
 #include "topology/units.hpp"
 
 namespace gridbcast::runtime {
-
-double lower_bound_seconds(const topology::Grid& grid, int root, std::uint64_t bytes) {
-  const auto& nodes = grid.nodes;
-  double bw = nodes.at(static_cast<size_t>(root)).total_bandwidth_bps();
-  for (int r = 0; r < grid.size(); ++r)
-    if (r != root) bw = std::min(bw, nodes[static_cast<size_t>(r)].total_bandwidth_bps());
-  if (grid.sites.size() > 1)
-    for (const auto& l : grid.wan) bw = std::min(bw, l.bandwidth_bps);
-  double latency = 0;
-  const int root_site = grid.site_of(root);
-  for (size_t s = 0; s < grid.sites.size(); ++s) {
-    double path = 0;
-    for (const auto* l : grid.wan_path(root_site, static_cast<int>(s))) path += l->latency_s;
-    latency = std::max(latency, path);
-  }
-  return grid.size() <= 1 ? 0.0 : static_cast<double>(bytes) * 8.0 / bw + latency;
-}
 
 namespace {
 
@@ -278,7 +262,7 @@ void Launcher::report(std::ostream& out) const {
   const double median = sorted[sorted.size() / 2];
   const auto& last = results_.back();
   const std::uint64_t bytes = last.it.size;
-  const double lb = lower_bound_seconds(g, last.it.root, bytes);
+  const double lb = topology::lower_bound_seconds(g, last.it.root, bytes);
   const double bw = median > 0 ? static_cast<double>(bytes) / median : 0;
   // Slowest rank per site, in the last iteration.
   struct Slow {

@@ -66,9 +66,5 @@ struct LaunchOptions {
 // Runs the job; returns the process exit status (0 on success).
 int launch(const LaunchOptions& options, Backend& backend, std::ostream& out, std::ostream& err);
 
-// The lower bound for one broadcast on a topology: the message over the
-// smallest of the root's outbound, any node's inbound and any WAN link's
-// bandwidth, plus the longest root-to-rank WAN latency.
-double lower_bound_seconds(const topology::Grid& grid, int root, std::uint64_t bytes);
 
 }  // namespace gridbcast::runtime

@@ -67,6 +67,11 @@ std::optional<Algorithm> parse_algorithm(std::string_view name) {
   return std::nullopt;
 }
 
+std::uint64_t automatic_segment(std::uint64_t size) {
+  constexpr std::uint64_t kMin = 64 * 1024, kMax = 1024 * 1024;
+  return std::clamp<std::uint64_t>(size / 16, kMin, kMax);
+}
+
 Plan build_plan(const Grid& grid, Algorithm algorithm, int root, std::uint64_t size) {
   if (grid.size() == 0) throw std::invalid_argument("the topology has no nodes");
   if (root < 0 || root >= grid.size())

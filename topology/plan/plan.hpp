@@ -61,6 +61,11 @@ struct Plan {
   std::vector<Transfer> transfers;
 };
 
+// Pipelining unit when the topology and options leave it open: M/16, clamped to
+// 64 KiB..1 MiB — small enough for a deep pipeline, large enough that per-frame
+// costs vanish. The executor and the simulator both use it.
+std::uint64_t automatic_segment(std::uint64_t size);
+
 // Throws std::invalid_argument for a root outside [0, ranks).
 Plan build_plan(const Grid& grid, Algorithm algorithm, int root, std::uint64_t size);
 

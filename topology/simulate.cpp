@@ -1,0 +1,218 @@
+#include "topology/simulate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <queue>
+#include <tuple>
+#include <stdexcept>
+#include <unordered_map>
+
+namespace gridbcast::topology {
+namespace {
+
+struct Segment {
+  int from, to;
+  std::uint64_t offset, length;
+  // Resources it occupies, each for length / its capacity: sender NIC egress,
+  // receiver NIC ingress, the stream bundle, and the WAN link (or -1).
+  int res[4];
+  double latency;
+  int ordinal = 0;               // position within its transfer
+  int pending = 0;               // dependencies not yet arrived
+  double ready = 0;
+  double arrival = 0;
+  std::vector<int> dependents;
+};
+
+// Received pieces of one rank: (offset, end, segment index), sorted by offset.
+struct Piece {
+  std::uint64_t begin, end;
+  int segment;
+};
+
+}  // namespace
+
+double tcp_stream_limit(double rtt_s, double loss, const CostModel& m) {
+  double limit = rtt_s > 0 ? m.tcp_window_bytes / rtt_s : 1e300;
+  if (loss > 0 && rtt_s > 0) limit = std::min(limit, m.mss_bytes * 1.22 / (rtt_s * std::sqrt(loss)));
+  return limit;
+}
+
+SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
+  const int p = grid.size();
+  const std::uint64_t seg_bytes =
+      model.segment_bytes ? model.segment_bytes
+                          : (grid.segment_bytes ? grid.segment_bytes : automatic_segment(plan.size));
+  // Resources: per node and NIC an egress and an ingress; per WAN link and direction one.
+  std::vector<int> nic_base(static_cast<size_t>(p) + 1, 0);
+  for (int r = 0; r < p; ++r)
+    nic_base[static_cast<size_t>(r) + 1] =
+        nic_base[static_cast<size_t>(r)] + static_cast<int>(grid.nodes[static_cast<size_t>(r)].nics.size());
+  std::vector<double> free_at, capacity;  // per resource: busy until, bytes/s
+  auto add_resource = [&](double bytes_per_s) {
+    free_at.push_back(0.0);
+    capacity.push_back(bytes_per_s);
+    return static_cast<int>(free_at.size() - 1);
+  };
+  std::vector<int> nic_out_res, nic_in_res;
+  for (const auto& node : grid.nodes)
+    for (const auto& nic : node.nics) {
+      nic_out_res.push_back(add_resource(nic.bandwidth_bps / 8));
+      nic_in_res.push_back(add_resource(nic.bandwidth_bps / 8));
+    }
+  std::vector<int> wan_res;
+  for (const auto& l : grid.wan) {
+    wan_res.push_back(add_resource(l.bandwidth_bps / 8));  // a -> b
+    wan_res.push_back(add_resource(l.bandwidth_bps / 8));  // b -> a
+  }
+  std::map<std::tuple<int, int, int, int>, int> bundle_res;
+  std::unordered_map<const WanLink*, int> link_index;
+  for (size_t i = 0; i < grid.wan.size(); ++i) link_index[&grid.wan[i]] = static_cast<int>(i);
+
+  std::vector<Segment> segs;
+  std::vector<std::vector<Piece>> received(static_cast<size_t>(p));
+  for (const Transfer& t : plan.transfers) {
+    const auto& src = grid.nodes[static_cast<size_t>(t.from)];
+    const auto& dst = grid.nodes[static_cast<size_t>(t.to)];
+    const int nic_out = t.lane_from % static_cast<int>(src.nics.size());
+    const int nic_in = t.lane_to % static_cast<int>(dst.nics.size());
+    const int out_res = nic_out_res[static_cast<size_t>(nic_base[static_cast<size_t>(t.from)] + nic_out)];
+    const int in_res = nic_in_res[static_cast<size_t>(nic_base[static_cast<size_t>(t.to)] + nic_in)];
+    double bundle_rate = 1e300;  // unlimited inside a site: the NICs decide
+    double latency = model.lan_latency_s;
+    int wan = -1;
+    if (src.site != dst.site) {
+      const auto path = grid.wan_path(src.site, dst.site);
+      double one_way = 0, loss_pass = 1;
+      for (const WanLink* l : path) {
+        one_way += l->latency_s;
+        loss_pass *= 1 - l->loss;
+      }
+      latency += one_way;
+      const double rtt = 2 * one_way + 2 * model.lan_latency_s;
+      bundle_rate = t.streams * tcp_stream_limit(rtt, 1 - loss_pass, model);
+      // The first link on the path is the shared resource (per direction); the
+      // narrowest link's bandwidth bounds the bundle too.
+      for (const WanLink* l : path) bundle_rate = std::min(bundle_rate, l->bandwidth_bps / 8);
+      const WanLink* first = path.front();
+      wan = wan_res[static_cast<size_t>(2 * link_index.at(first) + (first->site_a == src.site ? 0 : 1))];
+    }
+    const auto key = std::make_tuple(t.from, t.to, t.lane_from, t.lane_to);
+    auto b = bundle_res.find(key);
+    if (b == bundle_res.end()) b = bundle_res.emplace(key, add_resource(bundle_rate)).first;
+    const int bundle = b->second;
+    for (std::uint64_t off = t.offset; off < t.offset + t.length; off += seg_bytes) {
+      Segment s{};
+      s.from = t.from;
+      s.to = t.to;
+      s.offset = off;
+      s.length = std::min(seg_bytes, t.offset + t.length - off);
+      s.res[0] = out_res;
+      s.res[1] = in_res;
+      s.res[2] = bundle;
+      s.res[3] = wan;
+      s.latency = latency;
+      s.ordinal = static_cast<int>((off - t.offset) / seg_bytes);
+      const int index = static_cast<int>(segs.size());
+      // Dependencies: what the sender received of these bytes, listed earlier.
+      if (t.from != plan.root) {
+        for (const Piece& piece : received[static_cast<size_t>(t.from)]) {
+          if (piece.end <= s.offset || piece.begin >= s.offset + s.length) continue;
+          ++s.pending;
+          segs[static_cast<size_t>(piece.segment)].dependents.push_back(index);
+        }
+      }
+      segs.push_back(std::move(s));
+      received[static_cast<size_t>(t.to)].push_back({off, off + segs.back().length, index});
+    }
+  }
+
+  // Served by ready time; ties go round-robin across transfers (by position in
+  // the transfer, then list order), as the executor's concurrent writers share.
+  using Item = std::tuple<double, int, int>;
+  std::priority_queue<Item, std::vector<Item>, std::greater<>> queue;
+  for (size_t i = 0; i < segs.size(); ++i)
+    if (segs[i].pending == 0) queue.emplace(0.0, segs[i].ordinal, static_cast<int>(i));
+  size_t done = 0;
+  SimResult result;
+  result.finish_s.assign(static_cast<size_t>(p), 0.0);
+  while (!queue.empty()) {
+    const auto [ready, ordinal, i] = queue.top();
+    queue.pop();
+    Segment& s = segs[static_cast<size_t>(i)];
+    double start = ready;
+    double rate = 1e300;
+    for (int r : s.res) {
+      if (r < 0) continue;
+      start = std::max(start, free_at[static_cast<size_t>(r)]);
+      rate = std::min(rate, capacity[static_cast<size_t>(r)]);
+    }
+    const auto bytes = static_cast<double>(s.length);
+    for (int r : s.res)
+      if (r >= 0) free_at[static_cast<size_t>(r)] = start + bytes / capacity[static_cast<size_t>(r)];
+    const double end = start + bytes / rate;
+    s.arrival = end + s.latency;
+    auto& fin = result.finish_s[static_cast<size_t>(s.to)];
+    fin = std::max(fin, s.arrival);
+    ++done;
+    for (int d : s.dependents) {
+      Segment& dep = segs[static_cast<size_t>(d)];
+      dep.ready = std::max(dep.ready, s.arrival);
+      if (--dep.pending == 0) queue.emplace(dep.ready, dep.ordinal, d);
+    }
+  }
+  if (done != segs.size()) throw std::logic_error("simulate: the plan has a dependency cycle");
+  result.segments = segs.size();
+  for (int r = 0; r < p; ++r)
+    if (result.finish_s[static_cast<size_t>(r)] > result.makespan_s) {
+      result.makespan_s = result.finish_s[static_cast<size_t>(r)];
+      result.slowest_rank = r;
+    }
+  return result;
+}
+
+double lower_bound_seconds(const Grid& grid, int root, std::uint64_t bytes) {
+  const auto& nodes = grid.nodes;
+  double bw = nodes.at(static_cast<size_t>(root)).total_bandwidth_bps();
+  for (int r = 0; r < grid.size(); ++r)
+    if (r != root) bw = std::min(bw, nodes[static_cast<size_t>(r)].total_bandwidth_bps());
+  if (grid.sites.size() > 1)
+    for (const auto& l : grid.wan) bw = std::min(bw, l.bandwidth_bps);
+  double latency = 0;
+  const int root_site = grid.site_of(root);
+  for (size_t s = 0; s < grid.sites.size(); ++s) {
+    double path = 0;
+    for (const auto* l : grid.wan_path(root_site, static_cast<int>(s))) path += l->latency_s;
+    latency = std::max(latency, path);
+  }
+  return grid.size() <= 1 ? 0.0 : static_cast<double>(bytes) * 8.0 / bw + latency;
+}
+
+Grid synthetic_grid(int sites, int nodes) {
+  if (sites < 1 || nodes < 1) throw std::invalid_argument("--scale needs at least 1x1");
+  Grid g;
+  g.name = "synthetic-" + std::to_string(sites) + "x" + std::to_string(nodes);
+  g.source = "<synthetic>";
+  for (int s = 0; s < sites; ++s) {
+    Site site;
+    site.name = "site" + std::to_string(s);
+    for (int n = 0; n < nodes; ++n) {
+      Node node;
+      node.name = "s" + std::to_string(s) + "n" + std::to_string(n);
+      node.host = node.name;
+      node.site = s;
+      for (int l = 0; l < 2; ++l)
+        node.nics.push_back(Nic{"10." + std::to_string(s) + "." + std::to_string(n / 250 + 4 * l) +
+                                    "." + std::to_string(n % 250 + 1),
+                                10e9, ""});
+      site.ranks.push_back(static_cast<int>(g.nodes.size()));
+      g.nodes.push_back(std::move(node));
+    }
+    g.sites.push_back(std::move(site));
+    if (s > 0) g.wan.push_back(WanLink{s - 1, s, 0.010, 10e9, 0, 4, false, {}});
+  }
+  return g;
+}
+
+}  // namespace gridbcast::topology

@@ -1,0 +1,50 @@
+// `gridbcast simulate`: prices a Plan with a cost model instead of a network.
+//
+// Every transfer is cut into segments as the executor cuts it. A segment is
+// ready when the bytes it carries have reached its sender; it then occupies the
+// sender's NIC (egress), the receiver's NIC (ingress) and, between sites, the
+// WAN bundle, for bytes / rate, and arrives one hop latency later. Segments are
+// served in order of readiness, each resource one at a time (list scheduling),
+// so lanes sharing a NIC share its bandwidth and a root feeding several
+// children pays for each. A WAN bundle of S streams runs at
+// min(link bandwidth, S x one stream's TCP limit), where one stream is held to
+// min(window / RTT, Mathis: MSS x 1.22 / (RTT x sqrt(loss))).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "topology/plan/plan.hpp"
+
+namespace gridbcast::topology {
+
+struct CostModel {
+  double lan_latency_s = 30e-6;              // one hop inside a site
+  double tcp_window_bytes = 4.0 * (1 << 20);  // largest window one stream reaches
+  double mss_bytes = 1448;                    // for the loss limit
+  std::uint64_t segment_bytes = 0;            // 0: grid's, else automatic_segment
+};
+
+struct SimResult {
+  std::vector<double> finish_s;  // per rank: when it holds every byte (root: 0)
+  double makespan_s = 0;         // the last rank's finish
+  int slowest_rank = 0;
+  std::uint64_t segments = 0;
+};
+
+SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model = {});
+
+// One TCP stream's throughput limit in bytes/s under a round-trip time and loss.
+double tcp_stream_limit(double rtt_s, double loss, const CostModel& model);
+
+// The lower bound for one broadcast on a topology: the message over the
+// smallest of the root's outbound, any node's inbound and any WAN link's
+// bandwidth, plus the longest root-to-rank WAN latency.
+double lower_bound_seconds(const Grid& grid, int root, std::uint64_t bytes);
+
+// A synthetic grid for --scale: `sites` sites of `nodes` nodes, two 10 Gbit
+// NICs each, chained by 10 ms, 10 Gbit WAN links of 4 streams.
+Grid synthetic_grid(int sites, int nodes);
+
+}  // namespace gridbcast::topology
