@@ -1,7 +1,34 @@
 #!/usr/bin/env bash
-# The test suite: unit and property tests, then multi-process tests on loopback
-# sockets. Expects scripts/setup.sh to have built build/.
+# The test suite. Expects scripts/setup.sh to have built build/.
+#   1. every suite in build/ (unit, property, loopback multi-process, testbed, MPI);
+#   2. the unit and loopback suites again under ASan+UBSan and under TSan.
+# --quick skips step 2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+
 cmake --build build -j"$(nproc)"
 ctest --test-dir build --output-on-failure -j2 --timeout 900
+
+[ $quick -eq 1 ] && exit 0
+
+# Multi-gigabyte cases are left to the plain build: sanitizers multiply memory.
+filter='-*ThreeGibibytes*'
+for san in address,undefined thread; do
+  dir="build-san-${san%%,*}"
+  echo "== sanitizer build: $san ($dir)"
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS=-O1 \
+    -DGRIDBCAST_WERROR=ON -DGRIDBCAST_SANITIZE="$san" >/dev/null
+  cmake --build "$dir" -j"$(nproc)" --target topology_tests lanes_tests runtime_tests
+  # TSan runs ~10x slower: the largest loopback shapes stay with the other builds.
+  f="$filter"
+  [ "$san" = thread ] && f="$filter:*Shapes*/15nodes*:*Shapes*/17nodes*"
+  for t in topology_tests lanes_tests runtime_tests; do
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+      "$dir/tests/$t" --gtest_brief=1 --gtest_filter="$f"
+  done
+done
+echo "sanitizer suites: 6 passed, 0 failed"

@@ -28,13 +28,13 @@ void bcast_and_check(Communicator& c, std::vector<std::byte>& buf, std::uint64_t
                      std::optional<Algorithm> algo, std::uint64_t seed) {
   if (c.rank() == root) {
     fill_pattern(buf.data(), size, seed);
-  } else {
+  } else if (size > 0) {
     std::memset(buf.data(), 0xA5, size);
   }
   c.bcast(buf.data(), size, root, algo);
   std::vector<std::byte> want(size);
   fill_pattern(want.data(), size, seed);
-  ASSERT_EQ(std::memcmp(buf.data(), want.data(), size), 0)
+  ASSERT_TRUE(size == 0 || std::memcmp(buf.data(), want.data(), size) == 0)
       << "rank " << c.rank() << " root " << root << " size " << size;
 }
 
