@@ -68,8 +68,11 @@ TEST(LoaderErrors, EmptyAndNonMapDocuments) {
 }
 
 TEST(LoaderErrors, MoreThanOneDocument) {
-  EXPECT_CONFIG_ERROR(yaml({"name: a", "---", "name: b"}), 3, 1,
-                      "a site-config holds one YAML document, this file has 2");
+  EXPECT_CONFIG_ERROR(yaml({"name: a", "---", "name: b"}), 2, 1,
+                      "a site-config holds one YAML document");
+  // A leading marker is fine; comments before it do not count as a document.
+  EXPECT_CONFIG_ERROR(yaml({"# c", "---", "name: a", "---", "x: 1"}), 4, 1,
+                      "one YAML document");
 }
 
 TEST(LoaderErrors, UnknownTopLevelKey) {
