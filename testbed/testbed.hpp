@@ -1,0 +1,65 @@
+// `gridbcast testbed up|down|status|run|exec`: builds the emulated grid of a
+// topology out of network namespaces on this machine (docs/TESTBED.md), tears
+// it down, reports on it, and runs commands in it.
+#pragma once
+
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "runtime/launcher.hpp"
+#include "testbed/layout.hpp"
+#include "testbed/state.hpp"
+#include "topology/grid.hpp"
+
+namespace gridbcast::testbed {
+
+enum class DelayMode { kAuto, kNetem, kDelayLine };
+DelayMode parse_delay_mode(const std::string& text);  // auto, netem, delayline
+
+struct UpOptions {
+  std::string id;  // tells testbeds of the same topology apart
+  DelayMode delay = DelayMode::kAuto;
+  std::string topology_source;  // the file, recorded in the state
+  std::string exe;              // gridbcast binary for the delay lines; "" = this program
+  bool offload = true;  // delay line: GSO packets on loss-free links (else 1500-byte packets)
+};
+
+// True if tc netem works on this kernel (tried on a scratch veth in `ns`).
+bool netem_available(const std::string& ns, std::string* why_not = nullptr);
+
+// Builds the testbed; first removes leftovers of the same one (same prefix).
+// On failure removes what it created and throws TestbedError.
+State up(const topology::Grid& grid, const UpOptions& o, std::ostream& log);
+// Removes every namespace, interface and delay-line process of the testbed
+// with this prefix. Returns false if there was nothing to remove.
+bool down(const std::string& prefix, std::ostream& log);
+// Prints the testbed's state; returns 0 when up and healthy, 1 when not up,
+// 3 when parts are missing.
+int status(const std::string& prefix, std::ostream& out);
+// Prefixes of every testbed with a state directory on this machine.
+std::vector<std::string> list_testbeds();
+
+// Runs `command` with GRIDBCAST_BACKEND=netns and GRIDBCAST_TESTBED=<state
+// dir> in its environment; brings the testbed up first if it is not (and then
+// down afterwards unless `keep`). A first word "gridbcast" means this program.
+// Returns the command's exit status.
+int run(const topology::Grid& grid, const UpOptions& o, bool keep,
+        const std::vector<std::string>& command, std::ostream& log);
+// Replaces this process by `command` inside the namespace of node `node`.
+int exec_in_node(const topology::Grid& grid, const std::string& id, const std::string& node,
+                 const std::vector<std::string>& command);
+
+// The launcher side of `gridbcast launch --backend netns`: ranks start through
+// `ip netns exec <node namespace>`, the control listener goes on the management
+// bridge. The testbed is found through GRIDBCAST_TESTBED (a state directory),
+// else by the topology's name and GRIDBCAST_TESTBED_ID.
+struct NetnsLaunch {
+  std::unique_ptr<runtime::Backend> backend;
+  std::string listen_address;
+  std::string state_dir;
+};
+NetnsLaunch make_netns_launch(const topology::Grid& grid, const std::string& exe);
+
+}  // namespace gridbcast::testbed

@@ -1,0 +1,253 @@
+// The emulation measured (root and network namespaces; skipped otherwise):
+// the testbed comes up and goes away without a trace, the RTT between sites is
+// twice the configured one-way delay, a TCP stream gets its NIC's rate, and on
+// a lossy 20 ms link parallel streams scale as they do on a real WAN.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <thread>
+
+#include "testbed/traffic.hpp"
+#include "testbed_support.hpp"
+
+namespace gridbcast::testing {
+namespace {
+
+// Removes testbeds of crashed earlier runs before anything starts.
+class StaleTestbeds : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    if (why_no_namespaces().empty()) remove_stale_test_testbeds();
+  }
+};
+const auto* const kStale = ::testing::AddGlobalTestEnvironment(new StaleTestbeds);
+
+constexpr const char* kTwoSites =
+    R"(# two sites of two nodes, 100 Mbit NICs, 10 ms between the sites
+name: tb-emulation
+defaults:
+  nic_bandwidth: 100 Mbit
+  wan: {latency: 10 ms, bandwidth: 1 Gbit, streams: 4}
+sites:
+  - name: a
+    nodes: [{name: "a[1-2]", nics: [{address: "10.211.1.[1-2]"}, {address: "10.211.2.[1-2]"}]}]
+  - name: b
+    nodes: [{name: "b[1-2]", nics: [{address: "10.212.1.[1-2]"}, {address: "10.212.2.[1-2]"}]}]
+wan:
+  - sites: [a, b]
+)";
+
+constexpr const char* kLossyWan =
+    R"(# one node per site, 1 Gbit everywhere, 20 ms RTT and 0.1 % loss on the WAN
+name: tb-lossy
+defaults:
+  nic_bandwidth: 1 Gbit
+sites:
+  - name: a
+    nodes: [{name: a1, nics: [{address: 10.221.1.1}]}]
+  - name: b
+    nodes: [{name: b1, nics: [{address: 10.222.1.1}]}]
+wan:
+  - sites: [a, b]
+    latency: 10 ms
+    bandwidth: 1 Gbit
+    loss: 0.1 %
+)";
+
+// Streams from `client` (bound to `from`) to a server on `to` in `server` for
+// `seconds`; what the server measured after `warmup` seconds.
+testbed::TrafficResult measure(const TestbedGuard& g, const std::string& client,
+                               const std::string& from, const std::string& server,
+                               const std::string& to, int streams, double seconds,
+                               double warmup = 0.5) {
+  TbChild srv(g.in(
+      server, {kBin, "testbed", "traffic", "server", "--listen", to, "--streams",
+               std::to_string(streams), "--timeout", "60", "--warmup", std::to_string(warmup)}));
+  TbChild cli(g.in(client, {kBin, "testbed", "traffic", "client", "--connect", to, "--bind", from,
+                            "--streams", std::to_string(streams), "--seconds",
+                            std::to_string(seconds), "--congestion", "cubic"}));
+  const int cs = cli.wait(90s);
+  const int ss = srv.wait(90s);
+  EXPECT_EQ(cs, 0) << cli.err();
+  EXPECT_EQ(ss, 0) << srv.err();
+  if (cs != 0 || ss != 0) return {};
+  return testbed::TrafficResult::parse_json(srv.out());
+}
+
+std::vector<double> ping(const TestbedGuard& g, const std::string& node, const std::string& from,
+                         const std::string& to, int count) {
+  TbChild c(g.in(node, {testbed::ping_path(), "-n", "-c", std::to_string(count), "-i", "0.05", "-I",
+                        from, to}));
+  EXPECT_EQ(c.wait(60s), 0) << c.out() << c.err();
+  return ping_times(c.out());
+}
+
+TEST(TestbedLifecycle, UpStatusUpAgainAndDownLeaveNothingBehind) {
+  GRIDBCAST_REQUIRE_NAMESPACES();
+  TestbedGuard g(write_topology(kTwoSites));
+  ASSERT_TRUE(g.ok()) << g.log();
+  const auto& s = g.state();
+  EXPECT_EQ(s.status, "up");
+  EXPECT_EQ(s.namespaces().size(), 6u);
+  for (const auto& ns : s.namespaces()) EXPECT_TRUE(testbed::netns_exists(ns)) << ns;
+  EXPECT_TRUE(testbed::root_link_exists(s.mgmt_bridge));
+  if (s.delay_mode == "delayline") {
+    EXPECT_NE(g.log().find("userspace delay line"), std::string::npos) << g.log();
+    ASSERT_EQ(s.delay_lines.size(), 2u);
+    for (const auto& d : s.delay_lines) EXPECT_TRUE(testbed::process_alive(d.pid, d.start_time));
+  } else {
+    EXPECT_EQ(s.delay_mode, "netem");
+    EXPECT_NE(g.log().find("tc netem"), std::string::npos) << g.log();
+  }
+  {
+    TbChild st({kBin, "testbed", "status", g.file(), "--id", g.id()});
+    EXPECT_EQ(st.wait(30s), 0) << st.out() << st.err();
+    EXPECT_NE(st.out().find(s.nodes[3].ns), std::string::npos) << st.out();
+  }
+  // Whatever `auto` picked, the RTT across the WAN is 2 x 10 ms.
+  if (!testbed::ping_path().empty()) {
+    const auto t = ping(g, "a1", "10.211.1.1", "10.212.2.2", 10);
+    ASSERT_EQ(t.size(), 10u);
+    EXPECT_NEAR(median(t), 20.0, 1.0);
+  }
+
+  // `up` again, as after a crash: the old testbed goes first, a new one replaces it.
+  const auto old_lines = s.delay_lines;
+  TbChild again({kBin, "testbed", "up", g.file(), "--id", g.id()});
+  ASSERT_EQ(again.wait(120s), 0) << again.err();
+  EXPECT_NE(again.err().find("removing what an earlier run left"), std::string::npos)
+      << again.err();
+  for (const auto& d : old_lines) EXPECT_FALSE(testbed::process_alive(d.pid, d.start_time));
+  const auto s2 = testbed::load_state(s.dir);
+  EXPECT_EQ(testbed::netns_with_prefix(g.prefix()).size(), 6u);
+  EXPECT_EQ(s2.delay_lines.size(), old_lines.size());
+
+  const std::string down_log = g.down();
+  EXPECT_NE(down_log.find("removed"), std::string::npos) << down_log;
+  EXPECT_TRUE(testbed::netns_with_prefix(g.prefix()).empty());
+  EXPECT_TRUE(testbed::root_links_with_prefix(g.prefix()).empty());
+  EXPECT_FALSE(testbed::state_exists(s.dir));
+  for (const auto& d : s2.delay_lines) EXPECT_FALSE(testbed::process_alive(d.pid, d.start_time));
+  TbChild st({kBin, "testbed", "status", g.file(), "--id", g.id()});
+  EXPECT_EQ(st.wait(30s), 1) << st.out();
+}
+
+TEST(TestbedLifecycle, RefusesLoopbackTopologiesBeforeTouchingAnything) {
+  GRIDBCAST_REQUIRE_NAMESPACES();
+  const std::string id = unique_test_id();
+  TbChild c({kBin, "testbed", "up", kSrc + "/site-configs/default.yaml", "--id", id});
+  EXPECT_EQ(c.wait(30s), 1);
+  EXPECT_NE(c.err().find("loopback"), std::string::npos) << c.err();
+  EXPECT_TRUE(testbed::netns_with_prefix(testbed::testbed_prefix("default", id)).empty());
+}
+
+TEST(TestbedLifecycle, DownLeavesProcessesItDidNotStartAlone) {
+  GRIDBCAST_REQUIRE_NAMESPACES();
+  TestbedGuard g(write_topology(kTwoSites));
+  ASSERT_TRUE(g.ok()) << g.log();
+  TbChild sleeper(g.in("b2", {"/bin/sleep", "30"}));
+  for (int i = 0; i < 100 && testbed::processes_in_netns(g.ns("b2")).empty(); ++i)
+    std::this_thread::sleep_for(20ms);
+  const std::string log = g.down();
+  EXPECT_NE(log.find("warning: process " + std::to_string(sleeper.pid())), std::string::npos)
+      << log;
+  EXPECT_TRUE(alive(sleeper.pid())) << "down killed a process it did not start";
+  EXPECT_TRUE(testbed::netns_with_prefix(g.prefix()).empty());
+  EXPECT_TRUE(testbed::root_links_with_prefix(g.prefix()).empty());
+}  // the test ends the sleeper it started (Child's destructor)
+
+TEST(TestbedLifecycle, NetemIsUsedWhereTheKernelHasItAndRefusedWhereNot) {
+  GRIDBCAST_REQUIRE_NAMESPACES();
+  const std::string file = write_topology(kTwoSites);
+  const std::string id = unique_test_id();
+  const std::string prefix = testbed::testbed_prefix("tb-emulation", id);
+  struct Cleanup {
+    std::string prefix;
+    ~Cleanup() {
+      std::ostringstream log;
+      testbed::down(prefix, log);
+    }
+  } cleanup{prefix};
+  TbChild c({kBin, "testbed", "up", file, "--id", id, "--delay", "netem"});
+  const int status = c.wait(120s);
+  if (status == 0) {
+    EXPECT_NE(c.err().find("by tc netem"), std::string::npos) << c.err();
+    EXPECT_EQ(testbed::load_state(testbed::state_dir(prefix)).delay_mode, "netem");
+  } else {
+    EXPECT_NE(c.err().find("tc netem does not work on this kernel"), std::string::npos) << c.err();
+    EXPECT_TRUE(testbed::netns_with_prefix(prefix).empty()) << "a failed up left namespaces";
+    EXPECT_FALSE(testbed::state_exists(testbed::state_dir(prefix)));
+  }
+}
+
+// The two-site testbed with the userspace delay line, shared by the measurements.
+class TestbedEmulation : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!why_no_delay_line().empty()) return;
+    guard_ = new TestbedGuard(write_topology(kTwoSites), {"--delay", "delayline"});
+  }
+  static void TearDownTestSuite() {
+    delete guard_;
+    guard_ = nullptr;
+  }
+  void SetUp() override {
+    GRIDBCAST_REQUIRE_DELAY_LINE();
+    ASSERT_NE(guard_, nullptr);
+    ASSERT_TRUE(guard_->ok()) << guard_->log();
+  }
+  static TestbedGuard* guard_;
+};
+TestbedGuard* TestbedEmulation::guard_ = nullptr;
+
+TEST_F(TestbedEmulation, RttBetweenSitesIsTwiceTheConfiguredDelay) {
+  if (testbed::ping_path().empty())
+    GTEST_SKIP() << "needs ping (Debian package iputils-ping; scripts/setup.sh installs it)";
+  const auto& g = *guard_;
+  // Lane 0 to lane 0, and lane 1 to lane 1 across the sites.
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"10.211.1.1", "10.212.1.1"},
+                                 std::pair<std::string, std::string>{"10.211.2.1", "10.212.2.2"}}) {
+    const auto t = ping(g, "a1", from, to, 20);
+    ASSERT_EQ(t.size(), 20u) << from << " -> " << to;
+    const double med = median(t);
+    const double min = *std::min_element(t.begin(), t.end());
+    RecordProperty("rtt_median_ms_" + to, std::to_string(med));
+    EXPECT_NEAR(med, 20.0, 1.0) << from << " -> " << to;
+    EXPECT_GE(min, 19.9) << "a packet left the delay line early";
+  }
+  // Inside a site there is no delay line.
+  const auto local = ping(g, "a1", "10.211.1.1", "10.211.1.2", 5);
+  ASSERT_EQ(local.size(), 5u);
+  EXPECT_LT(median(local), 1.0);
+}
+
+TEST_F(TestbedEmulation, OneTcpStreamIsCappedAtTheNicRate) {
+  const auto& g = *guard_;
+  // Inside a site (same lane) and across the WAN (whose 1 Gbit/s is not the limit).
+  const auto local = measure(g, "a1", "10.211.1.1", "a2", "10.211.1.2", 1, 3);
+  EXPECT_NEAR(local.bits_per_second() / 100e6, 1.0, 0.10) << local.json();
+  const auto remote = measure(g, "a2", "10.211.2.2", "b1", "10.212.2.1", 1, 3);
+  EXPECT_NEAR(remote.bits_per_second() / 100e6, 1.0, 0.10) << remote.json();
+  RecordProperty("local_mbps", std::to_string(local.bits_per_second() / 1e6));
+  RecordProperty("remote_mbps", std::to_string(remote.bits_per_second() / 1e6));
+}
+
+TEST(TestbedLossyWan, EightStreamsCarryAtLeastFourTimesOneStream) {
+  GRIDBCAST_REQUIRE_DELAY_LINE();
+  TestbedGuard g(write_topology(kLossyWan), {"--delay", "delayline"});
+  ASSERT_TRUE(g.ok()) << g.log();
+  // Steady state: slow start (which a lone stream gets through unhindered while
+  // eight collide at the bottleneck) stays out of the window.
+  const auto one = measure(g, "a1", "10.221.1.1", "b1", "10.222.1.1", 1, 5, 1.5);
+  const auto eight = measure(g, "a1", "10.221.1.1", "b1", "10.222.1.1", 8, 5, 1.5);
+  ASSERT_GT(one.bits_per_second(), 0);
+  const double ratio = eight.bits_per_second() / one.bits_per_second();
+  RecordProperty("one_stream_mbps", std::to_string(one.bits_per_second() / 1e6));
+  RecordProperty("eight_streams_mbps", std::to_string(eight.bits_per_second() / 1e6));
+  EXPECT_GE(ratio, 4.0) << "one: " << one.json() << "\neight: " << eight.json();
+  // Loss really happens: the single stream is far below the 1 Gbit/s link.
+  EXPECT_LT(one.bits_per_second(), 500e6) << one.json();
+}
+
+}  // namespace
+}  // namespace gridbcast::testing
