@@ -1,4 +1,4 @@
-// The gridbcast command: plan, launch, and the internal rank entry.
+// The gridbcast command: plan, launch, testbed, and the internal rank entry.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -10,6 +10,8 @@
 
 #include "runtime/launcher.hpp"
 #include "runtime/rank.hpp"
+#include "testbed/cli.hpp"
+#include "testbed/testbed.hpp"
 #include "topology/loader.hpp"
 #include "topology/plan/format.hpp"
 #include "topology/plan/plan.hpp"
@@ -63,6 +65,24 @@ std::string self_exe() {
   return ec ? "gridbcast" : p.string();
 }
 
+// The program of `launch ... -- PROGRAM`: a path, or a name on PATH, that this
+// user may execute. Throws naming what is wrong before any rank starts.
+std::string resolve_program(const std::string& name) {
+  auto runnable = [](const std::string& p) {
+    std::error_code ec;
+    return ::access(p.c_str(), X_OK) == 0 && !std::filesystem::is_directory(p, ec);
+  };
+  if (name.find('/') != std::string::npos) {
+    if (!runnable(name)) throw std::runtime_error("launch: cannot run " + name + ": no such executable");
+    return name;
+  }
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path ? path : "/usr/bin:/bin");
+  for (std::string dir; std::getline(dirs, dir, ':');)
+    if (runnable((dir.empty() ? "." : dir) + "/" + name)) return (dir.empty() ? "." : dir) + "/" + name;
+  throw std::runtime_error("launch: cannot run " + name + ": not found on PATH");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -89,7 +109,7 @@ int main(int argc, char** argv) {
   plan_cmd->footer("Example:\n  gridbcast plan site-configs/two-sites-16x16.yaml --algorithm multilane --size 64MiB --format json");
 
   // launch
-  auto* launch_cmd = app.add_subcommand("launch", "Start one rank per node and broadcast (the main job)");
+  auto* launch_cmd = app.add_subcommand("launch", "Start one rank per node and broadcast (the main job), or run a program on every rank (-- PROGRAM)");
   std::string l_topology, l_algorithm = "auto", l_size = "64 MiB", l_file, l_output = "/tmp/gridbcast/{node}/", l_backend = "local",
               l_ssh = "ssh", l_exe, l_listen = "127.0.0.1", l_segment = "0";
   int l_root = 0, l_iterations = 1;
@@ -110,18 +130,22 @@ int main(int argc, char** argv) {
   launch_cmd->add_option("--segment", l_segment, "pipelining segment, e.g. \"256 KiB\"; 0 = topology's or automatic")->capture_default_str();
   launch_cmd->add_option("--timeout", l_timeout, "seconds without progress before a broadcast fails")->check(CLI::PositiveNumber)->capture_default_str();
   launch_cmd->add_option("--startup-timeout", l_startup, "seconds for every rank to connect")->check(CLI::PositiveNumber)->capture_default_str();
-  launch_cmd->add_option("--backend", l_backend, "local (fork/exec), ssh, or external (ranks started by srun, mpiexec, compose, by hand)")
-      ->check(CLI::IsMember({"local", "ssh", "external"}))->capture_default_str();
+  launch_cmd->add_option("--backend", l_backend, "local (fork/exec), ssh, netns (the namespace testbed; default when GRIDBCAST_BACKEND=netns), "
+                         "or external (ranks started by srun, mpiexec, compose, by hand)")
+      ->check(CLI::IsMember({"local", "ssh", "netns", "external"}))->capture_default_str();
   launch_cmd->add_option("--ssh-command", l_ssh, "ssh command for the ssh backend")->capture_default_str();
   launch_cmd->add_option("--rank-exe", l_exe, "gridbcast binary the ranks run (default: this one)");
-  launch_cmd->add_option("--listen", l_listen, "address of the launcher's control listener")->capture_default_str();
+  launch_cmd->add_option("--listen", l_listen, "address of the launcher's control listener (netns: the testbed's management address)")->capture_default_str();
   launch_cmd->add_option("--port", l_port, "port of the control listener (0: any)")->capture_default_str();
   launch_cmd->add_flag("--json", l_json, "print the summary as JSON");
   launch_cmd->add_flag("--no-verify", l_no_verify, "skip the SHA-256 check of every copy");
   launch_cmd->footer("Examples:\n  gridbcast launch\n  gridbcast launch site-configs/single-site-15.yaml --size 256MiB --algorithm multilane\n"
                      "  gridbcast launch --file big.iso --output /tmp/copies/{node}.iso\n"
-                     "The job secret never appears in argv: ranks get it on standard input (local, ssh)\n"
-                     "or from GRIDBCAST_SECRET (external).");
+                     "  gridbcast launch site-configs/default.yaml -- ./my_mpi_program ARGS   # docs/MPI.md\n"
+                     "After --, every rank runs the program (built with gridbcast-cc against libgridbcast_mpi)\n"
+                     "instead of the broadcast job; the launcher exits with the first failing rank's status.\n"
+                     "The job secret never appears in argv: ranks get it through an inherited pipe (local),\n"
+                     "on standard input (ssh) or from GRIDBCAST_SECRET (external).");
 
   // simulate
   auto* sim_cmd = app.add_subcommand("simulate", "Predict broadcast times with a cost model (no network)");
@@ -139,10 +163,31 @@ int main(int argc, char** argv) {
   sim_cmd->footer("Examples:\n  gridbcast simulate site-configs/two-sites-16x16.yaml --algorithm all --sweep\n"
                   "  gridbcast simulate --scale 10x1000 --size 1GiB");
 
+  // testbed
+  testbed::TestbedCommand testbed_cmd(app);
+
   // rank (internal)
   auto* rank_cmd = app.add_subcommand("rank", "Run one rank (started by 'launch' or by srun/mpiexec with GRIDBCAST_LAUNCHER set)");
   rank_cmd->footer("Environment: GRIDBCAST_LAUNCHER=host:port, GRIDBCAST_JOB_ID, GRIDBCAST_RANK (or SLURM_PROCID,\n"
-                   "PMI_RANK, OMPI_COMM_WORLD_RANK), GRIDBCAST_SECRET or the secret on standard input.");
+                   "PMI_RANK, OMPI_COMM_WORLD_RANK), and the secret in GRIDBCAST_SECRET, through the pipe\n"
+                   "GRIDBCAST_SECRET_FD names, or on standard input.");
+
+  // `gridbcast launch [TOPOLOGY] [OPTIONS] -- PROGRAM [ARGS...]`: what follows the
+  // first "--" after the launch subcommand is the program every rank runs.
+  std::vector<std::string> l_program;
+  bool l_program_given = false;
+  for (int i = 1; i < argc; ++i) {
+    if (argv[i][0] == '-') continue;
+    if (std::string(argv[i]) != "launch") break;
+    for (int j = i + 1; j < argc; ++j) {
+      if (std::string(argv[j]) != "--") continue;
+      l_program.assign(argv + j + 1, argv + argc);
+      l_program_given = true;
+      argc = j;
+      break;
+    }
+    break;
+  }
 
   try {
     app.parse(argc, argv);
@@ -216,6 +261,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*rank_cmd) return runtime::run_rank(std::cin, std::cerr);
+    if (testbed_cmd.selected()) return testbed_cmd.run();
     if (*launch_cmd) {
       Loaded l = load(l_topology);
       runtime::LaunchOptions o;
@@ -231,6 +277,13 @@ int main(int argc, char** argv) {
       o.params.segment_bytes = parse_size_option(l_segment, "--segment");
       o.params.timeout_ms = static_cast<std::int64_t>(l_timeout * 1000);
       o.params.verify = !l_no_verify;
+      if (l_program_given) {
+        if (l_program.empty()) throw CLI::ValidationError("--", "name the program every rank runs after --");
+        o.params.program = true;
+        o.program = l_program;
+        // An MPI program waits as long as its peers compute: no progress deadline unless asked.
+        if (!launch_cmd->count("--timeout")) o.params.timeout_ms = 0;
+      }
       if (!l_file.empty()) {
         std::error_code ec;
         const auto fsize = std::filesystem::file_size(l_file, ec);
@@ -252,10 +305,24 @@ int main(int argc, char** argv) {
       o.json = l_json;
       o.progress = ::isatty(2) && o.params.iterations > 1;
       const std::string exe = l_exe.empty() ? self_exe() : l_exe;
+      // `gridbcast testbed run` selects the netns backend through the environment.
+      if (const char* b = std::getenv("GRIDBCAST_BACKEND"); b && *b && !launch_cmd->count("--backend")) l_backend = b;
       std::unique_ptr<runtime::Backend> backend;
-      if (l_backend == "local") backend = runtime::make_local_backend(exe);
-      else if (l_backend == "ssh") backend = runtime::make_ssh_backend(l_ssh, exe);
-      else backend = runtime::make_external_backend();
+      std::vector<std::string> command{exe, "rank"};
+      if (o.params.program) {
+        command = l_program;
+        if (l_backend == "local") command[0] = resolve_program(command[0]);
+        if (l_backend == "netns")
+          throw CLI::ValidationError("--backend", "netns does not run programs yet (launch -- PROGRAM); use local");
+      }
+      if (l_backend == "local") backend = runtime::make_local_backend(command);
+      else if (l_backend == "ssh") backend = runtime::make_ssh_backend(l_ssh, command);
+      else if (l_backend == "external") backend = runtime::make_external_backend();
+      else if (l_backend == "netns") {
+        auto netns = testbed::make_netns_launch(o.grid, exe);
+        if (!launch_cmd->count("--listen")) o.listen_address = netns.listen_address;
+        backend = std::move(netns.backend);
+      } else throw CLI::ValidationError("GRIDBCAST_BACKEND", "\"" + l_backend + "\" is not local, ssh, netns or external");
       return runtime::launch(o, *backend, std::cout, std::cerr);
     }
   } catch (const CLI::ParseError& e) {

@@ -180,18 +180,21 @@ std::optional<FrameHeader> decode_frame_header(std::span<const std::uint8_t> byt
   if (!check_size(bytes, kFrameHeaderBytes, "frame header", why)) return std::nullopt;
   Reader r(bytes);
   const std::uint32_t kind = r.u32();
-  if (kind != static_cast<std::uint32_t>(FrameKind::kData)) {
+  if (kind != static_cast<std::uint32_t>(FrameKind::kData) &&
+      kind != static_cast<std::uint32_t>(FrameKind::kMessage)) {
     why = "unknown frame kind " + std::to_string(kind);
     return std::nullopt;
   }
   r.u32();
   FrameHeader f;
+  f.kind = static_cast<FrameKind>(kind);
   f.seq = r.u64();
   f.offset = r.u64();
   f.length = r.u64();
-  if (f.length > kMaxFrameBytes) {
+  const std::uint64_t limit = f.kind == FrameKind::kData ? kMaxFrameBytes : kMaxMessageBytes;
+  if (f.length > limit) {
     why = "frame of " + std::to_string(f.length) + " bytes exceeds the limit of " +
-          std::to_string(kMaxFrameBytes);
+          std::to_string(limit);
     return std::nullopt;
   }
   return f;

@@ -28,6 +28,9 @@ inline constexpr size_t kNonceBytes = 32;
 inline constexpr size_t kMacBytes = 32;
 // A single write never exceeds this (Linux caps one write near 2^31 anyway).
 inline constexpr std::uint64_t kMaxFrameBytes = std::uint64_t{1} << 30;
+// A point-to-point message is one frame whatever its size (written and read in
+// pieces); this only bounds what a decoder believes.
+inline constexpr std::uint64_t kMaxMessageBytes = std::uint64_t{1} << 48;
 // Lane number the control channel (rank <-> launcher) uses in its Hello.
 inline constexpr std::uint8_t kControlLane = 255;
 
@@ -53,7 +56,9 @@ struct Accept {
 };
 
 enum class FrameKind : std::uint32_t {
-  kData = 1,
+  kData = 1,     // a broadcast segment: seq = broadcast number, offset into the message
+  kMessage = 2,  // a point-to-point message (runtime/p2p): seq = context id, offset = tag
+                 // (two's complement), length = the whole message, up to kMaxMessageBytes
 };
 
 struct FrameHeader {

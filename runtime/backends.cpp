@@ -1,4 +1,4 @@
-// Launcher backends: local fork/exec, ssh, external.
+// Launcher backends: local fork/exec, ssh, external, prefixed.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -26,8 +26,14 @@ std::string describe_status(int status) {
   return "stopped (status " + std::to_string(status) + ")";
 }
 
-// Starts argv with env added to ours; the secret goes to its stdin. The child
-// dies with the launcher (PR_SET_PDEATHSIG), so no rank outlives it.
+// How a started rank gets the job secret: an inherited pipe named by
+// GRIDBCAST_SECRET_FD (local processes; standard input stays the program's), or
+// its standard input (ssh, which forwards nothing else).
+enum class SecretVia { kPipe, kStdin };
+
+// Starts argv with env added to ours. The child dies with the launcher
+// (PR_SET_PDEATHSIG), so no rank outlives it. Rank 0 keeps the launcher's
+// standard input, as under mpiexec; the others read /dev/null.
 class ProcessBackend : public Backend {
  public:
   std::vector<Exit> reap() override {
@@ -39,7 +45,8 @@ class ProcessBackend : public Backend {
       auto it = pids_.find(pid);
       if (it == pids_.end()) continue;
       exits.push_back({it->second, describe_status(status),
-                       WIFEXITED(status) && WEXITSTATUS(status) == 0});
+                       WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                       WIFEXITED(status) ? WEXITSTATUS(status) : -1});
       pids_.erase(it);
     }
     return exits;
@@ -51,35 +58,53 @@ class ProcessBackend : public Backend {
 
  protected:
   void spawn(int rank, const std::vector<std::string>& argv, const Env& env,
-             const std::string& secret_hex) {
+             const std::string& secret_hex, SecretVia via) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
     std::vector<std::string> env_strings;
     for (char** e = environ; *e; ++e) {
       const std::string kv = *e;
       bool overridden = false;
       for (const auto& [k, v] : env) overridden |= kv.rfind(k + "=", 0) == 0;
-      // The secret only ever travels on stdin.
-      overridden |= kv.rfind("GRIDBCAST_SECRET=", 0) == 0;
+      // The secret only ever travels through the pipe.
+      overridden |= kv.rfind("GRIDBCAST_SECRET=", 0) == 0 || kv.rfind("GRIDBCAST_SECRET_FD=", 0) == 0;
       if (!overridden) env_strings.push_back(kv);
     }
     for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+    if (via == SecretVia::kPipe) env_strings.push_back("GRIDBCAST_SECRET_FD=" + std::to_string(fds[0]));
     std::vector<char*> cargv, cenv;
     for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
     cargv.push_back(nullptr);
     for (const auto& e : env_strings) cenv.push_back(const_cast<char*>(e.c_str()));
     cenv.push_back(nullptr);
+    const std::string exec_failed = "gridbcast: cannot execute " + argv.at(0) + " for rank " +
+                                    std::to_string(rank) + ": ";
 
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
     const pid_t parent = ::getpid();
     const pid_t pid = ::fork();
-    if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+    if (pid < 0) {
+      ::close(fds[0]);
+      ::close(fds[1]);
+      throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+    }
     if (pid == 0) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != parent) ::_exit(127);
-      ::dup2(fds[0], 0);
-      ::execve(cargv[0], cargv.data(), cenv.data());
-      const char msg[] = "gridbcast: cannot execute the rank program\n";
-      [[maybe_unused]] auto n = ::write(2, msg, sizeof msg - 1);
+      if (via == SecretVia::kStdin) {
+        ::dup2(fds[0], 0);
+      } else {
+        ::fcntl(fds[0], F_SETFD, 0);  // inherited across exec
+        if (rank != 0) {
+          const int null = ::open("/dev/null", O_RDONLY);
+          if (null >= 0 && null != 0) {
+            ::dup2(null, 0);
+            ::close(null);
+          }
+        }
+      }
+      ::execvpe(cargv[0], cargv.data(), cenv.data());
+      const std::string msg = exec_failed + std::strerror(errno) + "\n";
+      [[maybe_unused]] auto n = ::write(2, msg.data(), msg.size());
       ::_exit(127);
     }
     ::close(fds[0]);
@@ -94,37 +119,36 @@ class ProcessBackend : public Backend {
 
 class LocalBackend : public ProcessBackend {
  public:
-  explicit LocalBackend(std::string exe) : exe_(std::move(exe)) {}
+  explicit LocalBackend(std::vector<std::string> command) : command_(std::move(command)) {}
   std::string name() const override { return "local"; }
   void start(int rank, const topology::Node&, const Env& env, const std::string& secret) override {
-    spawn(rank, {exe_, "rank"}, env, secret);
+    spawn(rank, command_, env, secret, SecretVia::kPipe);
   }
 
  private:
-  std::string exe_;
+  std::vector<std::string> command_;
 };
 
 class PrefixedBackend : public ProcessBackend {
  public:
-  PrefixedBackend(std::string name, CommandPrefix prefix, std::string exe)
-      : name_(std::move(name)), prefix_(std::move(prefix)), exe_(std::move(exe)) {}
+  PrefixedBackend(std::string name, CommandPrefix prefix, std::vector<std::string> command)
+      : name_(std::move(name)), prefix_(std::move(prefix)), command_(std::move(command)) {}
   std::string name() const override { return name_; }
   void start(int rank, const topology::Node& node, const Env& env, const std::string& secret) override {
     std::vector<std::string> argv = prefix_(rank, node);
-    argv.push_back(exe_);
-    argv.push_back("rank");
-    spawn(rank, argv, env, secret);
+    argv.insert(argv.end(), command_.begin(), command_.end());
+    spawn(rank, argv, env, secret, SecretVia::kPipe);
   }
 
  private:
   std::string name_;
   CommandPrefix prefix_;
-  std::string exe_;
+  std::vector<std::string> command_;
 };
 
 class SshBackend : public ProcessBackend {
  public:
-  SshBackend(std::string ssh, std::string exe) : exe_(std::move(exe)) {
+  SshBackend(std::string ssh, std::vector<std::string> command) : command_(std::move(command)) {
     std::istringstream in(ssh);
     for (std::string w; in >> w;) ssh_.push_back(w);
     if (ssh_.empty()) throw std::invalid_argument("empty ssh command");
@@ -136,14 +160,13 @@ class SshBackend : public ProcessBackend {
     argv.push_back(node.host.empty() ? node.name : node.host);
     argv.push_back("env");
     for (const auto& [k, v] : env) argv.push_back(k + "=" + v);
-    argv.push_back(exe_);
-    argv.push_back("rank");
-    spawn(rank, argv, {}, secret);
+    argv.insert(argv.end(), command_.begin(), command_.end());
+    spawn(rank, argv, {}, secret, SecretVia::kStdin);
   }
 
  private:
   std::vector<std::string> ssh_;
-  std::string exe_;
+  std::vector<std::string> command_;
 };
 
 class ExternalBackend : public Backend {
@@ -159,15 +182,26 @@ class ExternalBackend : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_local_backend(std::string exe) {
-  return std::make_unique<LocalBackend>(std::move(exe));
+  return make_local_backend(std::vector<std::string>{std::move(exe), "rank"});
+}
+std::unique_ptr<Backend> make_local_backend(std::vector<std::string> command) {
+  return std::make_unique<LocalBackend>(std::move(command));
 }
 std::unique_ptr<Backend> make_ssh_backend(std::string ssh_command, std::string exe) {
-  return std::make_unique<SshBackend>(std::move(ssh_command), std::move(exe));
+  return make_ssh_backend(std::move(ssh_command), std::vector<std::string>{std::move(exe), "rank"});
+}
+std::unique_ptr<Backend> make_ssh_backend(std::string ssh_command, std::vector<std::string> command) {
+  return std::make_unique<SshBackend>(std::move(ssh_command), std::move(command));
 }
 std::unique_ptr<Backend> make_external_backend() { return std::make_unique<ExternalBackend>(); }
 std::unique_ptr<Backend> make_prefixed_backend(std::string name, CommandPrefix prefix,
                                                std::string exe) {
-  return std::make_unique<PrefixedBackend>(std::move(name), std::move(prefix), std::move(exe));
+  return make_prefixed_backend(std::move(name), std::move(prefix),
+                               std::vector<std::string>{std::move(exe), "rank"});
+}
+std::unique_ptr<Backend> make_prefixed_backend(std::string name, CommandPrefix prefix,
+                                               std::vector<std::string> command) {
+  return std::make_unique<PrefixedBackend>(std::move(name), std::move(prefix), std::move(command));
 }
 
 }  // namespace gridbcast::runtime

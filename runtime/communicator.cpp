@@ -2,8 +2,14 @@
 
 #include <openssl/rand.h>
 
+#include <algorithm>
+#include <map>
+#include <set>
+
 #include "runtime/executor.hpp"
+#include "runtime/p2p.hpp"
 #include "runtime/run_until.hpp"
+#include "runtime/subgrid.hpp"
 #include "runtime/transport.hpp"
 
 namespace gridbcast::runtime {
@@ -43,20 +49,94 @@ std::vector<std::uint8_t> from_hex(const std::string& hex) {
   return out;
 }
 
+namespace {
+
+// A group's broadcast sequence numbers: distinct from other groups' and from the
+// world's (plain 0, 1, 2, ...), the same on every member.
+std::uint64_t group_seq(std::uint64_t context, std::uint64_t n) {
+  std::uint64_t x = context + 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return ((x ^ (x >> 31)) | (1ull << 63)) + n;
+}
+
+}  // namespace
+
 struct Communicator::Impl {
+  struct Group {
+    std::vector<int> members;  // world ranks in group rank order
+    std::vector<int> sorted;   // ascending: index in `grid` -> world rank
+    topology::Grid grid;       // the topology restricted to the members
+    std::uint64_t seq = 0;
+  };
+
   topology::Grid grid;
   int rank;
   CommOptions options;
   asio::io_context io{1};
   Transport transport;
+  Messenger messenger{transport};
   std::uint64_t seq = 0;
   std::exception_ptr failed;
+  std::map<std::uint64_t, Group> groups;
+  std::function<void()> idle_hook;
+  std::chrono::microseconds idle_interval{1000};
 
   Impl(topology::Grid g, int r, JobCredentials creds, CommOptions o)
       : grid(std::move(g)),
         rank(r),
         options(o),
         transport(io, grid, r, lanes::Credentials{creds.job_id, std::move(creds.secret)}) {}
+
+  // run_until, calling the idle hook whenever the loop has been idle for the interval.
+  template <typename T>
+  T drive(asio::awaitable<T> op) {
+    if (!idle_hook) return run_until(io, std::move(op));
+    std::optional<T> result;
+    wait_hooked(store(std::move(op), result));
+    return std::move(*result);
+  }
+  void drive(asio::awaitable<void> op) {
+    if (!idle_hook) return run_until(io, std::move(op));
+    wait_hooked(std::move(op));
+  }
+  template <typename T>
+  static asio::awaitable<void> store(asio::awaitable<T> op, std::optional<T>& out) {
+    out.emplace(co_await std::move(op));
+  }
+  void wait_hooked(asio::awaitable<void> op) {
+    std::exception_ptr error;
+    bool done = false;
+    asio::co_spawn(io, std::move(op), [&](std::exception_ptr e) {
+      error = e;
+      done = true;
+    });
+    if (io.stopped()) io.restart();
+    while (!done) {
+      if (io.run_one_for(idle_interval) == 0) idle_hook();
+      if (io.stopped()) io.restart();
+    }
+    if (error) std::rethrow_exception(error);
+  }
+
+  BcastInfo run(const topology::Plan& plan, std::uint64_t sequence, void* buffer,
+                const topology::Grid& g, std::chrono::steady_clock::time_point start) {
+    ExecOptions eo;
+    eo.timeout = options.timeout;
+    eo.segment_bytes = options.segment_bytes ? options.segment_bytes : g.segment_bytes;
+    BcastInfo info{plan.algorithm, plan.size,
+                   eo.segment_bytes ? eo.segment_bytes : automatic_segment(plan.size), 0};
+    try {
+      drive(execute(transport, plan, sequence, static_cast<std::byte*>(buffer), eo));
+    } catch (...) {
+      failed = std::current_exception();
+      transport.close_all();
+      messenger.close_all("this rank's communicator failed in an earlier broadcast");
+      throw;
+    }
+    info.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return info;
+  }
 };
 
 Communicator::Communicator(topology::Grid grid, int rank, JobCredentials creds,
@@ -64,6 +144,12 @@ Communicator::Communicator(topology::Grid grid, int rank, JobCredentials creds,
   if (rank < 0 || rank >= grid.size())
     throw std::invalid_argument("rank " + std::to_string(rank) + " is outside the topology's " +
                                 std::to_string(grid.size()) + " ranks");
+  // Refuse rather than send in the clear what the topology asked to encrypt.
+  for (const auto& link : grid.wan)
+    if (link.tls)
+      throw std::invalid_argument(
+          link.where.str() + ": tls: true is not implemented yet (WAN lanes are authenticated, "
+          "not encrypted; see docs/SECURITY.md); set tls: false to run without encryption");
   impl_ = std::make_unique<Impl>(std::move(grid), rank, std::move(creds), options);
 }
 
@@ -85,19 +171,82 @@ BcastInfo Communicator::bcast(void* buffer, std::uint64_t bytes, int root,
   const auto start = std::chrono::steady_clock::now();
   const auto algo = algorithm.value_or(topology::select_algorithm(im.grid, bytes, im.options.thresholds));
   const topology::Plan plan = topology::build_plan(im.grid, algo, root, bytes);
-  ExecOptions eo;
-  eo.timeout = im.options.timeout;
-  eo.segment_bytes = im.options.segment_bytes ? im.options.segment_bytes : im.grid.segment_bytes;
-  BcastInfo info{algo, bytes, eo.segment_bytes ? eo.segment_bytes : automatic_segment(bytes), 0};
-  try {
-    run_until(im.io, execute(im.transport, plan, im.seq++, static_cast<std::byte*>(buffer), eo));
-  } catch (...) {
-    im.failed = std::current_exception();
-    im.transport.close_all();
-    throw;
+  return im.run(plan, im.seq++, buffer, im.grid, start);
+}
+
+void Communicator::define_group(std::uint64_t context, std::vector<int> world_ranks) {
+  auto& im = *impl_;
+  if (im.groups.contains(context))
+    throw std::invalid_argument("a group with context " + std::to_string(context) + " exists already");
+  std::vector<int> sorted = world_ranks;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+    throw std::invalid_argument("a group lists a rank twice");
+  if (!std::binary_search(sorted.begin(), sorted.end(), im.rank))
+    throw std::invalid_argument("rank " + std::to_string(im.rank) + " is not a member of the group");
+  Impl::Group g;
+  g.grid = restrict_grid(im.grid, sorted);  // checks the range
+  g.members = std::move(world_ranks);
+  g.sorted = std::move(sorted);
+  im.groups.emplace(context, std::move(g));
+}
+
+void Communicator::forget_group(std::uint64_t context) { impl_->groups.erase(context); }
+
+BcastInfo Communicator::bcast_group(std::uint64_t context, void* buffer, std::uint64_t bytes,
+                                    int root, std::optional<topology::Algorithm> algorithm) {
+  auto& im = *impl_;
+  if (im.failed) std::rethrow_exception(im.failed);
+  const auto it = im.groups.find(context);
+  if (it == im.groups.end())
+    throw std::invalid_argument("no group with context " + std::to_string(context));
+  auto& g = it->second;
+  if (root < 0 || root >= static_cast<int>(g.members.size()))
+    throw std::invalid_argument("root " + std::to_string(root) + " is outside the group's " +
+                                std::to_string(g.members.size()) + " ranks");
+  const auto start = std::chrono::steady_clock::now();
+  const int root_world = g.members[static_cast<size_t>(root)];
+  const int root_index = static_cast<int>(
+      std::lower_bound(g.sorted.begin(), g.sorted.end(), root_world) - g.sorted.begin());
+  const auto algo = algorithm.value_or(topology::select_algorithm(g.grid, bytes, im.options.thresholds));
+  topology::Plan plan = topology::build_plan(g.grid, algo, root_index, bytes);
+  // The plan speaks of the restricted grid's ranks; the transport of the world's.
+  for (auto& t : plan.transfers) {
+    t.from = g.sorted[static_cast<size_t>(t.from)];
+    t.to = g.sorted[static_cast<size_t>(t.to)];
   }
-  info.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return info;
+  plan.root = root_world;
+  plan.ranks = im.grid.size();
+  return im.run(plan, group_seq(context, g.seq++), buffer, g.grid, start);
+}
+
+void Communicator::send(int dest, std::uint64_t context, std::int64_t tag, const void* data,
+                        std::uint64_t bytes) {
+  auto& im = *impl_;
+  if (im.failed) std::rethrow_exception(im.failed);
+  if (dest < 0 || dest >= im.grid.size())
+    throw std::invalid_argument("destination rank " + std::to_string(dest) + " is outside 0.." +
+                                std::to_string(im.grid.size() - 1));
+  im.drive(im.messenger.send(dest, context, tag, static_cast<const std::byte*>(data), bytes,
+                             lanes::Clock::now() + im.options.timeout));
+}
+
+Received Communicator::receive(std::optional<int> source, std::uint64_t context,
+                               std::optional<std::int64_t> tag, void* data,
+                               std::uint64_t capacity) {
+  auto& im = *impl_;
+  if (im.failed) std::rethrow_exception(im.failed);
+  if (source && (*source < 0 || *source >= im.grid.size()))
+    throw std::invalid_argument("source rank " + std::to_string(*source) + " is outside 0.." +
+                                std::to_string(im.grid.size() - 1));
+  const MessageInfo m = im.drive(
+      im.messenger.receive(source, context, tag, static_cast<std::byte*>(data), capacity));
+  return Received{m.source, m.tag, m.bytes};
+}
+
+void Communicator::set_idle_hook(std::function<void()> hook, std::chrono::microseconds interval) {
+  impl_->idle_hook = std::move(hook);
+  impl_->idle_interval = interval;
 }
 
 int Communicator::rank() const { return impl_->rank; }

@@ -4,16 +4,22 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "runtime/endpoints.hpp"
 #include "topology/grid.hpp"
 #include "topology/plan/plan.hpp"
 
 namespace gridbcast::runtime {
+
+// A deadline so far away that it never fires: MPI programs wait as long as
+// their peers compute (the launcher still notices a rank that dies).
+inline constexpr std::chrono::milliseconds kNoTimeout{std::chrono::hours(24 * 365 * 10)};
 
 struct CommOptions {
   std::chrono::milliseconds timeout{30'000};  // a broadcast fails after this long without progress
@@ -26,6 +32,14 @@ struct BcastInfo {
   std::uint64_t bytes = 0;
   std::uint64_t segment_bytes = 0;
   double seconds = 0;  // on this rank, from the call to its return
+};
+
+// What receive() found: the sender (world rank), its tag, and the message's full
+// length (more than the capacity: it was truncated to the capacity).
+struct Received {
+  int source = -1;
+  std::int64_t tag = 0;
+  std::uint64_t bytes = 0;
 };
 
 class Communicator {
@@ -44,6 +58,34 @@ class Communicator {
   // call throws the same error.
   BcastInfo bcast(void* buffer, std::uint64_t bytes, int root,
                   std::optional<topology::Algorithm> algorithm = std::nullopt);
+
+  // Subgroups (what MPI communicators from split and dup map onto): world ranks
+  // in the group's rank order, including this rank, under a context id that is
+  // the same on every member and unique in the job. A group broadcast plans over
+  // the topology restricted to the members (runtime/subgrid.hpp) and has its own
+  // sequence numbers. Throws std::invalid_argument for bad ranks or a context
+  // already in use.
+  void define_group(std::uint64_t context, std::vector<int> world_ranks);
+  void forget_group(std::uint64_t context);
+  // Like bcast(), on the members of a group; `root` is a group rank.
+  BcastInfo bcast_group(std::uint64_t context, void* buffer, std::uint64_t bytes, int root,
+                        std::optional<topology::Algorithm> algorithm = std::nullopt);
+
+  // Point-to-point messages between world ranks (runtime/p2p.hpp), separated
+  // by context and tag. send() returns once the bytes are on their way (a send
+  // to this rank is queued); messages from one sender in one context are
+  // received in the order sent. receive() takes the first matching message
+  // (nullopt: any source, any tag), copies at most `capacity` bytes and reports
+  // the full length. Both throw std::runtime_error naming the peer.
+  void send(int dest, std::uint64_t context, std::int64_t tag, const void* data,
+            std::uint64_t bytes);
+  Received receive(std::optional<int> source, std::uint64_t context,
+                   std::optional<std::int64_t> tag, void* data, std::uint64_t capacity);
+
+  // Called about every `interval` while a call of this communicator waits, e.g.
+  // to let another communication library make progress. Empty: none.
+  void set_idle_hook(std::function<void()> hook,
+                     std::chrono::microseconds interval = std::chrono::milliseconds(1));
 
   int rank() const;
   int size() const;

@@ -116,6 +116,8 @@ asio::awaitable<void> receive_stream(Run& run, LinkKey key, std::uint64_t frames
     std::string why;
     auto header = lanes::decode_frame_header(header_bytes, why);
     if (!header) throw BroadcastError("protocol error from " + peer + ": " + why);
+    if (header->kind != lanes::FrameKind::kData)
+      throw BroadcastError("protocol error from " + peer + ": a message frame on a broadcast link");
     if (header->seq != run.seq)
       throw BroadcastError("protocol error from " + peer + ": frame of broadcast " +
                            std::to_string(header->seq) + " during broadcast " +

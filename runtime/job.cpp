@@ -28,7 +28,8 @@ std::vector<std::string> JobParams::to_fields() const {
           std::to_string(timeout_ms),
           file,
           output,
-          verify ? "1" : "0"};
+          verify ? "1" : "0",
+          program ? "1" : "0"};
 }
 
 JobParams JobParams::from_fields(const std::vector<std::string>& f, size_t first) {
@@ -47,6 +48,7 @@ JobParams JobParams::from_fields(const std::vector<std::string>& f, size_t first
   p.file = f[i++];
   p.output = f[i++];
   p.verify = f[i++] == "1";
+  p.program = i < f.size() && f[i] == "1";
   return p;
 }
 

@@ -22,6 +22,9 @@ struct JobParams {
   std::string file;     // the root's input file; empty: generated data
   std::string output;   // where other ranks write it; {rank} and {node} are replaced
   bool verify = true;   // SHA-256 of every copy against the root's
+  // The ranks run a user program (`gridbcast launch TOPOLOGY -- PROGRAM`, an MPI
+  // program on libgridbcast_mpi) instead of the broadcast job above.
+  bool program = false;
 
   std::vector<std::string> to_fields() const;
   static JobParams from_fields(const std::vector<std::string>& fields, size_t first);

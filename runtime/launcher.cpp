@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <deque>
 #include <iomanip>
+#include <optional>
 #include <sstream>
 
 #include "runtime/control.hpp"
@@ -40,7 +41,8 @@ class Launcher {
   Launcher(const LaunchOptions& o, Backend& b, std::ostream& out, std::ostream& err)
       : o_(o), backend_(b), out_(out), err_(err), p_(o.grid.size()), ev_(io_.get_executor()),
         signals_(io_, SIGCHLD, SIGINT, SIGTERM), sockets_(static_cast<size_t>(p_)),
-        inbox_(static_cast<size_t>(p_)) {}
+        inbox_(static_cast<size_t>(p_)), finished_(static_cast<size_t>(p_), false),
+        exited_(static_cast<size_t>(p_)) {}
 
   int run();
 
@@ -53,6 +55,11 @@ class Launcher {
     failures_.push_back(what);
     ev_.notify_all();
   }
+  // A rank process that died is the likely root cause of what its peers report.
+  void fail_death(const std::string& what) {
+    if (death_failure_.empty()) death_failure_ = what;
+    fail(what);
+  }
   void check() const {
     if (!failures_.empty()) throw std::runtime_error(failures_.front());
   }
@@ -60,6 +67,12 @@ class Launcher {
   asio::awaitable<Message> next(int r, const std::string& type, Clock::time_point deadline);
   asio::awaitable<void> send_all(const Message& m);
   asio::awaitable<void> orchestrate();
+  asio::awaitable<void> run_program();
+  bool program() const { return o_.params.program; }
+  // A failed program-mode job exits with this status (the first failure's).
+  void set_exit_code(int code) {
+    if (exit_code_ == 0) exit_code_ = (code & 0xff) != 0 ? (code & 0xff) : 1;
+  }
   asio::awaitable<void> watch_signals();
   void report(std::ostream& out) const;
   void stop_ranks();
@@ -76,11 +89,17 @@ class Launcher {
   std::vector<std::unique_ptr<lanes::tcp::socket>> sockets_;
   std::vector<std::deque<Message>> inbox_;
   std::vector<std::string> failures_;
+  std::string death_failure_;  // the first rank process that died, if any
   std::vector<IterationResult> results_;
   std::uint64_t rejected_ = 0;
   std::uint64_t peak_rss_ = 0;  // largest resident set of any rank
   bool finishing_ = false;
   std::string root_digest_;
+  // Program mode: who sent "finished", who exited cleanly and when, MPI_Abort.
+  std::vector<bool> finished_;
+  std::vector<std::optional<Clock::time_point>> exited_;
+  std::string abort_failure_;
+  int exit_code_ = 0;
 };
 
 asio::awaitable<void> Launcher::read_loop(int r) {
@@ -94,7 +113,7 @@ asio::awaitable<void> Launcher::read_loop(int r) {
       }
     }();
     if (!ec.empty()) {
-      if (finishing_) co_return;
+      if (finishing_ || finished_[static_cast<size_t>(r)]) co_return;
       // A rank that died shows as a closed connection first; give SIGCHLD a
       // moment so the report says how it died.
       asio::steady_timer grace(io_, std::chrono::milliseconds(300));
@@ -106,6 +125,15 @@ asio::awaitable<void> Launcher::read_loop(int r) {
       fail(who(r) + " failed: " + msg.at(1));
       co_return;
     }
+    if (msg.type() == "abort") {
+      // MPI_Abort: reported first, whatever else the ending job brings.
+      const std::string why = msg.fields.size() > 2 && !msg.at(2).empty() ? ": " + msg.at(2) : "";
+      abort_failure_ = who(r) + " called MPI_Abort with error code " + msg.at(1) + why;
+      set_exit_code(std::atoi(msg.at(1).c_str()));
+      fail(abort_failure_);
+      co_return;
+    }
+    if (msg.type() == "finished") finished_[static_cast<size_t>(r)] = true;
     inbox_[static_cast<size_t>(r)].push_back(std::move(msg));
     ev_.notify_all();
   }
@@ -144,7 +172,16 @@ asio::awaitable<void> Launcher::watch_signals() {
       continue;
     }
     for (const auto& e : backend_.reap()) {
-      if (!finishing_ || !e.success) fail(who(e.rank) + " " + e.status);
+      if (program()) {
+        if (!e.success) {
+          set_exit_code(e.code > 0 ? e.code : 1);
+          fail(who(e.rank) + " " + e.status);
+        } else {
+          exited_[static_cast<size_t>(e.rank)] = Clock::now();  // judged by run_program()
+        }
+        continue;
+      }
+      if (!finishing_ || !e.success) fail_death(who(e.rank) + " " + e.status);
     }
     ev_.notify_all();
     if (finishing_ && backend_.running() == 0) co_return;
@@ -182,6 +219,7 @@ asio::awaitable<void> Launcher::orchestrate() {
     table.fields.push_back(m.at(2));
   }
   co_await send_all(table);
+  if (program()) co_return co_await run_program();
 
   // While a broadcast runs the ranks enforce their own progress deadline; the
   // launcher allows that much again before calling a silent rank stalled.
@@ -233,9 +271,33 @@ asio::awaitable<void> Launcher::orchestrate() {
     asio::steady_timer t(io_, std::chrono::milliseconds(50));
     co_await t.async_wait(asio::use_awaitable);
     for (const auto& e : backend_.reap())
-      if (!e.success) fail(who(e.rank) + " " + e.status);
+      if (!e.success) fail_death(who(e.rank) + " " + e.status);
   }
   check();
+}
+
+// Program mode after the rendezvous: the ranks run the program; wait until
+// every rank has called MPI_Finalize ("finished") and exited, with no deadline.
+asio::awaitable<void> Launcher::run_program() {
+  for (;;) {
+    check();
+    bool all = true;
+    for (int r = 0; r < p_; ++r) {
+      const auto i = static_cast<size_t>(r);
+      const bool gone = backend_.external() || exited_[i].has_value();
+      all = all && finished_[i] && gone;
+      // A clean exit without MPI_Finalize; allow its last message time to arrive.
+      if (exited_[i] && !finished_[i] && Clock::now() > *exited_[i] + std::chrono::seconds(1)) {
+        set_exit_code(1);
+        fail(who(r) + " exited with status 0 without calling MPI_Finalize");
+      }
+    }
+    if (all) break;
+    asio::steady_timer t(io_, std::chrono::milliseconds(200));
+    t.async_wait([this](asio::error_code) { ev_.notify_all(); });
+    co_await ev_.wait();
+  }
+  finishing_ = true;
 }
 
 void Launcher::stop_ranks() {
@@ -361,11 +423,17 @@ int Launcher::run() {
                                   : listener->address();
   const Backend::Env env = {{"GRIDBCAST_LAUNCHER", address + ":" + std::to_string(listener->port())},
                             {"GRIDBCAST_JOB_ID", job.str()}};
-  if (backend_.external())
+  if (backend_.external()) {
+    std::string command = "gridbcast rank";
+    if (program()) {
+      command.clear();
+      for (const auto& a : o_.program) command += (command.empty() ? "" : " ") + a;
+    }
     err_ << "gridbcast launch: waiting for " << p_ << " ranks; start each with\n  GRIDBCAST_LAUNCHER="
          << env[0].second << " GRIDBCAST_JOB_ID=" << env[1].second
-         << " GRIDBCAST_RANK=<rank> gridbcast rank\n  and the job secret in GRIDBCAST_SECRET or on "
+         << " GRIDBCAST_RANK=<rank> " << command << "\n  and the job secret in GRIDBCAST_SECRET or on "
             "standard input (the value of this launcher's GRIDBCAST_SECRET)\n";
+  }
 
   asio::co_spawn(io_, watch_signals(), asio::detached);
   bool ok = true;
@@ -382,13 +450,27 @@ int Launcher::run() {
   }
   listener->close();
   if (!ok) {
+    // Peers often report a dead rank before SIGCHLD does: give the signal a
+    // moment so the headline names the rank that died, not its neighbour.
+    if (death_failure_.empty() && backend_.running() > 0) {
+      io_.restart();
+      io_.run_for(std::chrono::milliseconds(300));
+    }
     finishing_ = true;
     stop_ranks();
-    err_ << "gridbcast launch: FAILED: " << failures_.front() << "\n";
-    for (size_t i = 1; i < failures_.size() && i < 6; ++i) err_ << "  then: " << failures_[i] << "\n";
-    return 1;
+    const std::string& first = !abort_failure_.empty()   ? abort_failure_
+                               : !death_failure_.empty() ? death_failure_
+                                                         : failures_.front();
+    err_ << "gridbcast launch: FAILED: " << first << "\n";
+    int shown = 0;
+    for (size_t i = 0; i < failures_.size() && shown < 5; ++i)
+      if (failures_[i] != first) {
+        err_ << "  then: " << failures_[i] << "\n";
+        ++shown;
+      }
+    return program() && exit_code_ != 0 ? exit_code_ : 1;
   }
-  report(out_);
+  if (!program()) report(out_);
   return 0;
 }
 

@@ -24,7 +24,8 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   // Starts `rank` on `node` with `env` (GRIDBCAST_* without the secret); the
-  // secret goes to its standard input. Throws if it cannot start.
+  // secret goes through a pipe named by GRIDBCAST_SECRET_FD (local processes)
+  // or standard input (ssh). Throws if it cannot start.
   virtual void start(int rank, const topology::Node& node, const Env& env,
                      const std::string& secret_hex) = 0;
   // Children that exited since the last call: (rank, human-readable status, ok).
@@ -32,6 +33,7 @@ class Backend {
     int rank;
     std::string status;
     bool success;
+    int code = -1;  // the exit status, or -1 when a signal ended it
   };
   virtual std::vector<Exit> reap() = 0;
   virtual int running() const = 0;
@@ -40,10 +42,14 @@ class Backend {
   virtual bool external() const { return false; }
 };
 
-// Local fork/exec of `exe rank` (loopback topologies).
+// Local fork/exec of `exe rank` (loopback topologies), or of `command` (a
+// program under `gridbcast launch TOPOLOGY -- PROGRAM ARGS`; found on PATH).
 std::unique_ptr<Backend> make_local_backend(std::string exe);
-// `ssh HOST env GRIDBCAST_...=... exe rank` per node; `ssh_command` is split on spaces.
+std::unique_ptr<Backend> make_local_backend(std::vector<std::string> command);
+// `ssh HOST env GRIDBCAST_...=... exe rank` (or `command`) per node;
+// `ssh_command` is split on spaces.
 std::unique_ptr<Backend> make_ssh_backend(std::string ssh_command, std::string exe);
+std::unique_ptr<Backend> make_ssh_backend(std::string ssh_command, std::vector<std::string> command);
 // Starts nothing: ranks come from srun, mpiexec, docker compose or by hand.
 std::unique_ptr<Backend> make_external_backend();
 // Starts `prefix(rank, node)... exe rank` locally, e.g. `ip netns exec NS` for
@@ -51,6 +57,8 @@ std::unique_ptr<Backend> make_external_backend();
 using CommandPrefix = std::function<std::vector<std::string>(int rank, const topology::Node&)>;
 std::unique_ptr<Backend> make_prefixed_backend(std::string name, CommandPrefix prefix,
                                                std::string exe);
+std::unique_ptr<Backend> make_prefixed_backend(std::string name, CommandPrefix prefix,
+                                               std::vector<std::string> command);
 
 struct LaunchOptions {
   topology::Grid grid;
@@ -61,9 +69,16 @@ struct LaunchOptions {
   std::int64_t startup_timeout_ms = 60'000;
   bool json = false;
   bool progress = false;  // a progress line on a terminal
+  // Program mode (params.program): the command every rank runs, for messages.
+  // The launcher then only runs the rendezvous and waits for each rank's
+  // "finished" (sent by MPI_Finalize) and its exit; "abort" (MPI_Abort), an
+  // "error", a non-zero exit or an exit before "finished" ends the job.
+  std::vector<std::string> program;
 };
 
-// Runs the job; returns the process exit status (0 on success).
+// Runs the job; returns the process exit status (0 on success). In program
+// mode a failed job exits with the failing rank's status or MPI_Abort code
+// (1 when there is none).
 int launch(const LaunchOptions& options, Backend& backend, std::ostream& out, std::ostream& err);
 
 

@@ -6,12 +6,11 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "runtime/bootstrap.hpp"
 #include "runtime/buffer.hpp"
 #include "runtime/communicator.hpp"
 #include "runtime/control.hpp"
 #include "runtime/job.hpp"
-#include "runtime/run_until.hpp"
-#include "topology/loader.hpp"
 
 namespace gridbcast::runtime {
 namespace {
@@ -33,17 +32,6 @@ std::int64_t now_ns() {
       .count();
 }
 
-lanes::tcp::endpoint parse_host_port(const std::string& hp) {
-  const auto colon = hp.rfind(':');
-  if (colon == std::string::npos || colon == 0)
-    throw std::runtime_error("GRIDBCAST_LAUNCHER must be host:port, got \"" + hp + "\"");
-  std::string host = hp.substr(0, colon);
-  if (host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  const int port = std::stoi(hp.substr(colon + 1));
-  if (port <= 0 || port > 65535) throw std::runtime_error("bad port in GRIDBCAST_LAUNCHER");
-  return lanes::make_endpoint(host, static_cast<std::uint16_t>(port));
-}
-
 }  // namespace
 
 std::optional<int> rank_from_environment() {
@@ -61,60 +49,26 @@ std::optional<int> rank_from_environment() {
 }
 
 int run_rank(std::istream& secret_in, std::ostream& err) {
-  int rank = -1;
-  asio::io_context io{1};
-  std::unique_ptr<lanes::tcp::socket> control;
+  Session session;
   try {
-    const auto r = rank_from_environment();
-    if (!r) throw std::runtime_error("no rank: set GRIDBCAST_RANK (or run under srun/mpiexec)");
-    rank = *r;
-    const std::string launcher = env_or_empty("GRIDBCAST_LAUNCHER");
-    if (launcher.empty()) throw std::runtime_error("GRIDBCAST_LAUNCHER is not set");
-    JobCredentials creds;
-    creds.job_id = std::stoull(env_or_empty("GRIDBCAST_JOB_ID"), nullptr, 16);
-    std::string secret_hex = env_or_empty("GRIDBCAST_SECRET");
-    if (secret_hex.empty()) std::getline(secret_in, secret_hex);
-    if (secret_hex.empty())
-      throw std::runtime_error("no job secret: set GRIDBCAST_SECRET or pass it on standard input");
-    creds.secret = from_hex(secret_hex);
-
-    lanes::Hello hello;
-    hello.rank = static_cast<std::uint32_t>(rank);
-    hello.lane_from = hello.lane_to = lanes::kControlLane;
-    const lanes::Credentials lc{creds.job_id, creds.secret};
-    const auto launcher_ep = parse_host_port(launcher);
-    control = run_until(io, [&]() -> asio::awaitable<std::unique_ptr<lanes::tcp::socket>> {
-      co_return std::make_unique<lanes::tcp::socket>(co_await lanes::connect_authenticated(
-          "", launcher_ep, hello, lc, lanes::Clock::now() + std::chrono::seconds(60),
-          "the launcher"));
-    }());
+    session.join(&secret_in);
+    const int rank = session.rank();
+    const topology::Grid& grid = session.grid();
+    const JobParams& params = session.params();
+    Communicator& comm = session.communicator();
+    if (params.program)
+      throw std::runtime_error(
+          "this job runs a program (gridbcast launch TOPOLOGY -- PROGRAM); 'gridbcast rank' has "
+          "no part in it");
     auto receive = [&](const std::string& type) {
-      Message m = run_until(io, receive_message(*control, "the launcher"));
+      Message m;
+      m.fields = session.receive();
       if (m.type() == "exit" && type != "exit") std::exit(1);  // the launcher gave up
       if (m.type() != type)
         throw std::runtime_error("the launcher sent \"" + m.type() + "\", expected \"" + type + "\"");
       return m;
     };
-    auto send = [&](Message m) { run_until(io, send_message(*control, m)); };
-
-    const Message config = receive("config");
-    const topology::Grid grid = topology::load_grid_string(config.at(1), config.at(2));
-    const JobParams params = JobParams::from_fields(config.fields, 3);
-
-    CommOptions options;
-    options.timeout = std::chrono::milliseconds(params.timeout_ms);
-    options.segment_bytes = params.segment_bytes;
-    options.thresholds = topology::SelectionThresholds::from_environment();
-    Communicator comm(grid, rank, creds, options);
-    const auto ports = comm.listen();
-    send(make_message("endpoints", std::to_string(ports[0]), std::to_string(ports[1])));
-
-    const Message table_msg = receive("table");
-    EndpointTable table(static_cast<size_t>(grid.size()));
-    for (size_t i = 0; i < table.size(); ++i)
-      for (size_t l = 0; l < kLanes; ++l)
-        table[i][l] = static_cast<std::uint16_t>(std::stoul(table_msg.at(1 + i * kLanes + l)));
-    comm.set_endpoints(std::move(table));
+    auto send = [&](const Message& m) { session.send(m.fields); };
 
     const auto& node = grid.nodes[static_cast<size_t>(rank)];
     MappedBuffer buffer;
@@ -150,14 +104,8 @@ int run_rank(std::istream& secret_in, std::ostream& err) {
     return 0;
   } catch (const std::exception& e) {
     const std::string what = e.what();
-    err << "gridbcast rank " << rank << ": " << what << std::endl;
-    if (control && control->is_open()) {
-      try {
-        run_until(io, send_message(*control, make_message("error", what)));
-      } catch (...) {
-        // The launcher is gone too; the exit status still tells.
-      }
-    }
+    err << "gridbcast rank " << session.rank() << ": " << what << std::endl;
+    session.report_error(what);
     return 1;
   }
 }

@@ -1,11 +1,8 @@
-// The `gridbcast rank` entry: one rank of a launched job. It finds the launcher
-// through its environment:
-//   GRIDBCAST_LAUNCHER  host:port of the launcher's control listener
-//   GRIDBCAST_JOB_ID    the job id (hex)
-//   GRIDBCAST_RANK      this rank; else SLURM_PROCID, PMI_RANK or OMPI_COMM_WORLD_RANK
-//   GRIDBCAST_SECRET    the job secret (hex); when unset, read as the first line
-//                       of standard input (how the local and ssh backends pass it,
-//                       so it never appears in argv or the environment)
+// The `gridbcast rank` entry: one rank of a launched job. It joins the job as
+// runtime/bootstrap.hpp describes (GRIDBCAST_LAUNCHER, GRIDBCAST_JOB_ID,
+// GRIDBCAST_RANK, and the secret from GRIDBCAST_SECRET, the GRIDBCAST_SECRET_FD
+// pipe of the local backends, or the first line of standard input as the ssh
+// backend sends it), then runs the launcher's iterations.
 #pragma once
 
 #include <istream>

@@ -22,6 +22,10 @@ std::array<std::uint16_t, kLanes> Transport::listen() {
           const LinkKey key{static_cast<int>(h.rank), h.lane_from, h.lane_to, h.stream};
           const bool valid = static_cast<int>(h.rank) < grid_.size() && h.lane_to == lane &&
                              h.lane_from < kLanes && static_cast<int>(h.rank) != rank_;
+          if (valid && h.stream == kMessageStream && on_message_) {
+            on_message_(key.peer, std::make_unique<lanes::tcp::socket>(std::move(s)));
+            return;
+          }
           if (!valid || in_.contains(key)) {
             rejections_.push_back("authenticated connection claiming rank " +
                                   std::to_string(h.rank) + " lane " + std::to_string(h.lane_from) +

@@ -4,6 +4,7 @@
 // the links a Plan uses, and kept for later broadcasts. Internal to runtime.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -30,8 +31,16 @@ struct LinkKey {
   auto operator<=>(const LinkKey&) const = default;
 };
 
+// The stream id of the connection that carries point-to-point messages
+// (runtime/p2p.hpp) from one rank to another, on lane 0; broadcast links use
+// streams 0..63.
+inline constexpr int kMessageStream = 0xffff;
+
 class Transport {
  public:
+  // Authenticated connections on kMessageStream go to this callback, not to the table.
+  using MessageConnection = std::function<void(int peer, std::unique_ptr<lanes::tcp::socket>)>;
+
   Transport(asio::io_context& io, const topology::Grid& grid, int rank, lanes::Credentials creds);
   ~Transport();
   Transport(const Transport&) = delete;
@@ -47,6 +56,7 @@ class Transport {
   // The connection a peer made to us, or nullptr if it has not arrived yet.
   lanes::tcp::socket* incoming(LinkKey key);
   Event& accepted() { return accepted_; }
+  void on_message_connection(MessageConnection callback) { on_message_ = std::move(callback); }
 
   // "rank 3 (a4, 127.0.1.4 lane 1)": how errors name a peer.
   std::string describe(int rank, int lane) const;
@@ -70,6 +80,7 @@ class Transport {
   std::map<LinkKey, std::unique_ptr<lanes::tcp::socket>> in_;
   std::vector<std::string> rejections_;
   Event accepted_;
+  MessageConnection on_message_;
 };
 
 }  // namespace gridbcast::runtime

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(g++ cmake ninja-build pkg-config libasio-dev libyaml-cpp-dev libssl-dev
-          libgtest-dev libcli11-dev iproute2 python3)
+          libgtest-dev libcli11-dev iproute2 iputils-ping python3)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,31 @@
+// The provider's MPI transport: runs a gridbcast Plan with the host MPI's own
+// point-to-point (PMPI_Isend / PMPI_Irecv), with the runtime executor's
+// segmenting rules: each transfer is cut into segments, a rank forwards a
+// segment as soon as it holds it, and a link's segments go in plan order.
+// Lanes and streams mean nothing to MPI and are ignored.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "topology/plan/plan.hpp"
+
+namespace gridbcast::mpi::provider {
+
+struct PmpiOptions {
+  MPI_Comm comm = MPI_COMM_NULL;   // a private duplicate: no user message can match ours
+  int tag_ub = 32767;              // the communicator's MPI_TAG_UB
+  std::uint64_t segment_bytes = 0; // 0: the runtime's automatic segment
+  int window = 8;                  // requests in flight per link and direction
+};
+
+// `plan` speaks of grid ranks; comm_of_grid[g] is grid rank g's rank in
+// options.comm and `me` this process's grid rank. Throws std::runtime_error
+// naming the MPI error and the peer when an MPI call fails.
+void execute_over_pmpi(const topology::Plan& plan, int me, const std::vector<int>& comm_of_grid,
+                       std::byte* buffer, const PmpiOptions& options);
+
+}  // namespace gridbcast::mpi::provider

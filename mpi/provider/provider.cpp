@@ -1,0 +1,522 @@
+// libgridbcast_mpi_provider_<openmpi|mpich>.so: gridbcast's broadcast inside
+// real MPI applications, through the PMPI profiling interface. Link it before
+// the MPI library or LD_PRELOAD it; it defines MPI_Bcast (and MPI_Finalize, to
+// print its statistics and release what it holds) and calls PMPI_* for
+// everything else. docs/MPI.md describes the environment:
+//
+//   GRIDBCAST_TRANSPORT  mpi (default): the plan runs over PMPI_Isend/PMPI_Irecv;
+//                        lanes: over gridbcast lanes, one runtime::Communicator
+//                        per MPI communicator (endpoints via PMPI_Allgather)
+//   GRIDBCAST_TOPOLOGY   a site-config; ranks are mapped onto it by host name.
+//                        Without it: one site, a node per rank, grouped by host
+//   GRIDBCAST_ALGORITHM  auto (default), random, or an algorithm name
+//   GRIDBCAST_MIN_BYTES  below this many bytes (default 64 KiB): PMPI_Bcast
+//   GRIDBCAST_SEGMENT    pipelining segment (default: the topology's, or automatic)
+//   GRIDBCAST_TIMEOUT    seconds without progress before a lanes broadcast fails
+//                        (default: none, as MPI waits)
+//   GRIDBCAST_ADDRESS    this host's address for lanes (default: loopback when all
+//                        ranks share a host, else the first non-loopback IPv4)
+//   GRIDBCAST_STATS      1: a line at MPI_Finalize (rank 0) counting each path; all: every rank
+//
+// Decisions depend only on what every rank of the communicator agrees on (the
+// byte count, the communicator, the environment), so all ranks always take the
+// same path. Datatypes that are not contiguous are packed (PMPI_Pack) into a
+// staging buffer and unpacked after, so ranks whose typemaps differ (legal when
+// the type signatures match) still agree.
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <mpi.h>
+#include <netinet/in.h>
+#include <sys/utsname.h>
+
+#include <algorithm>
+#include <arpa/inet.h>
+#include <array>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "mpi/provider/placement.hpp"
+#include "mpi/provider/pmpi_executor.hpp"
+#include "runtime/communicator.hpp"
+#include "runtime/endpoints.hpp"
+#include "topology/loader.hpp"
+#include "topology/plan/plan.hpp"
+#include "topology/units.hpp"
+
+namespace gridbcast::mpi::provider {
+namespace {
+
+#ifndef GRIDBCAST_MPI_FLAVOUR
+#define GRIDBCAST_MPI_FLAVOUR "mpi"
+#endif
+
+enum class Transport { kMpi, kLanes };
+
+struct Config {
+  Transport transport = Transport::kMpi;
+  std::optional<topology::Algorithm> algorithm;
+  bool random = false;
+  std::uint64_t min_bytes = 64 * 1024;
+  std::uint64_t segment_bytes = 0;
+  std::optional<topology::Grid> topology;
+  std::chrono::milliseconds timeout = runtime::kNoTimeout;
+  std::string address;
+  int stats = 0;  // 0 off, 1 rank 0 of MPI_COMM_WORLD, 2 every rank
+  topology::SelectionThresholds thresholds;
+};
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+Config load_config() {
+  Config c;
+  const std::string transport = env("GRIDBCAST_TRANSPORT");
+  if (transport == "lanes") {
+    c.transport = Transport::kLanes;
+  } else if (!transport.empty() && transport != "mpi") {
+    throw std::runtime_error("GRIDBCAST_TRANSPORT=\"" + transport + "\" is neither mpi nor lanes");
+  }
+  const std::string algorithm = env("GRIDBCAST_ALGORITHM");
+  if (algorithm == "random") {
+    c.random = true;
+  } else if (!algorithm.empty() && algorithm != "auto") {
+    c.algorithm = topology::parse_algorithm(algorithm);
+    if (!c.algorithm) {
+      std::string all;
+      for (const auto& a : topology::algorithms()) all += " " + std::string(a.name);
+      throw std::runtime_error("GRIDBCAST_ALGORITHM=\"" + algorithm + "\" is not auto, random or one of:" + all);
+    }
+  }
+  auto size = [](const char* name, std::uint64_t& out) {
+    const std::string v = env(name);
+    if (v.empty()) return;
+    try {
+      out = topology::parse_size(v);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(std::string(name) + "=\"" + v + "\": " + e.what());
+    }
+  };
+  size("GRIDBCAST_MIN_BYTES", c.min_bytes);
+  size("GRIDBCAST_SEGMENT", c.segment_bytes);
+  if (const std::string path = env("GRIDBCAST_TOPOLOGY"); !path.empty()) c.topology = topology::load_grid_file(path);
+  if (const std::string t = env("GRIDBCAST_TIMEOUT"); !t.empty()) {
+    char* end = nullptr;
+    const double seconds = std::strtod(t.c_str(), &end);
+    if (end == t.c_str() || *end != '\0' || seconds <= 0)
+      throw std::runtime_error("GRIDBCAST_TIMEOUT=\"" + t + "\" is not a positive number of seconds");
+    c.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
+  }
+  c.address = env("GRIDBCAST_ADDRESS");
+  const std::string stats = env("GRIDBCAST_STATS");
+  c.stats = stats == "all" ? 2 : (!stats.empty() && stats != "0") ? 1 : 0;
+  c.thresholds = topology::SelectionThresholds::from_environment();
+  return c;
+}
+
+std::string mpi_error(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (PMPI_Error_string(code, text, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  return std::string(text, static_cast<size_t>(len));
+}
+
+void check(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) throw std::runtime_error(std::string(what) + " failed: " + mpi_error(rc));
+}
+
+std::string hostname() {
+  struct utsname u {};
+  return ::uname(&u) == 0 ? u.nodename : "localhost";
+}
+
+// The first IPv4 address of an interface that is up and not loopback.
+std::string own_address() {
+  struct ifaddrs* list = nullptr;
+  std::string found;
+  if (::getifaddrs(&list) == 0) {
+    for (auto* a = list; a && found.empty(); a = a->ifa_next) {
+      if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET) continue;
+      if ((a->ifa_flags & IFF_LOOPBACK) || !(a->ifa_flags & IFF_UP)) continue;
+      char text[INET_ADDRSTRLEN];
+      const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+      if (::inet_ntop(AF_INET, &in->sin_addr, text, sizeof text)) found = text;
+    }
+    ::freeifaddrs(list);
+  }
+  return found.empty() ? "127.0.0.1" : found;
+}
+
+// Fixed-width strings through PMPI_Allgather.
+std::vector<std::string> allgather_strings(MPI_Comm comm, const std::string& mine, int size) {
+  constexpr int kWidth = 256;
+  std::array<char, kWidth> out{};
+  std::memcpy(out.data(), mine.data(), std::min<size_t>(mine.size(), kWidth - 1));
+  std::vector<char> all(static_cast<size_t>(kWidth) * static_cast<size_t>(size));
+  check(PMPI_Allgather(out.data(), kWidth, MPI_CHAR, all.data(), kWidth, MPI_CHAR, comm),
+        "PMPI_Allgather");
+  std::vector<std::string> result;
+  for (int r = 0; r < size; ++r) result.emplace_back(all.data() + static_cast<size_t>(r) * kWidth);
+  return result;
+}
+
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// What the provider keeps per MPI communicator, made at its first broadcast
+// that takes the gridbcast path (collectively: every rank is in that call).
+struct CommState {
+  MPI_Comm priv = MPI_COMM_NULL;  // a duplicate for our own messages
+  int rank = 0;
+  int size = 0;
+  int tag_ub = 32767;
+  Placement placement;
+  std::unique_ptr<runtime::Communicator> lanes;
+  std::string fallback;  // non-empty: setup failed somewhere; PMPI_Bcast from now on
+  std::uint64_t bcasts = 0;
+};
+
+struct Stats {
+  std::uint64_t calls = 0;
+  std::map<std::string, std::uint64_t> gridbcast;  // by algorithm
+  std::uint64_t packed = 0;
+  std::uint64_t small = 0;
+  std::uint64_t trivial = 0;  // intercommunicator, one rank, or arguments PMPI_Bcast rejects
+  std::uint64_t fallback = 0;
+};
+
+struct Provider {
+  std::mutex mutex;
+  std::optional<Config> config;
+  std::string config_error;
+  int keyval = MPI_KEYVAL_INVALID;
+  std::vector<MPI_Comm> retired;  // private duplicates to free (not inside a delete callback)
+  std::map<CommState*, MPI_Comm> live;
+  Stats stats;
+};
+
+Provider& provider() {
+  static Provider p;
+  return p;
+}
+
+int delete_state(MPI_Comm, int, void* value, void*) {
+  auto* s = static_cast<CommState*>(value);
+  Provider& p = provider();
+  std::lock_guard lock(p.mutex);
+  p.live.erase(s);
+  if (s->priv != MPI_COMM_NULL) p.retired.push_back(s->priv);
+  delete s;
+  return MPI_SUCCESS;
+}
+
+void free_retired(Provider& p) {
+  std::vector<MPI_Comm> comms;
+  {
+    std::lock_guard lock(p.mutex);
+    comms.swap(p.retired);
+  }
+  for (MPI_Comm& c : comms) PMPI_Comm_free(&c);
+}
+
+// Collective over `comm`: every rank builds the same placement; with lanes,
+// rank 0 draws the job secret and everyone's ports are exchanged. A failure
+// on any rank makes every rank fall back to PMPI_Bcast for this communicator.
+std::unique_ptr<CommState> set_up(MPI_Comm comm, const Config& config) {
+  auto s = std::make_unique<CommState>();
+  check(PMPI_Comm_rank(comm, &s->rank), "PMPI_Comm_rank");
+  check(PMPI_Comm_size(comm, &s->size), "PMPI_Comm_size");
+  check(PMPI_Comm_dup(comm, &s->priv), "PMPI_Comm_dup");
+  check(PMPI_Comm_set_errhandler(s->priv, MPI_ERRORS_RETURN), "PMPI_Comm_set_errhandler");
+  int* tag_ub = nullptr;
+  int flag = 0;
+  if (PMPI_Comm_get_attr(comm, MPI_TAG_UB, &tag_ub, &flag) == MPI_SUCCESS && flag && tag_ub)
+    s->tag_ub = *tag_ub;
+
+  std::string failure;
+  const std::vector<std::string> hosts = allgather_strings(s->priv, hostname(), s->size);
+  const bool one_host = std::all_of(hosts.begin(), hosts.end(), [&](const auto& h) { return h == hosts[0]; });
+  std::string address = config.address;
+  if (address.empty()) address = one_host ? "127.0.0.1" : own_address();
+  const std::vector<std::string> addresses = allgather_strings(s->priv, address, s->size);
+  try {
+    s->placement = config.topology ? map_placement(*config.topology, hosts) : infer_placement(hosts, addresses);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+
+  if (config.transport == Transport::kLanes) {
+    // The job secret and id: drawn by rank 0, known to this communicator only.
+    std::array<std::uint8_t, 40> secret{};
+    if (s->rank == 0) {
+      const auto creds = runtime::new_credentials();
+      std::memcpy(secret.data(), creds.secret.data(), 32);
+      std::memcpy(secret.data() + 32, &creds.job_id, 8);
+    }
+    check(PMPI_Bcast(secret.data(), 40, MPI_BYTE, 0, s->priv), "PMPI_Bcast");
+    runtime::JobCredentials creds;
+    creds.secret.assign(secret.begin(), secret.begin() + 32);
+    std::memcpy(&creds.job_id, secret.data() + 32, 8);
+    std::array<std::uint16_t, runtime::kLanes> ports{};
+    if (failure.empty()) {
+      try {
+        runtime::CommOptions options;
+        options.timeout = config.timeout;
+        options.segment_bytes = config.segment_bytes;
+        options.thresholds = config.thresholds;
+        const int me = s->placement.grid_of_comm[static_cast<size_t>(s->rank)];
+        s->lanes = std::make_unique<runtime::Communicator>(s->placement.grid, me, creds, options);
+        ports = s->lanes->listen();
+      } catch (const std::exception& e) {
+        failure = e.what();
+      }
+    }
+    std::vector<std::uint16_t> all(static_cast<size_t>(s->size) * runtime::kLanes);
+    check(PMPI_Allgather(ports.data(), runtime::kLanes, MPI_UNSIGNED_SHORT, all.data(),
+                         runtime::kLanes, MPI_UNSIGNED_SHORT, s->priv),
+          "PMPI_Allgather");
+    if (failure.empty() && s->lanes) {
+      runtime::EndpointTable table(static_cast<size_t>(s->size));
+      for (int r = 0; r < s->size; ++r) {
+        const int g = s->placement.grid_of_comm[static_cast<size_t>(r)];
+        for (int l = 0; l < runtime::kLanes; ++l)
+          table[static_cast<size_t>(g)][static_cast<size_t>(l)] =
+              all[static_cast<size_t>(r) * runtime::kLanes + static_cast<size_t>(l)];
+      }
+      s->lanes->set_endpoints(std::move(table));
+      // While a lanes broadcast waits, keep the MPI library progressing the
+      // application's own requests (MPI's progress rule).
+      MPI_Comm priv = s->priv;
+      s->lanes->set_idle_hook([priv] {
+        int f = 0;
+        PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, priv, &f, MPI_STATUS_IGNORE);
+      });
+    }
+  }
+
+  int failed = failure.empty() ? 0 : 1, any = 0;
+  check(PMPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, s->priv), "PMPI_Allreduce");
+  if (any) {
+    s->fallback = failure.empty() ? "set-up failed on another rank" : failure;
+    s->lanes.reset();
+    if (!failure.empty())
+      std::fprintf(stderr, "gridbcast provider: rank %d of a communicator of %d: %s; this communicator uses PMPI_Bcast\n",
+                   s->rank, s->size, failure.c_str());
+  }
+  return s;
+}
+
+CommState& state_of(MPI_Comm comm, const Config& config) {
+  Provider& p = provider();
+  {
+    std::lock_guard lock(p.mutex);
+    if (p.keyval == MPI_KEYVAL_INVALID)
+      check(PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_state, &p.keyval, nullptr),
+            "PMPI_Comm_create_keyval");
+  }
+  void* value = nullptr;
+  int flag = 0;
+  check(PMPI_Comm_get_attr(comm, p.keyval, &value, &flag), "PMPI_Comm_get_attr");
+  if (flag) return *static_cast<CommState*>(value);
+  auto s = set_up(comm, config);
+  check(PMPI_Comm_set_attr(comm, p.keyval, s.get()), "PMPI_Comm_set_attr");
+  std::lock_guard lock(p.mutex);
+  p.live[s.get()] = comm;
+  return *s.release();
+}
+
+topology::Algorithm choose(const Config& config, CommState& s, std::uint64_t bytes) {
+  if (config.random) {
+    const auto& all = topology::algorithms();
+    return all[mix(s.bcasts * 7919u + static_cast<std::uint64_t>(s.size)) % all.size()].id;
+  }
+  if (config.algorithm) return *config.algorithm;
+  return topology::select_algorithm(s.placement.grid, bytes, config.thresholds);
+}
+
+// The gridbcast path for `bytes` contiguous bytes at `data`.
+topology::Algorithm broadcast(CommState& s, const Config& config, std::byte* data, std::uint64_t bytes,
+                              int root) {
+  const auto algo = choose(config, s, bytes);
+  ++s.bcasts;
+  const int root_grid = s.placement.grid_of_comm[static_cast<size_t>(root)];
+  if (s.lanes) {
+    s.lanes->bcast(data, bytes, root_grid, algo);
+    return algo;
+  }
+  const topology::Plan plan = topology::build_plan(s.placement.grid, algo, root_grid, bytes);
+  PmpiOptions o;
+  o.comm = s.priv;
+  o.tag_ub = s.tag_ub;
+  o.segment_bytes = config.segment_bytes ? config.segment_bytes : s.placement.grid.segment_bytes;
+  execute_over_pmpi(plan, s.placement.grid_of_comm[static_cast<size_t>(s.rank)],
+                    s.placement.comm_of_grid, data, o);
+  return algo;
+}
+
+void tally(std::uint64_t Stats::*field) {
+  Provider& p = provider();
+  std::lock_guard lock(p.mutex);
+  ++p.stats.calls;
+  ++(p.stats.*field);
+}
+
+const Config* config_or_abort() {
+  Provider& p = provider();
+  std::lock_guard lock(p.mutex);
+  if (!p.config && p.config_error.empty()) {
+    try {
+      p.config = load_config();
+    } catch (const std::exception& e) {
+      p.config_error = e.what();
+    }
+  }
+  if (!p.config) {
+    std::fprintf(stderr, "gridbcast provider: %s\n", p.config_error.c_str());
+    PMPI_Abort(MPI_COMM_WORLD, 1);
+    return nullptr;
+  }
+  return &*p.config;
+}
+
+}  // namespace
+}  // namespace gridbcast::mpi::provider
+
+using namespace gridbcast::mpi::provider;  // NOLINT: the C entry points below
+
+#define GRIDBCAST_EXPORT extern "C" __attribute__((visibility("default")))
+
+GRIDBCAST_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
+  int initialized = 0, finalized = 0;
+  PMPI_Initialized(&initialized);
+  PMPI_Finalized(&finalized);
+  // What PMPI_Bcast must see: its own argument errors, intercommunicators, one rank.
+  auto pmpi = [&](std::uint64_t Stats::*field) {
+    if (field) tally(field);
+    return PMPI_Bcast(buffer, count, datatype, root, comm);
+  };
+  if (!initialized || finalized || comm == MPI_COMM_NULL || count < 0 || datatype == MPI_DATATYPE_NULL)
+    return pmpi(&Stats::trivial);
+  const Config* config = config_or_abort();
+  if (!config) return MPI_ERR_OTHER;
+  int inter = 0, size = 0;
+  if (PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter) return pmpi(&Stats::trivial);
+  if (PMPI_Comm_size(comm, &size) != MPI_SUCCESS || size <= 1 || root < 0 || root >= size)
+    return pmpi(&Stats::trivial);
+  MPI_Count type_size = 0, lb = 0, extent = 0, true_lb = 0, true_extent = 0;
+  if (PMPI_Type_size_x(datatype, &type_size) != MPI_SUCCESS || type_size == MPI_UNDEFINED ||
+      PMPI_Type_get_extent_x(datatype, &lb, &extent) != MPI_SUCCESS ||
+      PMPI_Type_get_true_extent_x(datatype, &true_lb, &true_extent) != MPI_SUCCESS)
+    return pmpi(&Stats::trivial);
+  const auto bytes = static_cast<std::uint64_t>(type_size) * static_cast<std::uint64_t>(count);
+  if (bytes < config->min_bytes) return pmpi(&Stats::small);
+  // PMPI_Pack counts in int: a non-contiguous buffer over 2 GiB goes to PMPI_Bcast.
+  const bool contiguous = (count == 1 || extent == type_size) && true_extent == type_size;
+  if (!contiguous && bytes > static_cast<std::uint64_t>(INT_MAX)) return pmpi(&Stats::trivial);
+
+  try {
+    free_retired(provider());
+    CommState& s = state_of(comm, *config);
+    if (!s.fallback.empty()) return pmpi(&Stats::fallback);
+    const int rank = s.rank;
+    gridbcast::topology::Algorithm algo;
+    if (contiguous) {
+      algo = broadcast(s, *config, static_cast<std::byte*>(buffer) + true_lb, bytes, root);
+    } else {
+      std::vector<std::byte> packed(bytes);
+      int position = 0;
+      if (rank == root) {
+        check(PMPI_Pack(buffer, count, datatype, packed.data(), static_cast<int>(bytes), &position, comm),
+              "PMPI_Pack");
+        if (static_cast<std::uint64_t>(position) != bytes)
+          throw std::runtime_error("PMPI_Pack produced " + std::to_string(position) + " bytes for " +
+                                   std::to_string(bytes) + " bytes of data");
+      }
+      algo = broadcast(s, *config, packed.data(), bytes, root);
+      if (rank != root)
+        check(PMPI_Unpack(packed.data(), static_cast<int>(bytes), &position, buffer, count, datatype, comm),
+              "PMPI_Unpack");
+    }
+    Provider& p = provider();
+    std::lock_guard lock(p.mutex);
+    ++p.stats.calls;
+    ++p.stats.gridbcast[std::string(gridbcast::topology::algorithm_name(algo))];
+    if (!contiguous) ++p.stats.packed;
+    return MPI_SUCCESS;
+  } catch (const std::exception& e) {
+    int rank = -1;
+    PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    std::fprintf(stderr, "gridbcast provider: MPI_Bcast failed on rank %d (of MPI_COMM_WORLD): %s\n", rank,
+                 e.what());
+    PMPI_Comm_call_errhandler(comm, MPI_ERR_OTHER);
+    return MPI_ERR_OTHER;
+  }
+}
+
+GRIDBCAST_EXPORT int MPI_Finalize(void) {
+  Provider& p = provider();
+  int initialized = 0, finalized = 0;
+  PMPI_Initialized(&initialized);
+  PMPI_Finalized(&finalized);
+  if (initialized && !finalized) {
+    const Config* config = nullptr;
+    {
+      std::lock_guard lock(p.mutex);
+      if (p.config) config = &*p.config;
+    }
+    int stats_wanted = config ? config->stats : 0;
+    if (!config) {
+      const char* v = std::getenv("GRIDBCAST_STATS");
+      stats_wanted = v && std::string(v) == "all" ? 2 : (v && *v && std::string(v) != "0") ? 1 : 0;
+    }
+    int rank = 0;
+    PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (stats_wanted == 2 || (stats_wanted == 1 && rank == 0)) {
+      std::lock_guard lock(p.mutex);
+      const Stats& s = p.stats;
+      std::uint64_t ours = 0;
+      std::string algos;
+      for (const auto& [name, n] : s.gridbcast) {
+        ours += n;
+        algos += (algos.empty() ? "" : ", ") + name + " " + std::to_string(n);
+      }
+      const char* transport = env("GRIDBCAST_TRANSPORT") == "lanes" ? "lanes" : "mpi";
+      std::fprintf(stderr,
+                   "gridbcast provider (%s, transport %s) rank %d: %llu MPI_Bcast: %llu gridbcast (%s%s%llu packed), "
+                   "%llu PMPI_Bcast (%llu below %llu bytes, %llu intercommunicator/one rank/invalid, %llu after a failed set-up)\n",
+                   GRIDBCAST_MPI_FLAVOUR, transport, rank, static_cast<unsigned long long>(s.calls),
+                   static_cast<unsigned long long>(ours), algos.c_str(), algos.empty() ? "" : "; ",
+                   static_cast<unsigned long long>(s.packed),
+                   static_cast<unsigned long long>(s.small + s.trivial + s.fallback),
+                   static_cast<unsigned long long>(s.small),
+                   static_cast<unsigned long long>(config ? config->min_bytes : 65536),
+                   static_cast<unsigned long long>(s.trivial), static_cast<unsigned long long>(s.fallback));
+    }
+    // Release every communicator's state (MPI_COMM_WORLD's attributes are not
+    // deleted by MPI_Finalize), then the duplicates.
+    std::map<CommState*, MPI_Comm> live;
+    {
+      std::lock_guard lock(p.mutex);
+      live = p.live;
+    }
+    for (const auto& [state, comm] : live) PMPI_Comm_delete_attr(comm, p.keyval);
+    free_retired(p);
+    if (p.keyval != MPI_KEYVAL_INVALID) PMPI_Comm_free_keyval(&p.keyval);
+  }
+  return PMPI_Finalize();
+}

@@ -1,0 +1,95 @@
+// libgridbcast_mpi's process state: the job (runtime::Session), the world
+// Communicator, MPI communicators and datatypes, and error handling. Internal
+// to mpi/standalone.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "gridbcast/mpi/mpi.h"
+#include "runtime/bootstrap.hpp"
+#include "runtime/communicator.hpp"
+#include "topology/plan/plan.hpp"
+
+namespace gridbcast::mpi {
+
+// An MPI error on its way out of an entry point: the error class and what
+// exactly went wrong (shown when the error is fatal, and by MPI_Error_string).
+class Error : public std::runtime_error {
+ public:
+  Error(int error_class, const std::string& what) : std::runtime_error(what), class_(error_class) {}
+  int error_class() const { return class_; }
+
+ private:
+  int class_;
+};
+
+// A datatype: `count` elements of the basic type `base`, `size` bytes in all.
+struct TypeInfo {
+  std::uint64_t size = 0;
+  MPI_Datatype base = MPI_DATATYPE_NULL;
+  std::uint64_t count = 0;
+  bool committed = true;
+  bool predefined = true;
+};
+
+struct Comm {
+  std::vector<int> members;     // world ranks, index = rank in this communicator
+  std::map<int, int> rank_of;   // world rank -> rank in this communicator
+  int rank = 0;                 // this process
+  std::uint64_t context = 0;    // point-to-point; context + 1 for collectives
+  MPI_Errhandler errhandler = MPI_ERRORS_ARE_FATAL;
+  std::uint64_t children = 0;   // communicators made from this one (context ids)
+  std::uint64_t bcasts = 0;     // broadcasts so far (GRIDBCAST_ALGORITHM=random)
+  bool is_world = false;
+  bool group = false;           // defined as a runtime group (size > 1, not world)
+  int size() const { return static_cast<int>(members.size()); }
+  std::uint64_t collective_context() const { return context + 1; }
+};
+
+struct State {
+  bool initialized = false;
+  bool finalized = false;
+  int thread_level = MPI_THREAD_SINGLE;
+  std::unique_ptr<runtime::Session> session;         // under `gridbcast launch`
+  std::unique_ptr<runtime::Communicator> singleton;  // started without a launcher
+  runtime::Communicator* world = nullptr;
+  std::string processor_name;
+  std::map<MPI_Comm, Comm> comms;
+  MPI_Comm next_comm = 3;
+  std::map<MPI_Datatype, TypeInfo> derived;
+  MPI_Datatype next_type = 1000;
+  // MPI_Bcast's algorithm: GRIDBCAST_ALGORITHM, else the launcher's --algorithm.
+  std::optional<topology::Algorithm> algorithm;
+  bool random_algorithm = false;
+  std::map<int, std::string> last_detail;  // error class -> what happened last
+};
+
+State& state();
+
+// Lookups that throw Error with the right class.
+Comm& comm_at(MPI_Comm comm);
+const TypeInfo& type_at(MPI_Datatype type, bool need_committed = true);
+void check_initialized();
+
+// Sends a fatal failure to the launcher (if any) and ends this process.
+[[noreturn]] void abort_process(int code, const std::string& why);
+
+// Collectives over runtime point-to-point and broadcasts (collectives.cpp).
+void bcast_bytes(Comm& c, void* buffer, std::uint64_t bytes, int root);
+void barrier(Comm& c);
+void reduce(Comm& c, const void* sendbuf, void* recvbuf, std::uint64_t elements,
+            MPI_Datatype base, std::uint64_t bytes, MPI_Op op, int root);
+void allgather_bytes(Comm& c, const void* mine, std::uint64_t bytes, void* all);
+
+// Reduction kernels (ops.cpp): inout[i] = inout[i] op in[i] for `n` elements of
+// the basic type; throws Error(MPI_ERR_OP) for an op the type does not support.
+void apply_op(MPI_Op op, MPI_Datatype base, void* inout, const void* in, std::uint64_t n);
+void check_op(MPI_Op op, MPI_Datatype base);
+
+}  // namespace gridbcast::mpi

@@ -1,0 +1,213 @@
+#include "runtime/p2p.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace gridbcast::runtime {
+namespace {
+
+bool matches(const std::optional<int>& want_source, std::uint64_t want_context,
+             const std::optional<std::int64_t>& want_tag, int source, std::uint64_t context,
+             std::int64_t tag) {
+  return context == want_context && (!want_source || *want_source == source) &&
+         (!want_tag || *want_tag == tag);
+}
+
+// Releases a destination for the next writer, also when a send throws.
+struct SendSlot {
+  std::set<int>& busy;
+  Event& changed;
+  int dest;
+  ~SendSlot() {
+    busy.erase(dest);
+    changed.notify_all();
+  }
+};
+
+}  // namespace
+
+Messenger::Messenger(Transport& transport)
+    : transport_(transport), changed_(transport.io().get_executor()) {
+  transport_.on_message_connection([this](int peer, std::unique_ptr<lanes::tcp::socket> s) {
+    accept(peer, std::move(s));
+  });
+}
+
+void Messenger::accept(int peer, std::unique_ptr<lanes::tcp::socket> socket) {
+  if (!closed_all_.empty()) return;  // the socket closes as it goes out of scope
+  if (incoming_.contains(peer) && !closed_.contains(peer)) return;  // a duplicate: dropped
+  closed_.erase(peer);
+  auto& s = *socket;
+  incoming_[peer] = std::move(socket);
+  asio::co_spawn(transport_.io(), read_loop(peer, s), asio::detached);
+}
+
+Messenger::Posted* Messenger::take_posted(int source, std::uint64_t context, std::int64_t tag) {
+  for (auto it = posted_.begin(); it != posted_.end(); ++it) {
+    Posted* p = *it;
+    if (matches(p->source, p->context, p->tag, source, context, tag)) {
+      posted_.erase(it);
+      return p;
+    }
+  }
+  return nullptr;
+}
+
+void Messenger::peer_closed(int peer, const std::string& why) {
+  closed_[peer] = why;
+  for (auto it = posted_.begin(); it != posted_.end();) {
+    if ((*it)->source == peer) {
+      (*it)->error = why;
+      it = posted_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  changed_.notify_all();
+}
+
+void Messenger::close_all(const std::string& why) {
+  if (!closed_all_.empty()) return;
+  closed_all_ = why;
+  asio::error_code ignored;
+  for (auto& [peer, s] : incoming_) s->close(ignored);
+  for (Posted* p : posted_) p->error = why;
+  posted_.clear();
+  changed_.notify_all();
+}
+
+asio::awaitable<void> Messenger::read_loop(int peer, lanes::tcp::socket& socket) {
+  const std::string who = transport_.describe(peer, 0);
+  std::array<std::uint8_t, lanes::kFrameHeaderBytes> header_bytes{};
+  std::vector<std::byte> scratch;
+  for (;;) {
+    auto [ec, n] = co_await asio::async_read(socket, asio::buffer(header_bytes), lanes::kAsTuple);
+    if (ec) {
+      if (closed_all_.empty())
+        peer_closed(peer, ec == asio::error::eof
+                              ? who + " closed its message connection (did it exit?)"
+                              : "receiving messages from " + who + " failed: " + ec.message());
+      co_return;
+    }
+    std::string why;
+    const auto header = lanes::decode_frame_header(header_bytes, why);
+    if (header && header->kind != lanes::FrameKind::kMessage) why = "a data frame on the message connection";
+    if (!header || !why.empty()) {
+      asio::error_code ignored;
+      socket.close(ignored);
+      peer_closed(peer, "protocol error from " + who + ": " + why);
+      co_return;
+    }
+    const std::uint64_t context = header->seq;
+    const auto tag = static_cast<std::int64_t>(header->offset);
+    const std::uint64_t length = header->length;
+
+    Posted* posted = take_posted(peer, context, tag);
+    std::error_code failure;
+    if (posted != nullptr) {
+      const std::uint64_t take = std::min(length, posted->capacity);
+      auto [rec, rn] = co_await asio::async_read(
+          socket, asio::buffer(posted->data, static_cast<size_t>(take)), lanes::kAsTuple);
+      failure = rec;
+      // Whatever does not fit is read and dropped: the receiver learns the length.
+      for (std::uint64_t left = length - take; !failure && left > 0;) {
+        scratch.resize(64 * 1024);
+        const auto piece = static_cast<size_t>(std::min<std::uint64_t>(left, scratch.size()));
+        auto [dec, dn] =
+            co_await asio::async_read(socket, asio::buffer(scratch.data(), piece), lanes::kAsTuple);
+        failure = dec;
+        left -= piece;
+      }
+      if (failure) {
+        posted->error = "receiving a message from " + who + " failed: " + failure.message();
+      } else {
+        posted->info = MessageInfo{peer, tag, length};
+        posted->done = true;
+      }
+      changed_.notify_all();
+    } else {
+      Unexpected u{peer, context, tag, std::vector<std::byte>(static_cast<size_t>(length))};
+      auto [rec, rn] = co_await asio::async_read(socket, asio::buffer(u.data), lanes::kAsTuple);
+      failure = rec;
+      if (!failure) {
+        // A receive posted while the payload was still arriving takes it now.
+        if (Posted* p = take_posted(peer, context, tag)) {
+          if (const auto take = std::min<std::uint64_t>(length, p->capacity); take > 0)
+            std::memcpy(p->data, u.data.data(), static_cast<size_t>(take));
+          p->info = MessageInfo{peer, tag, length};
+          p->done = true;
+        } else {
+          unexpected_.push_back(std::move(u));
+        }
+        changed_.notify_all();
+      }
+    }
+    if (failure) {
+      if (closed_all_.empty())
+        peer_closed(peer, who + " closed its message connection mid-message (did it fail?)");
+      co_return;
+    }
+  }
+}
+
+asio::awaitable<void> Messenger::send(int dest, std::uint64_t context, std::int64_t tag,
+                                      const std::byte* data, std::uint64_t bytes,
+                                      lanes::Clock::time_point connect_deadline) {
+  if (!closed_all_.empty()) throw lanes::NetworkError(closed_all_);
+  if (dest == transport_.rank()) {
+    // To itself: straight into a waiting receive, else queued.
+    if (Posted* p = take_posted(dest, context, tag)) {
+      if (const auto n = std::min(bytes, p->capacity); n > 0)
+        std::memcpy(p->data, data, static_cast<size_t>(n));
+      p->info = MessageInfo{dest, tag, bytes};
+      p->done = true;
+    } else {
+      unexpected_.push_back(Unexpected{dest, context, tag, std::vector<std::byte>(data, data + bytes)});
+    }
+    changed_.notify_all();
+    co_return;
+  }
+  // One writer per connection: frames must not interleave.
+  while (sending_.contains(dest)) co_await changed_.wait();
+  sending_.insert(dest);
+  SendSlot slot{sending_, changed_, dest};
+  lanes::tcp::socket* socket =
+      co_await transport_.outgoing(LinkKey{dest, 0, 0, kMessageStream}, connect_deadline);
+  const auto header = lanes::encode(lanes::FrameHeader{
+      lanes::FrameKind::kMessage, context, static_cast<std::uint64_t>(tag), bytes});
+  const std::array<asio::const_buffer, 2> bufs{asio::buffer(header),
+                                               asio::buffer(data, static_cast<size_t>(bytes))};
+  auto [ec, n] = co_await asio::async_write(*socket, bufs, lanes::kAsTuple);
+  if (ec)
+    throw lanes::NetworkError("sending a message to " + transport_.describe(dest, 0) +
+                              " failed: " + ec.message());
+}
+
+asio::awaitable<MessageInfo> Messenger::receive(std::optional<int> source, std::uint64_t context,
+                                                std::optional<std::int64_t> tag, std::byte* data,
+                                                std::uint64_t capacity) {
+  for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
+    if (!matches(source, context, tag, it->source, it->context, it->tag)) continue;
+    const MessageInfo info{it->source, it->tag, it->data.size()};
+    if (const auto n = std::min<std::uint64_t>(info.bytes, capacity); n > 0)
+      std::memcpy(data, it->data.data(), static_cast<size_t>(n));
+    unexpected_.erase(it);
+    co_return info;
+  }
+  if (!closed_all_.empty()) throw lanes::NetworkError(closed_all_);
+  if (source) {
+    if (auto it = closed_.find(*source); it != closed_.end()) throw lanes::NetworkError(it->second);
+  }
+  Posted posted;
+  posted.source = source;
+  posted.context = context;
+  posted.tag = tag;
+  posted.data = data;
+  posted.capacity = capacity;
+  posted_.push_back(&posted);
+  while (!posted.done && posted.error.empty()) co_await changed_.wait();
+  if (!posted.error.empty()) throw lanes::NetworkError(posted.error);
+  co_return posted.info;
+}
+
+}  // namespace gridbcast::runtime

@@ -1,0 +1,91 @@
+// Point-to-point messages between the ranks of a job, over the Transport's
+// authenticated connections: one connection per ordered pair of ranks (lane 0,
+// stream kMessageStream), made by the sender on first use and kept. A message
+// is one kMessage frame (lanes/wire.hpp: seq = context id, offset = tag, length =
+// the whole message) followed by its bytes; the source is the authenticated peer.
+//
+// One reader per incoming connection runs whenever the io_context runs (inside
+// any blocking call of the Communicator). It matches each arrival against the
+// posted receives, oldest first, and reads the payload straight into the
+// receiver's buffer; a message nobody waits for yet is queued as unexpected.
+// Messages from one sender in one context are matched in the order they were
+// sent. Internal to runtime (Asio in the interface).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <list>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "runtime/event.hpp"
+#include "runtime/transport.hpp"
+
+namespace gridbcast::runtime {
+
+struct MessageInfo {
+  int source = -1;          // world rank
+  std::int64_t tag = 0;
+  std::uint64_t bytes = 0;  // the message's length (more than the capacity: truncated)
+};
+
+class Messenger {
+ public:
+  explicit Messenger(Transport& transport);
+  Messenger(const Messenger&) = delete;
+  Messenger& operator=(const Messenger&) = delete;
+
+  // Completes once the bytes are handed to the kernel (or queued, to this rank).
+  // Throws lanes::NetworkError naming the peer.
+  asio::awaitable<void> send(int dest, std::uint64_t context, std::int64_t tag,
+                             const std::byte* data, std::uint64_t bytes,
+                             lanes::Clock::time_point connect_deadline);
+  // The first message that matches (nullopt: any source / any tag); copies at
+  // most `capacity` bytes. Throws lanes::NetworkError when the awaited source
+  // closed its connection or the messenger was closed.
+  asio::awaitable<MessageInfo> receive(std::optional<int> source, std::uint64_t context,
+                                       std::optional<std::int64_t> tag, std::byte* data,
+                                       std::uint64_t capacity);
+  // Closes every incoming message connection and fails the posted receives.
+  void close_all(const std::string& why);
+  size_t unexpected_count() const { return unexpected_.size(); }
+
+ private:
+  struct Posted {
+    std::optional<int> source;
+    std::uint64_t context = 0;
+    std::optional<std::int64_t> tag;
+    std::byte* data = nullptr;
+    std::uint64_t capacity = 0;
+    bool done = false;
+    std::string error;
+    MessageInfo info;
+  };
+  struct Unexpected {
+    int source;
+    std::uint64_t context;
+    std::int64_t tag;
+    std::vector<std::byte> data;
+  };
+
+  void accept(int peer, std::unique_ptr<lanes::tcp::socket> socket);
+  asio::awaitable<void> read_loop(int peer, lanes::tcp::socket& socket);
+  Posted* take_posted(int source, std::uint64_t context, std::int64_t tag);
+  void peer_closed(int peer, const std::string& why);
+
+  Transport& transport_;
+  std::map<int, std::unique_ptr<lanes::tcp::socket>> incoming_;
+  std::map<int, std::string> closed_;  // peer -> why its connection ended
+  std::list<Posted*> posted_;          // in posting order
+  std::deque<Unexpected> unexpected_;  // in arrival order
+  std::set<int> sending_;              // destinations with a write in progress
+  std::string closed_all_;
+  Event changed_;  // a message arrived, a receive completed, a send ended, a peer left
+};
+
+}  // namespace gridbcast::runtime

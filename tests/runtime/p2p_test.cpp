@@ -1,0 +1,231 @@
+// Point-to-point messages and subgroup broadcasts over real loopback sockets,
+// ranks as threads: what libgridbcast_mpi builds MPI communicators on.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <numeric>
+#include <thread>
+
+#include "lanes/wire.hpp"
+#include "runtime/buffer.hpp"
+#include "runtime/subgrid.hpp"
+#include "support/grids.hpp"
+#include "support/ranks.hpp"
+#include "topology/plan/plan.hpp"
+#include "topology/plan/verify.hpp"
+
+namespace gridbcast::runtime {
+namespace {
+
+using testing::make_grid;
+using testing::Ranks;
+
+std::vector<std::byte> pattern(std::uint64_t size, std::uint64_t seed) {
+  std::vector<std::byte> v(size);
+  fill_pattern(v.data(), size, seed);
+  return v;
+}
+
+TEST(Messages, TagsContextsWildcardsAndOrderPerSender) {
+  const auto grid = make_grid({3, 2});
+  Ranks ranks(grid);
+  ranks.run([&](Communicator& c) {
+    const int me = c.rank(), p = c.size();
+    // Everyone sends three messages to rank 0 in context 7 (tags 1, 2, 1) and
+    // one in context 8; rank 0 picks them out of order by tag and context.
+    if (me != 0) {
+      for (int k = 0; k < 3; ++k) {
+        const std::int64_t v = me * 100 + k;
+        c.send(0, 7, k == 1 ? 2 : 1, &v, sizeof v);
+      }
+      const std::int64_t v = -me;
+      c.send(0, 8, 1, &v, sizeof v);
+    } else {
+      for (int src = 1; src < p; ++src) {
+        std::int64_t v = 0;
+        Received r = c.receive(src, 8, 1, &v, sizeof v);  // the last one sent first
+        EXPECT_EQ(v, -src);
+        EXPECT_EQ(r.source, src);
+        r = c.receive(src, 7, 2, &v, sizeof v);
+        EXPECT_EQ(v, src * 100 + 1);
+        r = c.receive(src, 7, 1, &v, sizeof v);  // tag 1 in the order sent
+        EXPECT_EQ(v, src * 100 + 0);
+        r = c.receive(src, 7, std::nullopt, &v, sizeof v);
+        EXPECT_EQ(v, src * 100 + 2);
+        EXPECT_EQ(r.tag, 1);
+        EXPECT_EQ(r.bytes, sizeof v);
+      }
+    }
+    // Any source: rank 0 collects one message from each other rank.
+    if (me != 0) {
+      const int v = me;
+      c.send(0, 9, 5, &v, sizeof v);
+    } else {
+      std::vector<int> seen;
+      for (int k = 1; k < p; ++k) {
+        int v = 0;
+        const Received r = c.receive(std::nullopt, 9, std::nullopt, &v, sizeof v);
+        EXPECT_EQ(r.source, v);
+        EXPECT_EQ(r.tag, 5);
+        seen.push_back(v);
+      }
+      std::sort(seen.begin(), seen.end());
+      std::vector<int> want(static_cast<size_t>(p - 1));
+      std::iota(want.begin(), want.end(), 1);
+      EXPECT_EQ(seen, want);
+    }
+  });
+}
+
+TEST(Messages, TruncationReportsTheFullLengthAndSelfSendsQueue) {
+  const auto grid = make_grid({2});
+  Ranks ranks(grid);
+  ranks.run([&](Communicator& c) {
+    const auto data = pattern(1000, 3);
+    if (c.rank() == 0) {
+      c.send(1, 1, 0, data.data(), data.size());
+      c.send(1, 1, 0, data.data(), 0);  // empty messages are messages too
+    } else {
+      std::vector<std::byte> small(10);
+      const Received r = c.receive(0, 1, 0, small.data(), small.size());
+      EXPECT_EQ(r.bytes, 1000u);
+      EXPECT_EQ(std::memcmp(small.data(), data.data(), small.size()), 0);
+      EXPECT_EQ(c.receive(0, 1, 0, small.data(), small.size()).bytes, 0u);
+    }
+    const int me = c.rank();
+    c.send(me, 2, 4, &me, sizeof me);
+    int back = -1;
+    EXPECT_EQ(c.receive(me, 2, 4, &back, sizeof back).source, me);
+    EXPECT_EQ(back, me);
+  });
+}
+
+TEST(Messages, SimultaneousLargeExchangeDoesNotDeadlock) {
+  // Both ranks send 48 MiB before receiving: each one's reader drains the other
+  // while its own send waits for the kernel.
+  const auto grid = make_grid({2});
+  Ranks ranks(grid);
+  ranks.run([&](Communicator& c) {
+    const std::uint64_t size = 48u << 20;
+    const int peer = 1 - c.rank();
+    const auto mine = pattern(size, static_cast<std::uint64_t>(c.rank()) + 10);
+    c.send(peer, 3, 0, mine.data(), size);
+    std::vector<std::byte> got(size);
+    EXPECT_EQ(c.receive(peer, 3, 0, got.data(), size).bytes, size);
+    EXPECT_TRUE(got == pattern(size, static_cast<std::uint64_t>(peer) + 10));
+  });
+}
+
+TEST(Messages, AMessageLargerThanOneFrameLimit) {
+  const std::uint64_t size = lanes::kMaxFrameBytes + 4099;
+  const auto grid = make_grid({2});
+  Ranks ranks(grid);
+  ranks.run([&](Communicator& c) {
+    auto buf = MappedBuffer::anonymous(size);
+    if (c.rank() == 0) {
+      fill_pattern(buf.data(), size, 5);
+      c.send(1, 1, 1, buf.data(), size);
+    } else {
+      EXPECT_EQ(c.receive(0, 1, 1, buf.data(), size).bytes, size);
+      auto want = MappedBuffer::anonymous(size);
+      fill_pattern(want.data(), size, 5);
+      EXPECT_EQ(std::memcmp(buf.data(), want.data(), size), 0);
+    }
+  });
+}
+
+TEST(Messages, TheIdleHookRunsWhileAReceiveWaits) {
+  const auto grid = make_grid({2});
+  Ranks ranks(grid);
+  std::atomic<int> calls{0};
+  ranks.at(1).set_idle_hook([&] { ++calls; }, std::chrono::milliseconds(1));
+  ranks.run([&](Communicator& c) {
+    int v = 0;
+    if (c.rank() == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      v = 42;
+      c.send(1, 1, 0, &v, sizeof v);
+    } else {
+      c.receive(0, 1, 0, &v, sizeof v);
+      EXPECT_EQ(v, 42);
+    }
+  });
+  EXPECT_GT(calls.load(), 10);
+  ranks.at(1).set_idle_hook(nullptr);
+}
+
+TEST(Groups, EveryAlgorithmAndRootOnPermutedSubgroups) {
+  const auto grid = make_grid({4, 3, 2}, 2);
+  CommOptions options;
+  options.timeout = std::chrono::seconds(5);
+  Ranks ranks(grid, options);
+  // Group rank order is not world order; members spread over sites 0 and 2,
+  // so the restricted topology has to re-route around site 1.
+  const std::vector<int> odd{7, 1, 3, 8}, all{8, 7, 6, 5, 4, 3, 2, 1, 0};
+  ranks.run([&](Communicator& c) {
+    const int me = c.rank();
+    const bool in_odd = std::find(odd.begin(), odd.end(), me) != odd.end();
+    if (in_odd) c.define_group(100, odd);
+    c.define_group(200, all);
+    std::vector<std::byte> buf(300001);
+    std::uint64_t seed = 1;
+    for (const auto& info : topology::algorithms()) {
+      for (int root = 0; root < static_cast<int>(odd.size()); ++root, ++seed) {
+        if (!in_odd) continue;
+        if (odd[static_cast<size_t>(root)] == me) fill_pattern(buf.data(), buf.size(), seed);
+        else std::memset(buf.data(), 0x5a, buf.size());
+        c.bcast_group(100, buf.data(), buf.size(), root, info.id);
+        EXPECT_TRUE(buf == pattern(buf.size(), seed)) << info.name << " root " << root << " rank " << me;
+      }
+      // Interleaved with the world and the reversed group.
+      const int root = static_cast<int>(seed % 9);
+      if (all[static_cast<size_t>(root)] == me) fill_pattern(buf.data(), buf.size(), seed);
+      c.bcast_group(200, buf.data(), buf.size(), root, info.id);
+      EXPECT_TRUE(buf == pattern(buf.size(), seed)) << info.name << " reversed group";
+      ++seed;
+      if (me == 4) fill_pattern(buf.data(), 777, seed);
+      c.bcast(buf.data(), 777, 4, info.id);
+      EXPECT_EQ(std::memcmp(buf.data(), pattern(777, seed).data(), 777), 0);
+      ++seed;
+    }
+    if (in_odd) c.forget_group(100);
+    EXPECT_THROW(c.bcast_group(100, buf.data(), 1, 0), std::invalid_argument);
+    EXPECT_THROW(c.define_group(200, all), std::invalid_argument);
+  });
+}
+
+TEST(Groups, ARankMustBeAMemberAndListedOnce) {
+  const auto grid = make_grid({3});
+  Ranks ranks(grid);
+  EXPECT_THROW(ranks.at(0).define_group(1, {1, 2}), std::invalid_argument);
+  EXPECT_THROW(ranks.at(0).define_group(1, {0, 0, 1}), std::invalid_argument);
+  EXPECT_THROW(ranks.at(0).define_group(1, {0, 5}), std::invalid_argument);
+}
+
+TEST(Subgrid, DropsEmptySitesAndSummarisesPathsThroughThem) {
+  auto grid = make_grid({2, 2, 2}, 4);  // s0 -- s1 -- s2
+  grid.wan[0].latency_s = 0.010;
+  grid.wan[1].latency_s = 0.020;
+  grid.wan[1].streams = 2;
+  const auto sub = restrict_grid(grid, {0, 1, 5});
+  ASSERT_EQ(sub.size(), 3);
+  ASSERT_EQ(sub.sites.size(), 2u);
+  EXPECT_EQ(sub.sites[0].ranks, (std::vector<int>{0, 1}));
+  EXPECT_EQ(sub.sites[1].ranks, (std::vector<int>{2}));
+  EXPECT_EQ(sub.nodes[2].name, grid.nodes[5].name);
+  ASSERT_EQ(sub.wan.size(), 1u);
+  EXPECT_DOUBLE_EQ(sub.wan[0].latency_s, 0.030);
+  EXPECT_EQ(sub.streams_between(0, 2), 2);
+  for (const auto& info : topology::algorithms())
+    for (int root = 0; root < 3; ++root) {
+      const auto plan = topology::build_plan(sub, info.id, root, 100003);
+      EXPECT_TRUE(topology::verify_plan(sub, plan).ok()) << info.name;
+    }
+  EXPECT_THROW(restrict_grid(grid, {2, 1}), std::invalid_argument);
+  EXPECT_THROW(restrict_grid(grid, {0, 6}), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace gridbcast::runtime
