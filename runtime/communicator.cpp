@@ -124,8 +124,8 @@ struct Communicator::Impl {
     ExecOptions eo;
     eo.timeout = options.timeout;
     eo.segment_bytes = options.segment_bytes ? options.segment_bytes : g.segment_bytes;
-    BcastInfo info{plan.algorithm, plan.size,
-                   eo.segment_bytes ? eo.segment_bytes : automatic_segment(plan.size), 0};
+    if (eo.segment_bytes == 0) eo.segment_bytes = automatic_segment(g, plan.size);
+    BcastInfo info{plan.algorithm, plan.size, eo.segment_bytes, 0};
     try {
       drive(execute(transport, plan, sequence, static_cast<std::byte*>(buffer), eo));
     } catch (...) {

@@ -177,7 +177,7 @@ asio::awaitable<ExecStats> execute(Transport& transport, const topology::Plan& p
   Run run(transport, plan, seq, buffer, options);
   const int me = transport.rank();
   const std::uint64_t seg_bytes = std::min<std::uint64_t>(
-      options.segment_bytes ? options.segment_bytes : automatic_segment(plan.size),
+      options.segment_bytes ? options.segment_bytes : automatic_segment(transport.grid(), plan.size),
       lanes::kMaxFrameBytes);
   if (me == plan.root) run.have.add(0, plan.size);
 

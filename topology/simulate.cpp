@@ -43,7 +43,7 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
   const int p = grid.size();
   const std::uint64_t seg_bytes =
       model.segment_bytes ? model.segment_bytes
-                          : (grid.segment_bytes ? grid.segment_bytes : automatic_segment(plan.size));
+                          : (grid.segment_bytes ? grid.segment_bytes : automatic_segment(grid, plan.size));
   // Resources: per node and NIC an egress and an ingress; per WAN link and direction one.
   std::vector<int> nic_base(static_cast<size_t>(p) + 1, 0);
   for (int r = 0; r < p; ++r)

@@ -57,9 +57,8 @@ void execute_over_pmpi(const topology::Plan& plan, int me, const std::vector<int
   // MPI counts are ints: segments stay below 1 GiB. A segment's tag is its
   // index on its link, so a link may not have more segments than tags.
   constexpr std::uint64_t kMaxSegment = std::uint64_t{1} << 30;
-  std::uint64_t seg = std::min(options.segment_bytes ? options.segment_bytes
-                                                     : runtime::automatic_segment(plan.size),
-                               kMaxSegment);
+  // The caller fills segment_bytes (topology::automatic_segment needs the grid).
+  std::uint64_t seg = std::min(options.segment_bytes, kMaxSegment);
   seg = std::max<std::uint64_t>(seg, 1);
   std::map<int, Link> in, out;
   const auto tags = static_cast<size_t>(options.tag_ub) + 1;

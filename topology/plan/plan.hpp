@@ -61,10 +61,12 @@ struct Plan {
   std::vector<Transfer> transfers;
 };
 
-// Pipelining unit when the topology and options leave it open: M/16, clamped to
-// 64 KiB..1 MiB — small enough for a deep pipeline, large enough that per-frame
-// costs vanish. The executor and the simulator both use it.
-std::uint64_t automatic_segment(std::uint64_t size);
+// Pipelining unit when the topology and options leave it open: M/16, and no
+// more than the slowest NIC moves in 4 ms, clamped to 64 KiB..1 MiB. Every hop
+// of a pipelined tree holds one segment, so on a 100 Mbit/s lane a 1 MiB segment
+// costs 84 ms per hop; on loopback, 1 MiB keeps per-frame costs small. The
+// executor and the simulator both use it.
+std::uint64_t automatic_segment(const Grid& grid, std::uint64_t size);
 
 // Throws std::invalid_argument for a root outside [0, ranks).
 Plan build_plan(const Grid& grid, Algorithm algorithm, int root, std::uint64_t size);
