@@ -58,13 +58,13 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
   std::vector<int> nic_out_res, nic_in_res;
   for (const auto& node : grid.nodes)
     for (const auto& nic : node.nics) {
-      nic_out_res.push_back(add_resource(nic.bandwidth_bps / 8));
-      nic_in_res.push_back(add_resource(nic.bandwidth_bps / 8));
+      nic_out_res.push_back(add_resource(nic.bandwidth_bps / 8 * model.payload_efficiency));
+      nic_in_res.push_back(add_resource(nic.bandwidth_bps / 8 * model.payload_efficiency));
     }
   std::vector<int> wan_res;
   for (const auto& l : grid.wan) {
-    wan_res.push_back(add_resource(l.bandwidth_bps / 8));  // a -> b
-    wan_res.push_back(add_resource(l.bandwidth_bps / 8));  // b -> a
+    wan_res.push_back(add_resource(l.bandwidth_bps / 8 * model.payload_efficiency));  // a -> b
+    wan_res.push_back(add_resource(l.bandwidth_bps / 8 * model.payload_efficiency));  // b -> a
   }
   std::map<std::tuple<int, int, int, int>, int> bundle_res;
   std::unordered_map<const WanLink*, int> link_index;
@@ -94,7 +94,8 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
       bundle_rate = t.streams * tcp_stream_limit(rtt, 1 - loss_pass, model);
       // The first link on the path is the shared resource (per direction); the
       // narrowest link's bandwidth bounds the bundle too.
-      for (const WanLink* l : path) bundle_rate = std::min(bundle_rate, l->bandwidth_bps / 8);
+      for (const WanLink* l : path)
+        bundle_rate = std::min(bundle_rate, l->bandwidth_bps / 8 * model.payload_efficiency);
       const WanLink* first = path.front();
       wan = wan_res[static_cast<size_t>(2 * link_index.at(first) + (first->site_a == src.site ? 0 : 1))];
     }

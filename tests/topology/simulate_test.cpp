@@ -16,7 +16,8 @@ TEST(Simulate, OneTransferTakesSizeOverBandwidthPlusOneHop) {
   CostModel m;
   const std::uint64_t size = 64 << 20;
   const auto r = simulate(g, build_plan(g, Algorithm::kChain, 0, size), m);
-  EXPECT_NEAR(r.makespan_s, static_cast<double>(size) / 1.25e9 + m.lan_latency_s, 1e-9);
+  EXPECT_NEAR(r.makespan_s,
+              static_cast<double>(size) / (1.25e9 * m.payload_efficiency) + m.lan_latency_s, 1e-9);
   EXPECT_EQ(r.slowest_rank, 1);
   EXPECT_EQ(r.finish_s[0], 0.0);
 }
@@ -25,7 +26,7 @@ TEST(Simulate, BinomialRootPaysLogPWholeMessagesOnOneNic) {
   const Grid g = make_grid({16}, 1, 1);
   const std::uint64_t size = 16 << 20;
   const auto r = simulate(g, build_plan(g, Algorithm::kBinomial, 0, size));
-  const double one = static_cast<double>(size) / 1.25e9;
+  const double one = static_cast<double>(size) / (1.25e9 * CostModel{}.payload_efficiency);
   EXPECT_GE(r.makespan_s, 4 * one * 0.99);
   EXPECT_LE(r.makespan_s, 4 * one * 1.2);
 }
@@ -38,7 +39,7 @@ TEST(Simulate, MultilaneHalvesThePipelinedBinaryTree) {
   EXPECT_GT(bin / ml, 1.7);
   EXPECT_LT(bin / ml, 2.1);
   // And multilane stays near the lower bound.
-  EXPECT_LT(ml / lower_bound_seconds(g, 0, size), 1.15);
+  EXPECT_LT(ml / lower_bound_seconds(g, 0, size), 1.15 / CostModel{}.payload_efficiency);
 }
 
 TEST(Simulate, ParallelStreamsBeatTheLossLimitOfOneStream) {

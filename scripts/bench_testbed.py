@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Emulated-grid benchmark: brings up `gridbcast testbed` for a topology, runs
+every algorithm at each size through `gridbcast launch` inside it, and prints
+the measured median next to `gridbcast simulate`'s prediction and the lower
+bound. Needs root. Tears the testbed down at the end, also on failure.
+
+  scripts/bench_testbed.py site-configs/testbed-8x8.yaml [--sizes 1MiB,16MiB]
+                           [--algorithms multilane,binary] [--iterations 3] [--json FILE]
+"""
+import argparse, json, os, subprocess, sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.join(ROOT, "build", "cli", "gridbcast")
+ALGOS = ["multilane", "binomial", "scatter_rd", "scatter_ring", "scatter_ring_tuned", "chain", "binary"]
+UNITS = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+
+
+def parse_size(s):
+    for u, m in UNITS.items():
+        if s.endswith(u):
+            return int(float(s[: -len(u)]) * m)
+    return int(s)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("topology")
+    ap.add_argument("--sizes", default="1MiB,16MiB")
+    ap.add_argument("--algorithms", default=",".join(ALGOS))
+    ap.add_argument("--iterations", type=int, default=3)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    topo = args.topology
+    subprocess.run([BIN, "testbed", "up", topo], check=True, stdout=subprocess.DEVNULL)
+    rows = []
+    try:
+        print(f"# {topo}: measured in `gridbcast testbed` (median of {args.iterations}), "
+              f"predicted by `gridbcast simulate`")
+        print(f"{'algorithm':<20}{'size':>8}{'measured s':>12}{'predicted s':>13}{'residual':>10}"
+              f"{'lower bound s':>15}{'x bound':>9}")
+        for size_text in args.sizes.split(","):
+            size = parse_size(size_text)
+            for algo in args.algorithms.split(","):
+                out = subprocess.run(
+                    [BIN, "testbed", "run", topo, "--", BIN, "launch", topo, "--size", str(size),
+                     "--algorithm", algo, "--iterations", str(args.iterations), "--json"],
+                    check=True, capture_output=True, text=True, timeout=900)
+                r = json.loads(out.stdout.strip().splitlines()[-1])
+                sim = subprocess.run([BIN, "simulate", topo, "--algorithm", algo, "--size", str(size),
+                                      "--json"], check=True, capture_output=True, text=True)
+                p = json.loads(sim.stdout.strip().splitlines()[-1])
+                t, pred, lb = r["seconds"]["median"], p["predicted_seconds"], r["lower_bound_seconds"]
+                rows.append(dict(algorithm=algo, bytes=size, measured=t, predicted=pred, lower_bound=lb,
+                                 verified=r["verified"]))
+                print(f"{algo:<20}{size_text:>8}{t:>12.4f}{pred:>13.4f}{(pred - t) / t:>+10.1%}"
+                      f"{lb:>15.4f}{t / lb:>9.2f}", flush=True)
+    finally:
+        subprocess.run([BIN, "testbed", "down", topo], stdout=subprocess.DEVNULL)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
