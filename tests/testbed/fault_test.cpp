@@ -1,0 +1,132 @@
+// Fault injection on the emulated grid (root and namespaces; skipped
+// otherwise): a rank killed with SIGKILL, the root killed, a rank stopped with
+// SIGSTOP, the WAN link taken down mid-broadcast. Every time the launcher exits
+// non-zero naming the failed peer within the deadline, no rank process is left
+// in any namespace, and a new launch on the same testbed works.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <cstdlib>
+#include <map>
+#include <memory>
+
+#include "testbed_support.hpp"
+
+namespace gridbcast::testing {
+namespace {
+
+constexpr int kTimeoutSeconds = 4;  // --timeout: progress deadline of every broadcast
+
+class TestbedFaults : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!why_no_namespaces().empty()) return;
+    guard_ = new TestbedGuard(kSrc + "/site-configs/testbed-2x4.yaml");
+  }
+  static void TearDownTestSuite() {
+    delete guard_;
+    guard_ = nullptr;
+  }
+  void SetUp() override {
+    GRIDBCAST_REQUIRE_NAMESPACES();
+    ASSERT_NE(guard_, nullptr);
+    ASSERT_TRUE(guard_->ok()) << guard_->log();
+    ::setenv("GRIDBCAST_TESTBED", guard_->state().dir.c_str(), 1);
+  }
+  void TearDown() override { ::unsetenv("GRIDBCAST_TESTBED"); }
+
+  // A long job: 16 MiB at 100 Mbit/s takes about a second per iteration.
+  std::unique_ptr<TbChild> start_job() {
+    return std::make_unique<TbChild>(std::vector<std::string>{
+        kBin, "launch", guard_->file(), "--backend", "netns", "--size", "16MiB", "--iterations",
+        "30", "--timeout", std::to_string(kTimeoutSeconds), "--no-verify"});
+  }
+
+  // The rank processes of a launcher (`ip netns exec` becomes the rank), by rank.
+  std::map<int, pid_t> ranks_of(const TbChild& launcher) {
+    std::map<int, pid_t> out;
+    for (int i = 0; i < 200 && out.size() < 8; ++i) {
+      std::this_thread::sleep_for(50ms);
+      out.clear();
+      for (auto [pid, rank] : children_of(launcher.pid(), "GRIDBCAST_RANK"))
+        if (!rank.empty()) out[std::stoi(rank)] = pid;
+    }
+    return out;
+  }
+
+  void expect_failure_naming(TbChild& launcher, const std::string& who) {
+    const auto start = std::chrono::steady_clock::now();
+    const int status = launcher.wait(std::chrono::seconds(3 * kTimeoutSeconds + 15));
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_NE(status, -1) << "the launcher did not exit in time";
+    EXPECT_NE(status, 0);
+    EXPECT_NE(launcher.err().find(who), std::string::npos) << launcher.err();
+    EXPECT_LT(took, 3 * kTimeoutSeconds + 15);
+    for (const auto& n : guard_->state().nodes)
+      EXPECT_TRUE(testbed::processes_in_netns(n.ns).empty()) << "left behind in " << n.ns;
+  }
+
+  void expect_a_new_launch_works() {
+    TbChild again({kBin, "launch", guard_->file(), "--backend", "netns", "--size", "2MiB"});
+    ASSERT_EQ(again.wait(120s), 0) << again.err();
+    EXPECT_NE(again.out().find("verified: all 8 ranks"), std::string::npos) << again.out();
+  }
+
+  static TestbedGuard* guard_;
+};
+TestbedGuard* TestbedFaults::guard_ = nullptr;
+
+TEST_F(TestbedFaults, KilledRankFailsTheJobAndNamesIt) {
+  auto job = start_job();
+  auto ranks = ranks_of(*job);
+  ASSERT_EQ(ranks.size(), 8u) << job->err();
+  std::this_thread::sleep_for(1500ms);
+  ASSERT_EQ(::kill(ranks.at(5), SIGKILL), 0);
+  expect_failure_naming(*job, "rank 5 (b2)");
+  expect_a_new_launch_works();
+}
+
+TEST_F(TestbedFaults, KilledRootFailsTheJobAndNamesIt) {
+  auto job = start_job();
+  auto ranks = ranks_of(*job);
+  ASSERT_EQ(ranks.size(), 8u) << job->err();
+  std::this_thread::sleep_for(1500ms);
+  ASSERT_EQ(::kill(ranks.at(0), SIGKILL), 0);
+  expect_failure_naming(*job, "rank 0 (a1)");
+  expect_a_new_launch_works();
+}
+
+TEST_F(TestbedFaults, StoppedRankFailsTheJobWithinTheDeadline) {
+  auto job = start_job();
+  auto ranks = ranks_of(*job);
+  ASSERT_EQ(ranks.size(), 8u) << job->err();
+  std::this_thread::sleep_for(1500ms);
+  ASSERT_EQ(::kill(ranks.at(2), SIGSTOP), 0);
+  expect_failure_naming(*job, "rank 2 (a3");
+  ::kill(ranks.at(2), SIGCONT);  // reaped by then; harmless if the PID is gone
+  expect_a_new_launch_works();
+}
+
+TEST_F(TestbedFaults, WanLinkDownFailsTheJobNamingAPeerAcrossIt) {
+  auto job = start_job();
+  auto ranks = ranks_of(*job);
+  ASSERT_EQ(ranks.size(), 8u) << job->err();
+  std::this_thread::sleep_for(1500ms);
+  const std::string router = guard_->state().routers.at(0);
+  const auto down = testbed::run_command(
+      {testbed::ip_path(), "netns", "exec", router, testbed::ip_path(), "link", "set", "wan0", "down"});
+  ASSERT_TRUE(down.ok()) << down.err;
+  // Ranks of site b stall waiting for data from site a (or the reverse).
+  const int status = job->wait(std::chrono::seconds(3 * kTimeoutSeconds + 15));
+  testbed::run_command(
+      {testbed::ip_path(), "netns", "exec", router, testbed::ip_path(), "link", "set", "wan0", "up"});
+  EXPECT_GT(status, 0) << "the launcher did not fail in time";
+  EXPECT_NE(job->err().find("no progress"), std::string::npos) << job->err();
+  for (const auto& n : guard_->state().nodes)
+    EXPECT_TRUE(testbed::processes_in_netns(n.ns).empty()) << "left behind in " << n.ns;
+}
+
+}  // namespace
+}  // namespace gridbcast::testing
