@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
   launch_cmd->add_flag("--random-sizes", l_random_sizes, "draw each iteration's size from [0, --size] (from --seed)");
   launch_cmd->add_option("--seed", l_seed, "seed for generated data and random draws")->capture_default_str();
   launch_cmd->add_option("--segment", l_segment, "pipelining segment, e.g. \"256 KiB\"; 0 = topology's or automatic")->capture_default_str();
-  launch_cmd->add_option("--timeout", l_timeout, "seconds without progress before a broadcast fails")->check(CLI::PositiveNumber)->capture_default_str();
+  launch_cmd->add_option("--timeout", l_timeout, "seconds without progress before a broadcast fails (after --: none unless given)")->check(CLI::PositiveNumber)->capture_default_str();
   launch_cmd->add_option("--startup-timeout", l_startup, "seconds for every rank to connect")->check(CLI::PositiveNumber)->capture_default_str();
   launch_cmd->add_option("--backend", l_backend, "local (fork/exec), ssh, netns (the namespace testbed; default when GRIDBCAST_BACKEND=netns), "
                          "or external (ranks started by srun, mpiexec, compose, by hand)")

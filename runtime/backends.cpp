@@ -60,25 +60,28 @@ class ProcessBackend : public Backend {
   void spawn(int rank, const std::vector<std::string>& argv, const Env& env,
              const std::string& secret_hex, SecretVia via) {
     int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+    if (::pipe2(fds, O_CLOEXEC) != 0)
+      throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
     std::vector<std::string> env_strings;
     for (char** e = environ; *e; ++e) {
       const std::string kv = *e;
       bool overridden = false;
       for (const auto& [k, v] : env) overridden |= kv.rfind(k + "=", 0) == 0;
       // The secret only ever travels through the pipe.
-      overridden |= kv.rfind("GRIDBCAST_SECRET=", 0) == 0 || kv.rfind("GRIDBCAST_SECRET_FD=", 0) == 0;
+      overridden |=
+          kv.rfind("GRIDBCAST_SECRET=", 0) == 0 || kv.rfind("GRIDBCAST_SECRET_FD=", 0) == 0;
       if (!overridden) env_strings.push_back(kv);
     }
     for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
-    if (via == SecretVia::kPipe) env_strings.push_back("GRIDBCAST_SECRET_FD=" + std::to_string(fds[0]));
+    if (via == SecretVia::kPipe)
+      env_strings.push_back("GRIDBCAST_SECRET_FD=" + std::to_string(fds[0]));
     std::vector<char*> cargv, cenv;
     for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
     cargv.push_back(nullptr);
     for (const auto& e : env_strings) cenv.push_back(const_cast<char*>(e.c_str()));
     cenv.push_back(nullptr);
-    const std::string exec_failed = "gridbcast: cannot execute " + argv.at(0) + " for rank " +
-                                    std::to_string(rank) + ": ";
+    const std::string exec_failed =
+        "gridbcast: cannot execute " + argv.at(0) + " for rank " + std::to_string(rank) + ": ";
 
     const pid_t parent = ::getpid();
     const pid_t pid = ::fork();
@@ -134,7 +137,8 @@ class PrefixedBackend : public ProcessBackend {
   PrefixedBackend(std::string name, CommandPrefix prefix, std::vector<std::string> command)
       : name_(std::move(name)), prefix_(std::move(prefix)), command_(std::move(command)) {}
   std::string name() const override { return name_; }
-  void start(int rank, const topology::Node& node, const Env& env, const std::string& secret) override {
+  void start(int rank, const topology::Node& node, const Env& env,
+             const std::string& secret) override {
     std::vector<std::string> argv = prefix_(rank, node);
     argv.insert(argv.end(), command_.begin(), command_.end());
     spawn(rank, argv, env, secret, SecretVia::kPipe);
@@ -155,7 +159,8 @@ class SshBackend : public ProcessBackend {
     if (ssh_[0].find('/') == std::string::npos) ssh_[0] = "/usr/bin/" + ssh_[0];
   }
   std::string name() const override { return "ssh"; }
-  void start(int rank, const topology::Node& node, const Env& env, const std::string& secret) override {
+  void start(int rank, const topology::Node& node, const Env& env,
+             const std::string& secret) override {
     std::vector<std::string> argv = ssh_;
     argv.push_back(node.host.empty() ? node.name : node.host);
     argv.push_back("env");
@@ -190,10 +195,13 @@ std::unique_ptr<Backend> make_local_backend(std::vector<std::string> command) {
 std::unique_ptr<Backend> make_ssh_backend(std::string ssh_command, std::string exe) {
   return make_ssh_backend(std::move(ssh_command), std::vector<std::string>{std::move(exe), "rank"});
 }
-std::unique_ptr<Backend> make_ssh_backend(std::string ssh_command, std::vector<std::string> command) {
+std::unique_ptr<Backend> make_ssh_backend(std::string ssh_command,
+                                          std::vector<std::string> command) {
   return std::make_unique<SshBackend>(std::move(ssh_command), std::move(command));
 }
-std::unique_ptr<Backend> make_external_backend() { return std::make_unique<ExternalBackend>(); }
+std::unique_ptr<Backend> make_external_backend() {
+  return std::make_unique<ExternalBackend>();
+}
 std::unique_ptr<Backend> make_prefixed_backend(std::string name, CommandPrefix prefix,
                                                std::string exe) {
   return make_prefixed_backend(std::move(name), std::move(prefix),

@@ -68,7 +68,8 @@ std::string read_job_secret(std::istream* fallback) {
   if (fallback) std::getline(*fallback, secret);
   if (secret.empty())
     throw std::runtime_error(
-        "no job secret: set GRIDBCAST_SECRET, or GRIDBCAST_SECRET_FD, or pass it on standard input");
+        "no job secret: set GRIDBCAST_SECRET, or GRIDBCAST_SECRET_FD, or pass it on standard "
+        "input");
   return secret;
 }
 
@@ -125,8 +126,8 @@ void Session::join(std::istream* secret_fallback) {
                              std::to_string(im.grid.size()) + " ranks");
 
   CommOptions options;
-  options.timeout = im.params.timeout_ms > 0 ? std::chrono::milliseconds(im.params.timeout_ms)
-                                             : kNoTimeout;
+  options.timeout =
+      im.params.timeout_ms > 0 ? std::chrono::milliseconds(im.params.timeout_ms) : kNoTimeout;
   options.segment_bytes = im.params.segment_bytes;
   options.thresholds = topology::SelectionThresholds::from_environment();
   im.comm = std::make_unique<Communicator>(im.grid, im.rank, im.creds, options);
@@ -141,10 +142,18 @@ void Session::join(std::istream* secret_fallback) {
   im.comm->set_endpoints(std::move(table));
 }
 
-int Session::rank() const { return impl_->rank; }
-const topology::Grid& Session::grid() const { return impl_->grid; }
-const JobParams& Session::params() const { return impl_->params; }
-const JobCredentials& Session::credentials() const { return impl_->creds; }
+int Session::rank() const {
+  return impl_->rank;
+}
+const topology::Grid& Session::grid() const {
+  return impl_->grid;
+}
+const JobParams& Session::params() const {
+  return impl_->params;
+}
+const JobCredentials& Session::credentials() const {
+  return impl_->creds;
+}
 
 Communicator& Session::communicator() {
   if (!impl_->comm) throw std::logic_error("Session::communicator() before join()");

@@ -177,13 +177,15 @@ BcastInfo Communicator::bcast(void* buffer, std::uint64_t bytes, int root,
 void Communicator::define_group(std::uint64_t context, std::vector<int> world_ranks) {
   auto& im = *impl_;
   if (im.groups.contains(context))
-    throw std::invalid_argument("a group with context " + std::to_string(context) + " exists already");
+    throw std::invalid_argument("a group with context " + std::to_string(context) +
+                                " exists already");
   std::vector<int> sorted = world_ranks;
   std::sort(sorted.begin(), sorted.end());
   if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
     throw std::invalid_argument("a group lists a rank twice");
   if (!std::binary_search(sorted.begin(), sorted.end(), im.rank))
-    throw std::invalid_argument("rank " + std::to_string(im.rank) + " is not a member of the group");
+    throw std::invalid_argument("rank " + std::to_string(im.rank) +
+                                " is not a member of the group");
   Impl::Group g;
   g.grid = restrict_grid(im.grid, sorted);  // checks the range
   g.members = std::move(world_ranks);
@@ -191,7 +193,9 @@ void Communicator::define_group(std::uint64_t context, std::vector<int> world_ra
   im.groups.emplace(context, std::move(g));
 }
 
-void Communicator::forget_group(std::uint64_t context) { impl_->groups.erase(context); }
+void Communicator::forget_group(std::uint64_t context) {
+  impl_->groups.erase(context);
+}
 
 BcastInfo Communicator::bcast_group(std::uint64_t context, void* buffer, std::uint64_t bytes,
                                     int root, std::optional<topology::Algorithm> algorithm) {
@@ -208,7 +212,8 @@ BcastInfo Communicator::bcast_group(std::uint64_t context, void* buffer, std::ui
   const int root_world = g.members[static_cast<size_t>(root)];
   const int root_index = static_cast<int>(
       std::lower_bound(g.sorted.begin(), g.sorted.end(), root_world) - g.sorted.begin());
-  const auto algo = algorithm.value_or(topology::select_algorithm(g.grid, bytes, im.options.thresholds));
+  const auto algo =
+      algorithm.value_or(topology::select_algorithm(g.grid, bytes, im.options.thresholds));
   topology::Plan plan = topology::build_plan(g.grid, algo, root_index, bytes);
   // The plan speaks of the restricted grid's ranks; the transport of the world's.
   for (auto& t : plan.transfers) {
@@ -239,8 +244,8 @@ Received Communicator::receive(std::optional<int> source, std::uint64_t context,
   if (source && (*source < 0 || *source >= im.grid.size()))
     throw std::invalid_argument("source rank " + std::to_string(*source) + " is outside 0.." +
                                 std::to_string(im.grid.size() - 1));
-  const MessageInfo m = im.drive(
-      im.messenger.receive(source, context, tag, static_cast<std::byte*>(data), capacity));
+  const MessageInfo m =
+      im.drive(im.messenger.receive(source, context, tag, static_cast<std::byte*>(data), capacity));
   return Received{m.source, m.tag, m.bytes};
 }
 
@@ -249,7 +254,9 @@ void Communicator::set_idle_hook(std::function<void()> hook, std::chrono::micros
   impl_->idle_interval = interval;
 }
 
-int Communicator::rank() const { return impl_->rank; }
+int Communicator::rank() const {
+  return impl_->rank;
+}
 int Communicator::size() const { return impl_->grid.size(); }
 const topology::Grid& Communicator::grid() const { return impl_->grid; }
 std::uint64_t Communicator::rejected_connections() const {

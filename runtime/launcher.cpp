@@ -118,7 +118,19 @@ asio::awaitable<void> Launcher::read_loop(int r) {
       // moment so the report says how it died.
       asio::steady_timer grace(io_, std::chrono::milliseconds(300));
       co_await grace.async_wait(lanes::kAsTuple);
-      if (!finishing_) fail(who(r) + " lost its control connection: " + ec);
+      // A program's clean exit: wait for its SIGCHLD (up to 3 s more) to say so.
+      for (int i = 0; i < 30 && program() && !backend_.external() && failures_.empty() &&
+                      !exited_[static_cast<size_t>(r)];
+           ++i) {
+        grace.expires_after(std::chrono::milliseconds(100));
+        co_await grace.async_wait(lanes::kAsTuple);
+      }
+      if (program() && exited_[static_cast<size_t>(r)] && !finishing_) {
+        set_exit_code(1);
+        fail(who(r) + " exited with status 0 without calling MPI_Finalize");
+      } else if (!finishing_) {
+        fail(who(r) + " lost its control connection: " + ec);
+      }
       co_return;
     }
     if (msg.type() == "error") {
@@ -128,9 +140,10 @@ asio::awaitable<void> Launcher::read_loop(int r) {
     if (msg.type() == "abort") {
       // MPI_Abort: reported first, whatever else the ending job brings.
       const std::string why = msg.fields.size() > 2 && !msg.at(2).empty() ? ": " + msg.at(2) : "";
-      abort_failure_ = who(r) + " called MPI_Abort with error code " + msg.at(1) + why;
+      const std::string what = who(r) + " called MPI_Abort with error code " + msg.at(1) + why;
+      if (abort_failure_.empty()) abort_failure_ = what;
       set_exit_code(std::atoi(msg.at(1).c_str()));
-      fail(abort_failure_);
+      fail(what);
       co_return;
     }
     if (msg.type() == "finished") finished_[static_cast<size_t>(r)] = true;
@@ -287,7 +300,8 @@ asio::awaitable<void> Launcher::run_program() {
       const bool gone = backend_.external() || exited_[i].has_value();
       all = all && finished_[i] && gone;
       // A clean exit without MPI_Finalize; allow its last message time to arrive.
-      if (exited_[i] && !finished_[i] && Clock::now() > *exited_[i] + std::chrono::seconds(1)) {
+      if (exited_[i] && !finished_[i] &&
+          Clock::now() > *exited_[i] + std::chrono::milliseconds(500)) {
         set_exit_code(1);
         fail(who(r) + " exited with status 0 without calling MPI_Finalize");
       }

@@ -49,7 +49,8 @@ std::unique_ptr<Backend> make_local_backend(std::vector<std::string> command);
 // `ssh HOST env GRIDBCAST_...=... exe rank` (or `command`) per node;
 // `ssh_command` is split on spaces.
 std::unique_ptr<Backend> make_ssh_backend(std::string ssh_command, std::string exe);
-std::unique_ptr<Backend> make_ssh_backend(std::string ssh_command, std::vector<std::string> command);
+std::unique_ptr<Backend> make_ssh_backend(std::string ssh_command,
+                                          std::vector<std::string> command);
 // Starts nothing: ranks come from srun, mpiexec, docker compose or by hand.
 std::unique_ptr<Backend> make_external_backend();
 // Starts `prefix(rank, node)... exe rank` locally, e.g. `ip netns exec NS` for

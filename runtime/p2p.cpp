@@ -28,9 +28,8 @@ struct SendSlot {
 
 Messenger::Messenger(Transport& transport)
     : transport_(transport), changed_(transport.io().get_executor()) {
-  transport_.on_message_connection([this](int peer, std::unique_ptr<lanes::tcp::socket> s) {
-    accept(peer, std::move(s));
-  });
+  transport_.on_message_connection(
+      [this](int peer, std::unique_ptr<lanes::tcp::socket> s) { accept(peer, std::move(s)); });
 }
 
 void Messenger::accept(int peer, std::unique_ptr<lanes::tcp::socket> socket) {
@@ -91,7 +90,8 @@ asio::awaitable<void> Messenger::read_loop(int peer, lanes::tcp::socket& socket)
     }
     std::string why;
     const auto header = lanes::decode_frame_header(header_bytes, why);
-    if (header && header->kind != lanes::FrameKind::kMessage) why = "a data frame on the message connection";
+    if (header && header->kind != lanes::FrameKind::kMessage)
+      why = "a data frame on the message connection";
     if (!header || !why.empty()) {
       asio::error_code ignored;
       socket.close(ignored);
@@ -162,7 +162,8 @@ asio::awaitable<void> Messenger::send(int dest, std::uint64_t context, std::int6
       p->info = MessageInfo{dest, tag, bytes};
       p->done = true;
     } else {
-      unexpected_.push_back(Unexpected{dest, context, tag, std::vector<std::byte>(data, data + bytes)});
+      unexpected_.push_back(
+          Unexpected{dest, context, tag, std::vector<std::byte>(data, data + bytes)});
     }
     changed_.notify_all();
     co_return;
@@ -173,8 +174,8 @@ asio::awaitable<void> Messenger::send(int dest, std::uint64_t context, std::int6
   SendSlot slot{sending_, changed_, dest};
   lanes::tcp::socket* socket =
       co_await transport_.outgoing(LinkKey{dest, 0, 0, kMessageStream}, connect_deadline);
-  const auto header = lanes::encode(lanes::FrameHeader{
-      lanes::FrameKind::kMessage, context, static_cast<std::uint64_t>(tag), bytes});
+  const auto header = lanes::encode(lanes::FrameHeader{lanes::FrameKind::kMessage, context,
+                                                       static_cast<std::uint64_t>(tag), bytes});
   const std::array<asio::const_buffer, 2> bufs{asio::buffer(header),
                                                asio::buffer(data, static_cast<size_t>(bytes))};
   auto [ec, n] = co_await asio::async_write(*socket, bufs, lanes::kAsTuple);

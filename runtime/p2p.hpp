@@ -29,7 +29,7 @@
 namespace gridbcast::runtime {
 
 struct MessageInfo {
-  int source = -1;          // world rank
+  int source = -1;  // world rank
   std::int64_t tag = 0;
   std::uint64_t bytes = 0;  // the message's length (more than the capacity: truncated)
 };

@@ -9,7 +9,9 @@ namespace gridbcast::runtime {
 namespace {
 
 int find(std::vector<int>& parent, int x) {
-  while (parent[static_cast<size_t>(x)] != x) x = parent[static_cast<size_t>(x)] = parent[static_cast<size_t>(parent[static_cast<size_t>(x)])];
+  while (parent[static_cast<size_t>(x)] != x)
+    x = parent[static_cast<size_t>(x)] =
+        parent[static_cast<size_t>(parent[static_cast<size_t>(x)])];
   return x;
 }
 
@@ -18,8 +20,9 @@ int find(std::vector<int>& parent, int x) {
 topology::Grid restrict_grid(const topology::Grid& grid, const std::vector<int>& ranks) {
   for (size_t i = 0; i < ranks.size(); ++i) {
     if (ranks[i] < 0 || ranks[i] >= grid.size())
-      throw std::invalid_argument("rank " + std::to_string(ranks[i]) + " is outside the topology's " +
-                                  std::to_string(grid.size()) + " ranks");
+      throw std::invalid_argument("rank " + std::to_string(ranks[i]) +
+                                  " is outside the topology's " + std::to_string(grid.size()) +
+                                  " ranks");
     if (i > 0 && ranks[i] <= ranks[i - 1])
       throw std::invalid_argument("a subgroup's ranks must be ascending and unique");
   }
@@ -77,7 +80,8 @@ topology::Grid restrict_grid(const topology::Grid& grid, const std::vector<int>&
       double kept = 1.0;
       for (const auto* hop : path) {
         l.latency_s += hop->latency_s;
-        l.bandwidth_bps = l.bandwidth_bps == 0 ? hop->bandwidth_bps : std::min(l.bandwidth_bps, hop->bandwidth_bps);
+        l.bandwidth_bps = l.bandwidth_bps == 0 ? hop->bandwidth_bps
+                                               : std::min(l.bandwidth_bps, hop->bandwidth_bps);
         l.streams = l.streams == 0 ? hop->streams : std::min(l.streams, hop->streams);
         l.tls = l.tls || hop->tls;
         kept *= 1.0 - hop->loss;

@@ -9,7 +9,9 @@
 namespace gridbcast::mpi::provider {
 namespace {
 
-std::string short_name(const std::string& host) { return host.substr(0, host.find('.')); }
+std::string short_name(const std::string& host) {
+  return host.substr(0, host.find('.'));
+}
 
 bool names(const topology::Node& node, const std::string& host) {
   for (const std::string& n : {node.host, node.name})
@@ -62,9 +64,10 @@ Placement map_placement(const topology::Grid& grid, const std::vector<std::strin
     for (const auto& n : grid.nodes) any = any || names(n, h);
   if (!any) {
     if (static_cast<int>(hosts.size()) > grid.size())
-      throw std::runtime_error("the topology " + grid.source + " has " + std::to_string(grid.size()) +
-                               " nodes for " + std::to_string(hosts.size()) +
-                               " ranks (no node is named after a rank's host, so ranks take nodes in order)");
+      throw std::runtime_error(
+          "the topology " + grid.source + " has " + std::to_string(grid.size()) + " nodes for " +
+          std::to_string(hosts.size()) +
+          " ranks (no node is named after a rank's host, so ranks take nodes in order)");
     for (size_t r = 0; r < hosts.size(); ++r) node_of[r] = static_cast<int>(r);
   } else {
     std::map<std::string, int> taken;  // host -> nodes handed out so far
@@ -85,7 +88,8 @@ Placement map_placement(const topology::Grid& grid, const std::vector<std::strin
   p.grid_of_comm.resize(hosts.size());
   p.comm_of_grid.resize(hosts.size());
   for (size_t r = 0; r < hosts.size(); ++r) {
-    const int g = static_cast<int>(std::lower_bound(chosen.begin(), chosen.end(), node_of[r]) - chosen.begin());
+    const int g = static_cast<int>(std::lower_bound(chosen.begin(), chosen.end(), node_of[r]) -
+                                   chosen.begin());
     p.grid_of_comm[r] = g;
     p.comm_of_grid[static_cast<size_t>(g)] = static_cast<int>(r);
   }

@@ -5,7 +5,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "runtime/executor.hpp"
 #include "topology/intervals.hpp"
 
 namespace gridbcast::mpi::provider {
@@ -21,7 +20,7 @@ struct Segment {
 struct Link {
   int peer = 0;  // grid rank
   std::vector<Segment> segments;
-  size_t next = 0;    // first segment not posted yet
+  size_t next = 0;  // first segment not posted yet
   int in_flight = 0;
   size_t done = 0;
 };
@@ -29,13 +28,14 @@ struct Link {
 std::string mpi_error(int code) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
-  if (PMPI_Error_string(code, text, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  if (PMPI_Error_string(code, text, &len) != MPI_SUCCESS)
+    return "MPI error " + std::to_string(code);
   return std::string(text, static_cast<size_t>(len));
 }
 
 // Segments per link for a given segment size; returns the longest link.
-size_t cut(const topology::Plan& plan, int me, std::uint64_t seg,
-           std::map<int, Link>& in, std::map<int, Link>& out) {
+size_t cut(const topology::Plan& plan, int me, std::uint64_t seg, std::map<int, Link>& in,
+           std::map<int, Link>& out) {
   in.clear();
   out.clear();
   size_t longest = 0;
@@ -62,7 +62,8 @@ void execute_over_pmpi(const topology::Plan& plan, int me, const std::vector<int
   seg = std::max<std::uint64_t>(seg, 1);
   std::map<int, Link> in, out;
   const auto tags = static_cast<size_t>(options.tag_ub) + 1;
-  while (cut(plan, me, seg, in, out) > tags && seg < kMaxSegment) seg = std::min(seg * 2, kMaxSegment);
+  while (cut(plan, me, seg, in, out) > tags && seg < kMaxSegment)
+    seg = std::min(seg * 2, kMaxSegment);
   if (cut(plan, me, seg, in, out) > tags)
     throw std::runtime_error("a broadcast of " + std::to_string(plan.size) +
                              " bytes needs more tags than MPI_TAG_UB allows");
@@ -88,7 +89,8 @@ void execute_over_pmpi(const topology::Plan& plan, int me, const std::vector<int
                                   comm_of_grid.at(static_cast<size_t>(peer)),
                                   static_cast<int>(link.next), options.comm, &r);
         if (rc != MPI_SUCCESS)
-          throw std::runtime_error("PMPI_Irecv from rank " + std::to_string(comm_of_grid[static_cast<size_t>(peer)]) +
+          throw std::runtime_error("PMPI_Irecv from rank " +
+                                   std::to_string(comm_of_grid[static_cast<size_t>(peer)]) +
                                    " failed: " + mpi_error(rc));
         requests.push_back(r);
         pending.push_back(Pending{&link, link.next, true});
@@ -105,7 +107,8 @@ void execute_over_pmpi(const topology::Plan& plan, int me, const std::vector<int
                                   comm_of_grid.at(static_cast<size_t>(peer)),
                                   static_cast<int>(link.next), options.comm, &r);
         if (rc != MPI_SUCCESS)
-          throw std::runtime_error("PMPI_Isend to rank " + std::to_string(comm_of_grid[static_cast<size_t>(peer)]) +
+          throw std::runtime_error("PMPI_Isend to rank " +
+                                   std::to_string(comm_of_grid[static_cast<size_t>(peer)]) +
                                    " failed: " + mpi_error(rc));
         requests.push_back(r);
         pending.push_back(Pending{&link, link.next, false});
@@ -129,7 +132,8 @@ void execute_over_pmpi(const topology::Plan& plan, int me, const std::vector<int
     post();
     if (requests.empty()) {
       if (finished()) break;
-      throw std::logic_error("gridbcast MPI transport: nothing in flight but the broadcast is not done");
+      throw std::logic_error(
+          "gridbcast MPI transport: nothing in flight but the broadcast is not done");
     }
     indices.resize(requests.size());
     statuses.resize(requests.size());

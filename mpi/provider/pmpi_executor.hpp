@@ -16,10 +16,10 @@
 namespace gridbcast::mpi::provider {
 
 struct PmpiOptions {
-  MPI_Comm comm = MPI_COMM_NULL;   // a private duplicate: no user message can match ours
-  int tag_ub = 32767;              // the communicator's MPI_TAG_UB
-  std::uint64_t segment_bytes = 0; // set by the caller (topology::automatic_segment)
-  int window = 8;                  // requests in flight per link and direction
+  MPI_Comm comm = MPI_COMM_NULL;    // a private duplicate: no user message can match ours
+  int tag_ub = 32767;               // the communicator's MPI_TAG_UB
+  std::uint64_t segment_bytes = 0;  // set by the caller (topology::automatic_segment)
+  int window = 8;                   // requests in flight per link and direction
 };
 
 // `plan` speaks of grid ranks; comm_of_grid[g] is grid rank g's rank in

@@ -23,14 +23,14 @@
 // same path. Datatypes that are not contiguous are packed (PMPI_Pack) into a
 // staging buffer and unpacked after, so ranks whose typemaps differ (legal when
 // the type signatures match) still agree.
+#include <arpa/inet.h>
 #include <ifaddrs.h>
-#include <net/if.h>
 #include <mpi.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <sys/utsname.h>
 
 #include <algorithm>
-#include <arpa/inet.h>
 #include <array>
 #include <chrono>
 #include <climits>
@@ -96,7 +96,8 @@ Config load_config() {
     if (!c.algorithm) {
       std::string all;
       for (const auto& a : topology::algorithms()) all += " " + std::string(a.name);
-      throw std::runtime_error("GRIDBCAST_ALGORITHM=\"" + algorithm + "\" is not auto, random or one of:" + all);
+      throw std::runtime_error("GRIDBCAST_ALGORITHM=\"" + algorithm +
+                               "\" is not auto, random or one of:" + all);
     }
   }
   auto size = [](const char* name, std::uint64_t& out) {
@@ -110,12 +111,14 @@ Config load_config() {
   };
   size("GRIDBCAST_MIN_BYTES", c.min_bytes);
   size("GRIDBCAST_SEGMENT", c.segment_bytes);
-  if (const std::string path = env("GRIDBCAST_TOPOLOGY"); !path.empty()) c.topology = topology::load_grid_file(path);
+  if (const std::string path = env("GRIDBCAST_TOPOLOGY"); !path.empty())
+    c.topology = topology::load_grid_file(path);
   if (const std::string t = env("GRIDBCAST_TIMEOUT"); !t.empty()) {
     char* end = nullptr;
     const double seconds = std::strtod(t.c_str(), &end);
     if (end == t.c_str() || *end != '\0' || seconds <= 0)
-      throw std::runtime_error("GRIDBCAST_TIMEOUT=\"" + t + "\" is not a positive number of seconds");
+      throw std::runtime_error("GRIDBCAST_TIMEOUT=\"" + t +
+                               "\" is not a positive number of seconds");
     c.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
   }
   c.address = env("GRIDBCAST_ADDRESS");
@@ -128,7 +131,8 @@ Config load_config() {
 std::string mpi_error(int code) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
-  if (PMPI_Error_string(code, text, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  if (PMPI_Error_string(code, text, &len) != MPI_SUCCESS)
+    return "MPI error " + std::to_string(code);
   return std::string(text, static_cast<size_t>(len));
 }
 
@@ -250,12 +254,14 @@ std::unique_ptr<CommState> set_up(MPI_Comm comm, const Config& config) {
 
   std::string failure;
   const std::vector<std::string> hosts = allgather_strings(s->priv, hostname(), s->size);
-  const bool one_host = std::all_of(hosts.begin(), hosts.end(), [&](const auto& h) { return h == hosts[0]; });
+  const bool one_host =
+      std::all_of(hosts.begin(), hosts.end(), [&](const auto& h) { return h == hosts[0]; });
   std::string address = config.address;
   if (address.empty()) address = one_host ? "127.0.0.1" : own_address();
   const std::vector<std::string> addresses = allgather_strings(s->priv, address, s->size);
   try {
-    s->placement = config.topology ? map_placement(*config.topology, hosts) : infer_placement(hosts, addresses);
+    s->placement = config.topology ? map_placement(*config.topology, hosts)
+                                   : infer_placement(hosts, addresses);
   } catch (const std::exception& e) {
     failure = e.what();
   }
@@ -315,7 +321,9 @@ std::unique_ptr<CommState> set_up(MPI_Comm comm, const Config& config) {
     s->fallback = failure.empty() ? "set-up failed on another rank" : failure;
     s->lanes.reset();
     if (!failure.empty())
-      std::fprintf(stderr, "gridbcast provider: rank %d of a communicator of %d: %s; this communicator uses PMPI_Bcast\n",
+      std::fprintf(stderr,
+                   "gridbcast provider: rank %d of a communicator of %d: %s; this communicator "
+                   "uses PMPI_Bcast\n",
                    s->rank, s->size, failure.c_str());
   }
   return s;
@@ -350,8 +358,8 @@ topology::Algorithm choose(const Config& config, CommState& s, std::uint64_t byt
 }
 
 // The gridbcast path for `bytes` contiguous bytes at `data`.
-topology::Algorithm broadcast(CommState& s, const Config& config, std::byte* data, std::uint64_t bytes,
-                              int root) {
+topology::Algorithm broadcast(CommState& s, const Config& config, std::byte* data,
+                              std::uint64_t bytes, int root) {
   const auto algo = choose(config, s, bytes);
   ++s.bcasts;
   const int root_grid = s.placement.grid_of_comm[static_cast<size_t>(root)];
@@ -368,6 +376,33 @@ topology::Algorithm broadcast(CommState& s, const Config& config, std::byte* dat
   execute_over_pmpi(plan, s.placement.grid_of_comm[static_cast<size_t>(s.rank)],
                     s.placement.comm_of_grid, data, o);
   return algo;
+}
+
+// Packs (or unpacks) `count` elements between the user's buffer and `packed`,
+// in pieces whose byte counts fit PMPI_Pack's int.
+void pack(void* buffer, int count, MPI_Datatype type, MPI_Count size, MPI_Count extent,
+          std::byte* packed, MPI_Comm comm, bool to_packed) {
+  if (size > INT_MAX)
+    throw std::runtime_error("a non-contiguous datatype of " + std::to_string(size) +
+                             " bytes per element (PMPI_Pack counts in int)");
+  const int per_piece =
+      size == 0 ? count : static_cast<int>(std::max<MPI_Count>(1, INT_MAX / size));
+  for (int first = 0; first < count; first += per_piece) {
+    const int n = std::min(per_piece, count - first);
+    auto* user = static_cast<std::byte*>(buffer) + static_cast<MPI_Aint>(first) * extent;
+    std::byte* at = packed + static_cast<std::uint64_t>(first) * static_cast<std::uint64_t>(size);
+    const int piece = static_cast<int>(n * size);
+    int position = 0;
+    if (to_packed) {
+      check(PMPI_Pack(user, n, type, at, piece, &position, comm), "PMPI_Pack");
+    } else {
+      check(PMPI_Unpack(at, piece, &position, user, n, type, comm), "PMPI_Unpack");
+    }
+    if (position != piece)
+      throw std::runtime_error(std::string(to_packed ? "PMPI_Pack" : "PMPI_Unpack") + " moved " +
+                               std::to_string(position) + " bytes for " + std::to_string(piece) +
+                               " bytes of data");
+  }
 }
 
 void tally(std::uint64_t Stats::*field) {
@@ -402,7 +437,8 @@ using namespace gridbcast::mpi::provider;  // NOLINT: the C entry points below
 
 #define GRIDBCAST_EXPORT extern "C" __attribute__((visibility("default")))
 
-GRIDBCAST_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
+GRIDBCAST_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root,
+                               MPI_Comm comm) {
   int initialized = 0, finalized = 0;
   PMPI_Initialized(&initialized);
   PMPI_Finalized(&finalized);
@@ -411,7 +447,8 @@ GRIDBCAST_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, i
     if (field) tally(field);
     return PMPI_Bcast(buffer, count, datatype, root, comm);
   };
-  if (!initialized || finalized || comm == MPI_COMM_NULL || count < 0 || datatype == MPI_DATATYPE_NULL)
+  if (!initialized || finalized || comm == MPI_COMM_NULL || count < 0 ||
+      datatype == MPI_DATATYPE_NULL)
     return pmpi(&Stats::trivial);
   const Config* config = config_or_abort();
   if (!config) return MPI_ERR_OTHER;
@@ -426,9 +463,7 @@ GRIDBCAST_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, i
     return pmpi(&Stats::trivial);
   const auto bytes = static_cast<std::uint64_t>(type_size) * static_cast<std::uint64_t>(count);
   if (bytes < config->min_bytes) return pmpi(&Stats::small);
-  // PMPI_Pack counts in int: a non-contiguous buffer over 2 GiB goes to PMPI_Bcast.
   const bool contiguous = (count == 1 || extent == type_size) && true_extent == type_size;
-  if (!contiguous && bytes > static_cast<std::uint64_t>(INT_MAX)) return pmpi(&Stats::trivial);
 
   try {
     free_retired(provider());
@@ -440,18 +475,10 @@ GRIDBCAST_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, i
       algo = broadcast(s, *config, static_cast<std::byte*>(buffer) + true_lb, bytes, root);
     } else {
       std::vector<std::byte> packed(bytes);
-      int position = 0;
-      if (rank == root) {
-        check(PMPI_Pack(buffer, count, datatype, packed.data(), static_cast<int>(bytes), &position, comm),
-              "PMPI_Pack");
-        if (static_cast<std::uint64_t>(position) != bytes)
-          throw std::runtime_error("PMPI_Pack produced " + std::to_string(position) + " bytes for " +
-                                   std::to_string(bytes) + " bytes of data");
-      }
+      if (rank == root) pack(buffer, count, datatype, type_size, extent, packed.data(), comm, true);
       algo = broadcast(s, *config, packed.data(), bytes, root);
       if (rank != root)
-        check(PMPI_Unpack(packed.data(), static_cast<int>(bytes), &position, buffer, count, datatype, comm),
-              "PMPI_Unpack");
+        pack(buffer, count, datatype, type_size, extent, packed.data(), comm, false);
     }
     Provider& p = provider();
     std::lock_guard lock(p.mutex);
@@ -462,7 +489,8 @@ GRIDBCAST_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, i
   } catch (const std::exception& e) {
     int rank = -1;
     PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    std::fprintf(stderr, "gridbcast provider: MPI_Bcast failed on rank %d (of MPI_COMM_WORLD): %s\n", rank,
+    std::fprintf(stderr,
+                 "gridbcast provider: MPI_Bcast failed on rank %d (of MPI_COMM_WORLD): %s\n", rank,
                  e.what());
     PMPI_Comm_call_errhandler(comm, MPI_ERR_OTHER);
     return MPI_ERR_OTHER;
@@ -498,15 +526,18 @@ GRIDBCAST_EXPORT int MPI_Finalize(void) {
       }
       const char* transport = env("GRIDBCAST_TRANSPORT") == "lanes" ? "lanes" : "mpi";
       std::fprintf(stderr,
-                   "gridbcast provider (%s, transport %s) rank %d: %llu MPI_Bcast: %llu gridbcast (%s%s%llu packed), "
-                   "%llu PMPI_Bcast (%llu below %llu bytes, %llu intercommunicator/one rank/invalid, %llu after a failed set-up)\n",
+                   "gridbcast provider (%s, transport %s) rank %d: %llu MPI_Bcast: %llu gridbcast "
+                   "(%s%s%llu packed), "
+                   "%llu PMPI_Bcast (%llu below %llu bytes, %llu intercommunicator/one "
+                   "rank/invalid, %llu after a failed set-up)\n",
                    GRIDBCAST_MPI_FLAVOUR, transport, rank, static_cast<unsigned long long>(s.calls),
                    static_cast<unsigned long long>(ours), algos.c_str(), algos.empty() ? "" : "; ",
                    static_cast<unsigned long long>(s.packed),
                    static_cast<unsigned long long>(s.small + s.trivial + s.fallback),
                    static_cast<unsigned long long>(s.small),
                    static_cast<unsigned long long>(config ? config->min_bytes : 65536),
-                   static_cast<unsigned long long>(s.trivial), static_cast<unsigned long long>(s.fallback));
+                   static_cast<unsigned long long>(s.trivial),
+                   static_cast<unsigned long long>(s.fallback));
     }
     // Release every communicator's state (MPI_COMM_WORLD's attributes are not
     // deleted by MPI_Finalize), then the duplicates.

@@ -7,6 +7,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -15,8 +16,6 @@
 #include <iostream>
 
 #include "mpi/standalone/state.hpp"
-#include "runtime/subgrid.hpp"
-#include "topology/loader.hpp"
 
 namespace gridbcast::mpi {
 namespace {
@@ -62,28 +61,49 @@ constexpr BasicType kBasicTypes[] = {
 
 const char* class_name(int error_class) {
   switch (error_class) {
-    case MPI_SUCCESS: return "MPI_SUCCESS: no error";
-    case MPI_ERR_BUFFER: return "MPI_ERR_BUFFER: invalid buffer pointer";
-    case MPI_ERR_COUNT: return "MPI_ERR_COUNT: invalid count argument";
-    case MPI_ERR_TYPE: return "MPI_ERR_TYPE: invalid datatype";
-    case MPI_ERR_TAG: return "MPI_ERR_TAG: invalid tag";
-    case MPI_ERR_COMM: return "MPI_ERR_COMM: invalid communicator";
-    case MPI_ERR_RANK: return "MPI_ERR_RANK: invalid rank";
-    case MPI_ERR_ROOT: return "MPI_ERR_ROOT: invalid root";
-    case MPI_ERR_GROUP: return "MPI_ERR_GROUP: invalid group";
-    case MPI_ERR_OP: return "MPI_ERR_OP: invalid reduce operation";
-    case MPI_ERR_ARG: return "MPI_ERR_ARG: invalid argument";
-    case MPI_ERR_UNKNOWN: return "MPI_ERR_UNKNOWN: unknown error";
-    case MPI_ERR_TRUNCATE: return "MPI_ERR_TRUNCATE: message truncated";
-    case MPI_ERR_OTHER: return "MPI_ERR_OTHER: other error";
-    case MPI_ERR_INTERN: return "MPI_ERR_INTERN: internal error";
-    case MPI_ERR_PENDING: return "MPI_ERR_PENDING: pending request";
-    default: return nullptr;
+    case MPI_SUCCESS:
+      return "MPI_SUCCESS: no error";
+    case MPI_ERR_BUFFER:
+      return "MPI_ERR_BUFFER: invalid buffer pointer";
+    case MPI_ERR_COUNT:
+      return "MPI_ERR_COUNT: invalid count argument";
+    case MPI_ERR_TYPE:
+      return "MPI_ERR_TYPE: invalid datatype";
+    case MPI_ERR_TAG:
+      return "MPI_ERR_TAG: invalid tag";
+    case MPI_ERR_COMM:
+      return "MPI_ERR_COMM: invalid communicator";
+    case MPI_ERR_RANK:
+      return "MPI_ERR_RANK: invalid rank";
+    case MPI_ERR_ROOT:
+      return "MPI_ERR_ROOT: invalid root";
+    case MPI_ERR_GROUP:
+      return "MPI_ERR_GROUP: invalid group";
+    case MPI_ERR_OP:
+      return "MPI_ERR_OP: invalid reduce operation";
+    case MPI_ERR_ARG:
+      return "MPI_ERR_ARG: invalid argument";
+    case MPI_ERR_UNKNOWN:
+      return "MPI_ERR_UNKNOWN: unknown error";
+    case MPI_ERR_TRUNCATE:
+      return "MPI_ERR_TRUNCATE: message truncated";
+    case MPI_ERR_OTHER:
+      return "MPI_ERR_OTHER: other error";
+    case MPI_ERR_INTERN:
+      return "MPI_ERR_INTERN: internal error";
+    case MPI_ERR_PENDING:
+      return "MPI_ERR_PENDING: pending request";
+    default:
+      return nullptr;
   }
 }
 
 // Raises an error the way the communicator's handler says; returns the class.
-int raise(MPI_Comm comm, const char* function, int error_class, const std::string& what) {
+// A fatal error that came from the network (a peer that exited or failed) is
+// most likely a consequence: the launcher is given a moment to report and end
+// the rank that failed first before this one reports its own view.
+int raise(MPI_Comm comm, const char* function, int error_class, const std::string& what,
+          bool from_network = false) {
   State& st = state();
   st.last_detail[error_class] = std::string(function) + ": " + what;
   MPI_Errhandler handler = MPI_ERRORS_ARE_FATAL;
@@ -95,6 +115,7 @@ int raise(MPI_Comm comm, const char* function, int error_class, const std::strin
   if (handler == MPI_ERRORS_RETURN) return error_class;
   const char* name = class_name(error_class);
   const std::string message = std::string(function) + ": " + (name ? name : "error") + ": " + what;
+  if (from_network && st.session) ::sleep(2);
   std::fflush(stdout);
   std::fprintf(stderr, "gridbcast MPI rank %d: %s (MPI_ERRORS_ARE_FATAL)\n",
                st.world ? st.world->rank() : -1, message.c_str());
@@ -110,7 +131,7 @@ int guarded(MPI_Comm comm, const char* function, F&& body) {
   } catch (const Error& e) {
     return raise(comm, function, e.error_class(), e.what());
   } catch (const std::exception& e) {
-    return raise(comm, function, MPI_ERR_OTHER, e.what());
+    return raise(comm, function, MPI_ERR_OTHER, e.what(), true);
   }
 }
 
@@ -149,13 +170,22 @@ void check_count(int count) {
 }
 
 void check_buffer(const void* buf, std::uint64_t bytes) {
-  if (buf == nullptr && bytes > 0) throw Error(MPI_ERR_BUFFER, "a null buffer for " + std::to_string(bytes) + " bytes");
+  if (buf == nullptr && bytes > 0)
+    throw Error(MPI_ERR_BUFFER, "a null buffer for " + std::to_string(bytes) + " bytes");
 }
 
 void check_rank(const Comm& c, int rank, int error_class, const char* what) {
   if (rank < 0 || rank >= c.size())
     throw Error(error_class, std::string(what) + " " + std::to_string(rank) +
-                                 " is outside the communicator's ranks 0.." + std::to_string(c.size() - 1));
+                                 " is outside the communicator's ranks 0.." +
+                                 std::to_string(c.size() - 1));
+}
+
+// As Open MPI and MPICH: predefined operations take predefined datatypes only.
+void check_reduction(MPI_Op op, const TypeInfo& t) {
+  check_op(op, t.base);
+  if (!t.predefined)
+    throw Error(MPI_ERR_OP, "predefined operations are defined on predefined datatypes only");
 }
 
 void fill_status(MPI_Status* status, int source, int tag, std::uint64_t bytes) {
@@ -200,7 +230,8 @@ void choose_algorithm(State& st, const std::string& from_launcher) {
   if (!st.algorithm) {
     std::string all;
     for (const auto& a : topology::algorithms()) all += " " + std::string(a.name);
-    throw Error(MPI_ERR_ARG, "GRIDBCAST_ALGORITHM=\"" + name + "\" is not auto, random or one of:" + all);
+    throw Error(MPI_ERR_ARG,
+                "GRIDBCAST_ALGORITHM=\"" + name + "\" is not auto, random or one of:" + all);
   }
 }
 
@@ -288,7 +319,8 @@ const TypeInfo& type_at(MPI_Datatype type, bool need_committed) {
     throw Error(MPI_ERR_TYPE, type == MPI_DATATYPE_NULL ? "MPI_DATATYPE_NULL"
                                                         : "no datatype " + std::to_string(type));
   if (need_committed && !it->second.committed)
-    throw Error(MPI_ERR_TYPE, "datatype " + std::to_string(type) + " is not committed (MPI_Type_commit)");
+    throw Error(MPI_ERR_TYPE,
+                "datatype " + std::to_string(type) + " is not committed (MPI_Type_commit)");
   return it->second;
 }
 
@@ -316,7 +348,9 @@ using namespace gridbcast::mpi;  // NOLINT: the C entry points below
 #define GRIDBCAST_ALIAS(name) \
   GRIDBCAST_EXPORT decltype(PMPI_##name) MPI_##name __attribute__((weak, alias("PMPI_" #name)));
 
-GRIDBCAST_EXPORT int PMPI_Init(int*, char***) { return initialize(MPI_THREAD_SINGLE, nullptr); }
+GRIDBCAST_EXPORT int PMPI_Init(int*, char***) {
+  return initialize(MPI_THREAD_SINGLE, nullptr);
+}
 GRIDBCAST_ALIAS(Init)
 
 GRIDBCAST_EXPORT int PMPI_Init_thread(int*, char***, int required, int* provided) {
@@ -370,7 +404,8 @@ GRIDBCAST_EXPORT int PMPI_Abort(MPI_Comm comm, int errorcode) {
   const int rank = st.world ? st.world->rank() : 0;
   (void)comm;  // the whole job ends, whatever the communicator
   std::fflush(stdout);
-  std::fprintf(stderr, "gridbcast MPI: rank %d called MPI_Abort with error code %d\n", rank, errorcode);
+  std::fprintf(stderr, "gridbcast MPI: rank %d called MPI_Abort with error code %d\n", rank,
+               errorcode);
   abort_process(errorcode, "");
 }
 GRIDBCAST_ALIAS(Abort)
@@ -516,7 +551,8 @@ GRIDBCAST_EXPORT int PMPI_Comm_split(MPI_Comm comm, int color, int key, MPI_Comm
     }
     std::vector<std::pair<int, int>> chosen;  // (key, parent rank)
     for (int r = 0; r < parent.size(); ++r)
-      if (all[2 * static_cast<size_t>(r)] == color) chosen.emplace_back(all[2 * static_cast<size_t>(r) + 1], r);
+      if (all[2 * static_cast<size_t>(r)] == color)
+        chosen.emplace_back(all[2 * static_cast<size_t>(r) + 1], r);
     std::sort(chosen.begin(), chosen.end());  // by key, ties by parent rank
     Comm c;
     for (const auto& [k, r] : chosen) c.members.push_back(parent.members[static_cast<size_t>(r)]);
@@ -574,7 +610,8 @@ GRIDBCAST_EXPORT int PMPI_Type_commit(MPI_Datatype* datatype) {
     check_initialized();
     if (!datatype) throw Error(MPI_ERR_ARG, "null datatype");
     type_at(*datatype, false);
-    if (auto it = state().derived.find(*datatype); it != state().derived.end()) it->second.committed = true;
+    if (auto it = state().derived.find(*datatype); it != state().derived.end())
+      it->second.committed = true;
   });
 }
 GRIDBCAST_ALIAS(Type_commit)
@@ -593,7 +630,8 @@ GRIDBCAST_ALIAS(Type_free)
 
 GRIDBCAST_EXPORT int PMPI_Get_count(const MPI_Status* status, MPI_Datatype datatype, int* count) {
   return guarded(MPI_COMM_WORLD, "MPI_Get_count", [&] {
-    if (!status || status == MPI_STATUS_IGNORE || !count) throw Error(MPI_ERR_ARG, "null status or count");
+    if (!status || status == MPI_STATUS_IGNORE || !count)
+      throw Error(MPI_ERR_ARG, "null status or count");
     const TypeInfo& t = type_at(datatype, true);
     const auto bytes = static_cast<std::uint64_t>(status->gridbcast_bytes);
     if (t.size == 0) {
@@ -644,14 +682,16 @@ GRIDBCAST_EXPORT int PMPI_Recv(void* buf, int count, MPI_Datatype datatype, int 
     fill_status(status, c.rank_of.at(got.source), static_cast<int>(got.tag),
                 std::min(got.bytes, capacity));
     if (got.bytes > capacity)
-      throw Error(MPI_ERR_TRUNCATE, "a message of " + std::to_string(got.bytes) + " bytes from rank " +
-                                        std::to_string(c.rank_of.at(got.source)) + " into a buffer of " +
-                                        std::to_string(capacity));
+      throw Error(MPI_ERR_TRUNCATE, "a message of " + std::to_string(got.bytes) +
+                                        " bytes from rank " +
+                                        std::to_string(c.rank_of.at(got.source)) +
+                                        " into a buffer of " + std::to_string(capacity));
   });
 }
 GRIDBCAST_ALIAS(Recv)
 
-GRIDBCAST_EXPORT int PMPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
+GRIDBCAST_EXPORT int PMPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root,
+                                MPI_Comm comm) {
   return guarded(comm, "MPI_Bcast", [&] {
     Comm& c = comm_at(comm);
     check_count(count);
@@ -668,20 +708,21 @@ GRIDBCAST_EXPORT int PMPI_Barrier(MPI_Comm comm) {
 }
 GRIDBCAST_ALIAS(Barrier)
 
-GRIDBCAST_EXPORT int PMPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
-                                 MPI_Op op, int root, MPI_Comm comm) {
+GRIDBCAST_EXPORT int PMPI_Reduce(const void* sendbuf, void* recvbuf, int count,
+                                 MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm) {
   return guarded(comm, "MPI_Reduce", [&] {
     Comm& c = comm_at(comm);
     check_count(count);
     const TypeInfo& t = type_at(datatype);
     check_rank(c, root, MPI_ERR_ROOT, "root");
-    check_op(op, t.base);
+    check_reduction(op, t);
     const std::uint64_t bytes = t.size * static_cast<std::uint64_t>(count);
     if (sendbuf == MPI_IN_PLACE && c.rank != root)
       throw Error(MPI_ERR_BUFFER, "MPI_IN_PLACE is the root's send buffer only");
     if (sendbuf != MPI_IN_PLACE) check_buffer(sendbuf, bytes);
     if (c.rank == root) check_buffer(recvbuf, bytes);
-    reduce(c, sendbuf, recvbuf, t.count * static_cast<std::uint64_t>(count), t.base, bytes, op, root);
+    reduce(c, sendbuf, recvbuf, t.count * static_cast<std::uint64_t>(count), t.base, bytes, op,
+           root);
   });
 }
 GRIDBCAST_ALIAS(Reduce)
@@ -692,7 +733,7 @@ GRIDBCAST_EXPORT int PMPI_Allreduce(const void* sendbuf, void* recvbuf, int coun
     Comm& c = comm_at(comm);
     check_count(count);
     const TypeInfo& t = type_at(datatype);
-    check_op(op, t.base);
+    check_reduction(op, t);
     const std::uint64_t bytes = t.size * static_cast<std::uint64_t>(count);
     if (sendbuf != MPI_IN_PLACE) check_buffer(sendbuf, bytes);
     check_buffer(recvbuf, bytes);
@@ -710,7 +751,8 @@ GRIDBCAST_EXPORT int PMPI_Gather(const void* sendbuf, int sendcount, MPI_Datatyp
     Comm& c = comm_at(comm);
     check_rank(c, root, MPI_ERR_ROOT, "root");
     const bool in_place = sendbuf == MPI_IN_PLACE;
-    if (in_place && c.rank != root) throw Error(MPI_ERR_BUFFER, "MPI_IN_PLACE is the root's send buffer only");
+    if (in_place && c.rank != root)
+      throw Error(MPI_ERR_BUFFER, "MPI_IN_PLACE is the root's send buffer only");
     std::uint64_t send_bytes = 0;
     if (!in_place) {
       check_count(sendcount);
@@ -719,7 +761,8 @@ GRIDBCAST_EXPORT int PMPI_Gather(const void* sendbuf, int sendcount, MPI_Datatyp
     }
     State& st = state();
     if (c.rank != root) {
-      st.world->send(c.members[static_cast<size_t>(root)], c.collective_context(), 3500, sendbuf, send_bytes);
+      st.world->send(c.members[static_cast<size_t>(root)], c.collective_context(), 3500, sendbuf,
+                     send_bytes);
       return;
     }
     check_count(recvcount);
@@ -730,13 +773,14 @@ GRIDBCAST_EXPORT int PMPI_Gather(const void* sendbuf, int sendcount, MPI_Datatyp
       if (send_bytes > slot)
         throw Error(MPI_ERR_TRUNCATE, "the root sends " + std::to_string(send_bytes) +
                                           " bytes into a slot of " + std::to_string(slot));
-      if (send_bytes > 0) std::memmove(out + slot * static_cast<std::uint64_t>(root), sendbuf, send_bytes);
+      if (send_bytes > 0)
+        std::memmove(out + slot * static_cast<std::uint64_t>(root), sendbuf, send_bytes);
     }
     std::string truncated;
     for (int r = 0; r < c.size(); ++r) {
       if (r == root) continue;
-      const auto got = st.world->receive(c.members[static_cast<size_t>(r)], c.collective_context(), 3500,
-                                         out + slot * static_cast<std::uint64_t>(r), slot);
+      const auto got = st.world->receive(c.members[static_cast<size_t>(r)], c.collective_context(),
+                                         3500, out + slot * static_cast<std::uint64_t>(r), slot);
       if (got.bytes > slot && truncated.empty())
         truncated = "rank " + std::to_string(r) + " sent " + std::to_string(got.bytes) +
                     " bytes into a slot of " + std::to_string(slot);

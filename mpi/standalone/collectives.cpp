@@ -33,7 +33,8 @@ void receive_from(Comm& c, int from, std::int64_t tag, void* data, std::uint64_t
   if (got.bytes != bytes)
     throw Error(MPI_ERR_TRUNCATE, "rank " + std::to_string(from) + " contributed " +
                                       std::to_string(got.bytes) + " bytes where " +
-                                      std::to_string(bytes) + " were expected (mismatched counts?)");
+                                      std::to_string(bytes) +
+                                      " were expected (mismatched counts?)");
 }
 
 }  // namespace
@@ -63,8 +64,8 @@ void barrier(Comm& c) {
   }
 }
 
-void reduce(Comm& c, const void* sendbuf, void* recvbuf, std::uint64_t elements,
-            MPI_Datatype base, std::uint64_t bytes, MPI_Op op, int root) {
+void reduce(Comm& c, const void* sendbuf, void* recvbuf, std::uint64_t elements, MPI_Datatype base,
+            std::uint64_t bytes, MPI_Op op, int root) {
   check_op(op, base);
   const int p = c.size();
   const int rel = (c.rank - root + p) % p;

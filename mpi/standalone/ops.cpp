@@ -42,29 +42,74 @@ void kernel(MPI_Op op, void* inout, const void* in, std::uint64_t n) {
 template <typename F>
 bool with_type(MPI_Datatype base, F&& f) {
   switch (base) {
-    case MPI_SIGNED_CHAR: f(static_cast<signed char>(0)); return true;
-    case MPI_UNSIGNED_CHAR: f(static_cast<unsigned char>(0)); return true;
-    case MPI_SHORT: f(static_cast<short>(0)); return true;
-    case MPI_UNSIGNED_SHORT: f(static_cast<unsigned short>(0)); return true;
-    case MPI_INT: f(0); return true;
-    case MPI_UNSIGNED: f(0u); return true;
-    case MPI_LONG: f(0L); return true;
-    case MPI_UNSIGNED_LONG: f(0UL); return true;
-    case MPI_LONG_LONG_INT: f(0LL); return true;
-    case MPI_UNSIGNED_LONG_LONG: f(0ULL); return true;
-    case MPI_FLOAT: f(0.0f); return true;
-    case MPI_DOUBLE: f(0.0); return true;
-    case MPI_LONG_DOUBLE: f(static_cast<long double>(0)); return true;
-    case MPI_INT8_T: f(std::int8_t{0}); return true;
-    case MPI_INT16_T: f(std::int16_t{0}); return true;
-    case MPI_INT32_T: f(std::int32_t{0}); return true;
-    case MPI_INT64_T: f(std::int64_t{0}); return true;
-    case MPI_UINT8_T: f(std::uint8_t{0}); return true;
-    case MPI_UINT16_T: f(std::uint16_t{0}); return true;
-    case MPI_UINT32_T: f(std::uint32_t{0}); return true;
-    case MPI_UINT64_T: f(std::uint64_t{0}); return true;
-    case MPI_AINT: f(MPI_Aint{0}); return true;
-    default: return false;
+    case MPI_SIGNED_CHAR:
+      f(static_cast<signed char>(0));
+      return true;
+    case MPI_UNSIGNED_CHAR:
+      f(static_cast<unsigned char>(0));
+      return true;
+    case MPI_SHORT:
+      f(static_cast<short>(0));
+      return true;
+    case MPI_UNSIGNED_SHORT:
+      f(static_cast<unsigned short>(0));
+      return true;
+    case MPI_INT:
+      f(0);
+      return true;
+    case MPI_UNSIGNED:
+      f(0u);
+      return true;
+    case MPI_LONG:
+      f(0L);
+      return true;
+    case MPI_UNSIGNED_LONG:
+      f(0UL);
+      return true;
+    case MPI_LONG_LONG_INT:
+      f(0LL);
+      return true;
+    case MPI_UNSIGNED_LONG_LONG:
+      f(0ULL);
+      return true;
+    case MPI_FLOAT:
+      f(0.0f);
+      return true;
+    case MPI_DOUBLE:
+      f(0.0);
+      return true;
+    case MPI_LONG_DOUBLE:
+      f(static_cast<long double>(0));
+      return true;
+    case MPI_INT8_T:
+      f(std::int8_t{0});
+      return true;
+    case MPI_INT16_T:
+      f(std::int16_t{0});
+      return true;
+    case MPI_INT32_T:
+      f(std::int32_t{0});
+      return true;
+    case MPI_INT64_T:
+      f(std::int64_t{0});
+      return true;
+    case MPI_UINT8_T:
+      f(std::uint8_t{0});
+      return true;
+    case MPI_UINT16_T:
+      f(std::uint16_t{0});
+      return true;
+    case MPI_UINT32_T:
+      f(std::uint32_t{0});
+      return true;
+    case MPI_UINT64_T:
+      f(std::uint64_t{0});
+      return true;
+    case MPI_AINT:
+      f(MPI_Aint{0});
+      return true;
+    default:
+      return false;
   }
 }
 

@@ -39,15 +39,15 @@ struct TypeInfo {
 };
 
 struct Comm {
-  std::vector<int> members;     // world ranks, index = rank in this communicator
-  std::map<int, int> rank_of;   // world rank -> rank in this communicator
-  int rank = 0;                 // this process
-  std::uint64_t context = 0;    // point-to-point; context + 1 for collectives
+  std::vector<int> members;    // world ranks, index = rank in this communicator
+  std::map<int, int> rank_of;  // world rank -> rank in this communicator
+  int rank = 0;                // this process
+  std::uint64_t context = 0;   // point-to-point; context + 1 for collectives
   MPI_Errhandler errhandler = MPI_ERRORS_ARE_FATAL;
-  std::uint64_t children = 0;   // communicators made from this one (context ids)
-  std::uint64_t bcasts = 0;     // broadcasts so far (GRIDBCAST_ALGORITHM=random)
+  std::uint64_t children = 0;  // communicators made from this one (context ids)
+  std::uint64_t bcasts = 0;    // broadcasts so far (GRIDBCAST_ALGORITHM=random)
   bool is_world = false;
-  bool group = false;           // defined as a runtime group (size > 1, not world)
+  bool group = false;  // defined as a runtime group (size > 1, not world)
   int size() const { return static_cast<int>(members.size()); }
   std::uint64_t collective_context() const { return context + 1; }
 };
@@ -83,8 +83,8 @@ void check_initialized();
 // Collectives over runtime point-to-point and broadcasts (collectives.cpp).
 void bcast_bytes(Comm& c, void* buffer, std::uint64_t bytes, int root);
 void barrier(Comm& c);
-void reduce(Comm& c, const void* sendbuf, void* recvbuf, std::uint64_t elements,
-            MPI_Datatype base, std::uint64_t bytes, MPI_Op op, int root);
+void reduce(Comm& c, const void* sendbuf, void* recvbuf, std::uint64_t elements, MPI_Datatype base,
+            std::uint64_t bytes, MPI_Op op, int root);
 void allgather_bytes(Comm& c, const void* mine, std::uint64_t bytes, void* all);
 
 // Reduction kernels (ops.cpp): inout[i] = inout[i] op in[i] for `n` elements of

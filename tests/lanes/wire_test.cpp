@@ -79,5 +79,25 @@ TEST(Wire, MacsDependOnSecretNoncesAndFields) {
   EXPECT_TRUE(mac_equal(m, hello_mac(secret("s3cret"), server, h2)));
 }
 
+TEST(Wire, MessageFramesCarryContextTagAndLengthsBeyondOneFrame) {
+  // Point-to-point messages (runtime/p2p): seq = context, offset = tag, and the
+  // whole message in one frame, whatever its size up to kMaxMessageBytes.
+  const FrameHeader m{FrameKind::kMessage, 0xfeedull << 40, static_cast<std::uint64_t>(-3),
+                      (5ull << 30) + 1};
+  std::string why;
+  const auto back = decode_frame_header(encode(m), why);
+  ASSERT_TRUE(back.has_value()) << why;
+  EXPECT_EQ(back->kind, FrameKind::kMessage);
+  EXPECT_EQ(back->seq, 0xfeedull << 40);
+  EXPECT_EQ(static_cast<std::int64_t>(back->offset), -3);
+  EXPECT_EQ(back->length, (5ull << 30) + 1);
+  FrameHeader huge = m;
+  huge.length = kMaxMessageBytes + 1;
+  EXPECT_FALSE(decode_frame_header(encode(huge), why).has_value());
+  FrameHeader data = m;
+  data.kind = FrameKind::kData;  // data frames stay within kMaxFrameBytes
+  EXPECT_FALSE(decode_frame_header(encode(data), why).has_value());
+}
+
 }  // namespace
 }  // namespace gridbcast::lanes

@@ -118,7 +118,7 @@ TEST(Messages, SimultaneousLargeExchangeDoesNotDeadlock) {
   });
 }
 
-TEST(Messages, AMessageLargerThanOneFrameLimit) {
+TEST(Messages, OneGibibytePlusInOneFrame) {
   const std::uint64_t size = lanes::kMaxFrameBytes + 4099;
   const auto grid = make_grid({2});
   Ranks ranks(grid);
@@ -174,10 +174,13 @@ TEST(Groups, EveryAlgorithmAndRootOnPermutedSubgroups) {
     for (const auto& info : topology::algorithms()) {
       for (int root = 0; root < static_cast<int>(odd.size()); ++root, ++seed) {
         if (!in_odd) continue;
-        if (odd[static_cast<size_t>(root)] == me) fill_pattern(buf.data(), buf.size(), seed);
-        else std::memset(buf.data(), 0x5a, buf.size());
+        if (odd[static_cast<size_t>(root)] == me)
+          fill_pattern(buf.data(), buf.size(), seed);
+        else
+          std::memset(buf.data(), 0x5a, buf.size());
         c.bcast_group(100, buf.data(), buf.size(), root, info.id);
-        EXPECT_TRUE(buf == pattern(buf.size(), seed)) << info.name << " root " << root << " rank " << me;
+        EXPECT_TRUE(buf == pattern(buf.size(), seed))
+            << info.name << " root " << root << " rank " << me;
       }
       // Interleaved with the world and the reversed group.
       const int root = static_cast<int>(seed % 9);

@@ -1,0 +1,159 @@
+// libgridbcast_mpi: C programs built against gridbcast's mpi.h, run under
+// `gridbcast launch TOPOLOGY -- PROGRAM` as a user runs them.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "mpi_support.hpp"
+
+namespace gridbcast::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string last_line(const std::string& text) {
+  std::string t = text;
+  while (!t.empty() && t.back() == '\n') t.pop_back();
+  const auto nl = t.rfind('\n');
+  return nl == std::string::npos ? t : t.substr(nl + 1);
+}
+
+TEST(MpiStandalone, EveryCallOnTheDefaultTopology) {
+  Child c({kBin, "launch", "--", kMpiBin + "/calls_gridbcast"});
+  ASSERT_EQ(c.wait(120s), 0) << c.err();
+  EXPECT_NE(c.out().find("calls: 8 ranks, "), std::string::npos) << c.out();
+  EXPECT_NE(c.out().find(" checks, 0 failed"), std::string::npos) << c.out();
+}
+
+TEST(MpiStandalone, EveryCallOnThreeSitesWithAlgorithmsDrawnPerBroadcast) {
+  // GRIDBCAST_ALGORITHM=random: every algorithm on the world and on the split
+  // and duplicated communicators, planned over their restricted topologies.
+  Child c({"/usr/bin/env", "GRIDBCAST_ALGORITHM=random", kBin, "launch",
+           kSrc + "/site-configs/three-sites-hetero.yaml", "--", kMpiBin + "/calls_gridbcast"});
+  ASSERT_EQ(c.wait(180s), 0) << c.err();
+  EXPECT_NE(c.out().find("calls: 15 ranks, "), std::string::npos) << c.out();
+  EXPECT_NE(c.out().find(" checks, 0 failed"), std::string::npos) << c.out();
+}
+
+TEST(MpiStandalone, PrintsWhatOpenMpiPrintsForTheSameProgram) {
+  auto f = openmpi();
+  if (!f.missing().empty()) GTEST_SKIP() << f.missing();
+  f.ranks = 8;
+  Child ours({kBin, "launch", "--", kMpiBin + "/calls_gridbcast"});
+  Child theirs(f.command({}, {f.program("calls")}));
+  ASSERT_EQ(ours.wait(120s), 0) << ours.err();
+  ASSERT_EQ(theirs.wait(120s), 0) << theirs.err();
+  EXPECT_EQ(ours.out(), theirs.out());
+}
+
+TEST(MpiStandalone, PrintsWhatMpichPrintsForTheSameProgram) {
+  const auto f = mpich();
+  if (!f.missing().empty()) GTEST_SKIP() << f.missing();
+  const std::string dir = temp_dir();
+  Child theirs(f.command({}, {f.program("calls")}));
+  ASSERT_EQ(theirs.wait(120s), 0) << theirs.err();
+  // Three ranks on two sites.
+  Child ours(
+      {kBin, "launch", write_loopback_topology(dir, {2, 1}), "--", kMpiBin + "/calls_gridbcast"});
+  ASSERT_EQ(ours.wait(120s), 0) << ours.err();
+  EXPECT_EQ(ours.out(), theirs.out());
+  EXPECT_EQ(last_line(ours.out()).rfind("calls: 3 ranks", 0), 0u) << ours.out();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(MpiStandalone, AProgramStartedWithoutLauncherIsASingleton) {
+  Child c({kMpiBin + "/calls_gridbcast"});
+  ASSERT_EQ(c.wait(60s), 0) << c.err();
+  EXPECT_NE(c.out().find("calls: 1 ranks, "), std::string::npos) << c.out();
+}
+
+TEST(MpiStandalone, BroadcastsBeyondTwoGibibytesBetweenTwoRanks) {
+  // 2.25 GiB as MPI_DOUBLEs (count * 8 > 2^31), then as 2304 elements of a
+  // 1 MiB contiguous type from the other rank.
+  Child c({kBin, "launch", kSrc + "/site-configs/loopback-pair.yaml", "--",
+           kMpiBin + "/big_bcast_gridbcast"});
+  ASSERT_EQ(c.wait(240s), 0) << c.err();
+  EXPECT_NE(c.out().find("big_bcast: 2 ranks, 2415919104 bytes twice, verified"), std::string::npos)
+      << c.out();
+}
+
+TEST(MpiStandalone, MpiAbortEndsTheJobWithItsCodeAndNamesTheRank) {
+  Child c({kBin, "launch", "--", kMpiBin + "/failures_gridbcast", "abort"});
+  EXPECT_EQ(c.wait(60s), 7) << c.err();
+  EXPECT_NE(c.err().find("FAILED: rank 2 (a3) called MPI_Abort with error code 7"),
+            std::string::npos)
+      << c.err();
+  EXPECT_TRUE(children_of(c.pid(), "GRIDBCAST_RANK").empty());
+}
+
+TEST(MpiStandalone, ARankThatExitsEarlyFailsTheJobWithItsStatus) {
+  Child exit3({kBin, "launch", "--", kMpiBin + "/failures_gridbcast", "exit"});
+  EXPECT_EQ(exit3.wait(60s), 3) << exit3.err();
+  EXPECT_NE(exit3.err().find("FAILED: rank 1 (a2) exited with status 3"), std::string::npos)
+      << exit3.err();
+  Child quiet({kBin, "launch", "--", kMpiBin + "/failures_gridbcast", "nofinalize"});
+  EXPECT_EQ(quiet.wait(60s), 1) << quiet.err();
+  EXPECT_NE(quiet.err().find("rank 1 (a2) exited with status 0 without calling MPI_Finalize"),
+            std::string::npos)
+      << quiet.err();
+}
+
+TEST(MpiStandalone, AFatalErrorNamesTheCallAndTheRank) {
+  Child c({kBin, "launch", "--", kMpiBin + "/failures_gridbcast", "fatal"});
+  EXPECT_EQ(c.wait(60s), 6) << c.err();  // MPI_ERR_RANK
+  EXPECT_NE(c.err().find("FAILED: rank 0 (a1) called MPI_Abort with error code 6: MPI_Send: "
+                         "MPI_ERR_RANK: invalid rank: destination 13"),
+            std::string::npos)
+      << c.err();
+}
+
+TEST(MpiStandalone, StandardInputStaysTheProgramsOnRankZero) {
+  // The secret goes through GRIDBCAST_SECRET_FD, so stdin is the user's.
+  Child c({"/bin/sh", "-c",
+           "echo 'a line for rank 0' | " + kBin + " launch -- " + kMpiBin +
+               "/failures_gridbcast stdin"});
+  ASSERT_EQ(c.wait(60s), 0) << c.err();
+  EXPECT_EQ(c.out(), "rank 0 read: a line for rank 0\n");
+}
+
+TEST(MpiStandalone, WrapperAndPkgConfigBuildTheBenchmarkUnmodified) {
+  const std::string dir = temp_dir();
+  Child cc({kMpiLibDir + "/gridbcast-cc", "-O2", "-Wall", kSrc + "/bench/mpi_bcast.c", "-o",
+            dir + "/mpi_bcast"});
+  ASSERT_EQ(cc.wait(120s), 0) << cc.err();
+  Child run({kBin, "launch", "--", dir + "/mpi_bcast", "4194304", "3", "5"});
+  ASSERT_EQ(run.wait(120s), 0) << run.err();
+  EXPECT_NE(run.out().find("\"ranks\": 8, \"bytes\": 4194304"), std::string::npos) << run.out();
+  EXPECT_NE(run.out().find("\"verified\": true"), std::string::npos) << run.out();
+  if (!on_path("pkg-config").empty()) {
+    Child pc({"/bin/sh", "-c",
+              "PKG_CONFIG_PATH=" + kMpiLibDir + " cc -O2 " + kSrc + "/bench/mpi_bcast.c -o " + dir +
+                  "/mpi_bcast_pc $(PKG_CONFIG_PATH=" + kMpiLibDir +
+                  " pkg-config --cflags --libs gridbcast-mpi)"});
+    ASSERT_EQ(pc.wait(120s), 0) << pc.err();
+    Child again({kBin, "launch", kSrc + "/site-configs/loopback-pair.yaml", "--",
+                 dir + "/mpi_bcast_pc", "1000000", "2"});
+    ASSERT_EQ(again.wait(60s), 0) << again.err();
+    EXPECT_NE(again.out().find("\"verified\": true"), std::string::npos) << again.out();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(MpiStandalone, MistakesAreNamedBeforeAnyRankStarts) {
+  Child missing({kBin, "launch", "--", "/no/such/program"});
+  EXPECT_EQ(missing.wait(30s), 1);
+  EXPECT_NE(missing.err().find("cannot run /no/such/program"), std::string::npos) << missing.err();
+  Child empty({kBin, "launch", "--"});
+  EXPECT_NE(empty.wait(30s), 0);
+  EXPECT_NE(empty.err().find("name the program"), std::string::npos) << empty.err();
+  Child algo({"/usr/bin/env", "GRIDBCAST_ALGORITHM=fastest", kBin, "launch", "--",
+              kMpiBin + "/failures_gridbcast"});
+  EXPECT_EQ(algo.wait(60s), 1);
+  EXPECT_NE(algo.err().find("GRIDBCAST_ALGORITHM=\"fastest\" is not auto, random or one of"),
+            std::string::npos)
+      << algo.err();
+}
+
+}  // namespace
+}  // namespace gridbcast::testing
