@@ -4,10 +4,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# What gridbcast itself builds and tests with (docker/Dockerfile installs the same).
 packages=(g++ cmake ninja-build pkg-config libasio-dev libyaml-cpp-dev libssl-dev
           libgtest-dev libcli11-dev iproute2 iputils-ping python3)
+# MPICH and Open MPI: the MPI providers and their tests, and the MPI peers the
+# benchmarks compare with (docs/MPI.md). Not in the container image, which runs
+# the broadcast, not MPI applications.
+mpi_packages=(mpich libmpich-dev openmpi-bin libopenmpi-dev)
 missing=()
-for p in "${packages[@]}"; do
+for p in "${packages[@]}" "${mpi_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
