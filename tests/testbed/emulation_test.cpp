@@ -4,6 +4,7 @@
 // a lossy 20 ms link parallel streams scale as they do on a real WAN.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <thread>
 
@@ -221,15 +222,35 @@ TEST_F(TestbedEmulation, RttBetweenSitesIsTwiceTheConfiguredDelay) {
   EXPECT_LT(median(local), 1.0);
 }
 
+// HTB shapes whole frames, so one stream's payload tops out at the NIC rate
+// times 1448/1514 (TCP payload with timestamps over a 1500-byte MTU frame with
+// its Ethernet header): 95.6 Mbit/s on a 100 Mbit NIC. A cap is an upper bound,
+// and a busy 2-core machine can only push a measurement below it, never above:
+// so every run must stay under the rate, and the best of up to three must come
+// within 10 % of the payload ceiling.
+constexpr double kNicRate = 100e6;
+constexpr double kPayloadShare = 1448.0 / 1514.0;
+
+void expect_capped_at_nic_rate(const TestbedGuard& g, const std::string& client,
+                               const std::string& from, const std::string& server,
+                               const std::string& to, const std::string& what) {
+  double best = 0;
+  std::string runs;
+  for (int attempt = 0; attempt < 3 && best < 0.9 * kPayloadShare * kNicRate; ++attempt) {
+    const auto r = measure(g, client, from, server, to, 1, 3);
+    EXPECT_LE(r.bits_per_second(), 1.02 * kNicRate) << what << " exceeds the NIC rate: " << r.json();
+    best = std::max(best, r.bits_per_second());
+    runs += r.json() + "\n";
+  }
+  ::testing::Test::RecordProperty(what + "_mbps", std::to_string(best / 1e6));
+  EXPECT_GE(best, 0.9 * kPayloadShare * kNicRate) << what << ", best of the runs:\n" << runs;
+}
+
 TEST_F(TestbedEmulation, OneTcpStreamIsCappedAtTheNicRate) {
   const auto& g = *guard_;
   // Inside a site (same lane) and across the WAN (whose 1 Gbit/s is not the limit).
-  const auto local = measure(g, "a1", "10.211.1.1", "a2", "10.211.1.2", 1, 3);
-  EXPECT_NEAR(local.bits_per_second() / 100e6, 1.0, 0.10) << local.json();
-  const auto remote = measure(g, "a2", "10.211.2.2", "b1", "10.212.2.1", 1, 3);
-  EXPECT_NEAR(remote.bits_per_second() / 100e6, 1.0, 0.10) << remote.json();
-  RecordProperty("local_mbps", std::to_string(local.bits_per_second() / 1e6));
-  RecordProperty("remote_mbps", std::to_string(remote.bits_per_second() / 1e6));
+  expect_capped_at_nic_rate(g, "a1", "10.211.1.1", "a2", "10.211.1.2", "local");
+  expect_capped_at_nic_rate(g, "a2", "10.211.2.2", "b1", "10.212.2.1", "remote");
 }
 
 TEST(TestbedLossyWan, EightStreamsCarryAtLeastFourTimesOneStream) {
