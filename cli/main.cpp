@@ -8,6 +8,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "cli/bench_report.hpp"
 #include "runtime/launcher.hpp"
 #include "runtime/rank.hpp"
 #include "testbed/cli.hpp"
@@ -83,6 +84,80 @@ std::string resolve_program(const std::string& name) {
   throw std::runtime_error("launch: cannot run " + name + ": not found on PATH");
 }
 
+// How ranks are started and reached: the options `launch` and `bench` share.
+struct RunOptions {
+  std::string backend = "local", ssh = "ssh", exe, listen = "127.0.0.1", segment = "0";
+  double timeout = 30, startup = 60;
+  std::uint16_t port = 0;
+};
+
+void add_run_options(CLI::App* cmd, RunOptions& r) {
+  cmd->add_option("--segment", r.segment, "pipelining segment, e.g. \"256 KiB\"; 0 = topology's or automatic")->capture_default_str();
+  cmd->add_option("--timeout", r.timeout, "seconds without progress before a broadcast fails (launch -- PROGRAM: none unless given)")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--startup-timeout", r.startup, "seconds for every rank to connect")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--backend", r.backend, "local (fork/exec), ssh, netns (the namespace testbed; default when GRIDBCAST_BACKEND=netns), "
+                  "or external (ranks started by srun, mpiexec, compose, by hand)")
+      ->check(CLI::IsMember({"local", "ssh", "netns", "external"}))->capture_default_str();
+  cmd->add_option("--ssh-command", r.ssh, "ssh command for the ssh backend")->capture_default_str();
+  cmd->add_option("--rank-exe", r.exe, "gridbcast binary the ranks run (default: this one)");
+  cmd->add_option("--listen", r.listen, "address of the launcher's control listener (netns: the testbed's management address)")->capture_default_str();
+  cmd->add_option("--port", r.port, "port of the control listener (0: any)")->capture_default_str();
+}
+
+// Fills the launch options `r` decides and returns the backend that starts the
+// ranks (`command`: what each rank runs; empty: `gridbcast rank`).
+std::unique_ptr<runtime::Backend> make_backend(CLI::App* cmd, RunOptions& r, runtime::LaunchOptions& o,
+                                               std::vector<std::string> command = {}) {
+  o.params.segment_bytes = parse_size_option(r.segment, "--segment");
+  o.params.timeout_ms = static_cast<std::int64_t>(r.timeout * 1000);
+  o.listen_address = r.listen;
+  o.listen_port = r.port;
+  o.startup_timeout_ms = static_cast<std::int64_t>(r.startup * 1000);
+  const std::string exe = r.exe.empty() ? self_exe() : r.exe;
+  // `gridbcast testbed run` selects the netns backend through the environment.
+  if (const char* b = std::getenv("GRIDBCAST_BACKEND"); b && *b && !cmd->count("--backend")) r.backend = b;
+  const bool program = !command.empty();
+  if (!program) command = {exe, "rank"};
+  if (program && r.backend == "local") command[0] = resolve_program(command[0]);
+  if (program && r.backend == "netns")
+    throw CLI::ValidationError("--backend", "netns does not run programs yet (launch -- PROGRAM); use local");
+  if (r.backend == "local") return runtime::make_local_backend(command);
+  if (r.backend == "ssh") return runtime::make_ssh_backend(r.ssh, command);
+  if (r.backend == "external") return runtime::make_external_backend();
+  if (r.backend == "netns") {
+    auto netns = testbed::make_netns_launch(o.grid, exe);
+    if (!cmd->count("--listen")) o.listen_address = netns.listen_address;
+    return std::move(netns.backend);
+  }
+  throw CLI::ValidationError("GRIDBCAST_BACKEND", "\"" + r.backend + "\" is not local, ssh, netns or external");
+}
+
+// "1KiB:64MiB" (x4 steps), "1KiB:64MiB:x2", or a list "4096,1MiB".
+std::vector<std::uint64_t> parse_sizes(const std::string& text) {
+  std::vector<std::uint64_t> sizes;
+  const auto colon = text.find(':');
+  if (colon == std::string::npos) {
+    std::stringstream ss(text);
+    for (std::string item; std::getline(ss, item, ',');) sizes.push_back(parse_size_option(item, "--sizes"));
+  } else {
+    const auto second = text.find(':', colon + 1);
+    const std::uint64_t lo = parse_size_option(text.substr(0, colon), "--sizes");
+    const std::uint64_t hi = parse_size_option(text.substr(colon + 1, second - colon - 1), "--sizes");
+    std::uint64_t factor = 4;
+    if (second != std::string::npos) {
+      const std::string f = text.substr(second + 1);
+      if (f.size() < 2 || f[0] != 'x' || f.find_first_not_of("0123456789", 1) != std::string::npos ||
+          std::stoull(f.substr(1)) < 2)
+        throw CLI::ValidationError("--sizes", "the step is x2, x4, ...: \"" + text + "\"");
+      factor = std::stoull(f.substr(1));
+    }
+    if (lo == 0 || lo > hi) throw CLI::ValidationError("--sizes", "expected FROM:TO with 0 < FROM <= TO: \"" + text + "\"");
+    for (std::uint64_t s = lo; s <= hi; s *= factor) sizes.push_back(s);
+  }
+  if (sizes.empty()) throw CLI::ValidationError("--sizes", "no sizes in \"" + text + "\"");
+  return sizes;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -110,11 +185,9 @@ int main(int argc, char** argv) {
 
   // launch
   auto* launch_cmd = app.add_subcommand("launch", "Start one rank per node and broadcast (the main job), or run a program on every rank (-- PROGRAM)");
-  std::string l_topology, l_algorithm = "auto", l_size = "64 MiB", l_file, l_output = "/tmp/gridbcast/{node}/", l_backend = "local",
-              l_ssh = "ssh", l_exe, l_listen = "127.0.0.1", l_segment = "0";
+  std::string l_topology, l_algorithm = "auto", l_size = "64 MiB", l_file, l_output = "/tmp/gridbcast/{node}/";
   int l_root = 0, l_iterations = 1;
-  double l_timeout = 30, l_startup = 60;
-  std::uint16_t l_port = 0;
+  RunOptions l_run;
   std::uint64_t l_seed = 1;
   bool l_json = false, l_no_verify = false, l_random_roots = false, l_random_sizes = false;
   launch_cmd->add_option("TOPOLOGY", l_topology, "site-config YAML (default: the embedded default, 2 sites x 4 nodes on loopback)");
@@ -127,16 +200,7 @@ int main(int argc, char** argv) {
   launch_cmd->add_flag("--random-roots", l_random_roots, "draw each iteration's root at random (from --seed)");
   launch_cmd->add_flag("--random-sizes", l_random_sizes, "draw each iteration's size from [0, --size] (from --seed)");
   launch_cmd->add_option("--seed", l_seed, "seed for generated data and random draws")->capture_default_str();
-  launch_cmd->add_option("--segment", l_segment, "pipelining segment, e.g. \"256 KiB\"; 0 = topology's or automatic")->capture_default_str();
-  launch_cmd->add_option("--timeout", l_timeout, "seconds without progress before a broadcast fails (after --: none unless given)")->check(CLI::PositiveNumber)->capture_default_str();
-  launch_cmd->add_option("--startup-timeout", l_startup, "seconds for every rank to connect")->check(CLI::PositiveNumber)->capture_default_str();
-  launch_cmd->add_option("--backend", l_backend, "local (fork/exec), ssh, netns (the namespace testbed; default when GRIDBCAST_BACKEND=netns), "
-                         "or external (ranks started by srun, mpiexec, compose, by hand)")
-      ->check(CLI::IsMember({"local", "ssh", "netns", "external"}))->capture_default_str();
-  launch_cmd->add_option("--ssh-command", l_ssh, "ssh command for the ssh backend")->capture_default_str();
-  launch_cmd->add_option("--rank-exe", l_exe, "gridbcast binary the ranks run (default: this one)");
-  launch_cmd->add_option("--listen", l_listen, "address of the launcher's control listener (netns: the testbed's management address)")->capture_default_str();
-  launch_cmd->add_option("--port", l_port, "port of the control listener (0: any)")->capture_default_str();
+  add_run_options(launch_cmd, l_run);
   launch_cmd->add_flag("--json", l_json, "print the summary as JSON");
   launch_cmd->add_flag("--no-verify", l_no_verify, "skip the SHA-256 check of every copy");
   launch_cmd->footer("Examples:\n  gridbcast launch\n  gridbcast launch site-configs/single-site-15.yaml --size 256MiB --algorithm multilane\n"
@@ -162,6 +226,35 @@ int main(int argc, char** argv) {
   sim_cmd->add_flag("--json", s_json, "JSON lines, one per prediction");
   sim_cmd->footer("Examples:\n  gridbcast simulate site-configs/two-sites-16x16.yaml --algorithm all --sweep\n"
                   "  gridbcast simulate --scale 10x1000 --size 1GiB");
+
+  // bench
+  auto* bench_cmd = app.add_subcommand("bench", "Measure broadcast time over sizes x algorithms (OSU-style table, JSON, CSV, SVG plot)");
+  std::string b_topology, b_sizes = "1KiB:64MiB", b_algorithms = "all", b_method = "ack", b_plot, b_target = "3%";
+  int b_root = 0;
+  bool b_json = false, b_csv = false;
+  RunOptions b_run;
+  runtime::BenchSpec b_spec;
+  bench_cmd->add_option("TOPOLOGY", b_topology, "site-config YAML (default: the embedded default)");
+  bench_cmd->add_option("--sizes,-s", b_sizes, "FROM:TO (x4 steps), FROM:TO:xN, or a list such as 4096,1MiB")->capture_default_str();
+  bench_cmd->add_option("--algorithms,-a", b_algorithms, "all, or a comma-separated list of auto, " + algorithm_list())->capture_default_str();
+  bench_cmd->add_option("--method,-m", b_method, "ack (per-rank latency OL_i with acknowledgements), barrier, or rounds")
+      ->check(CLI::IsMember({"ack", "barrier", "rounds"}))->capture_default_str();
+  bench_cmd->add_option("--root,-r", b_root, "root rank")->capture_default_str();
+  bench_cmd->add_option("--target-stdev", b_target, "repeat until the standard deviation is under this share of the mean")->capture_default_str();
+  bench_cmd->add_option("--min-iterations", b_spec.min_iterations, "samples per series before the standard deviation may stop it")->check(CLI::Range(2, 1000000))->capture_default_str();
+  bench_cmd->add_option("--max-iterations", b_spec.max_iterations, "the cap on samples per series")->check(CLI::Range(2, 1000000))->capture_default_str();
+  bench_cmd->add_option("--max-time", b_spec.max_seconds, "seconds per point (algorithm x size) before it stops with what it has")->check(CLI::PositiveNumber)->capture_default_str();
+  bench_cmd->add_option("--warmup", b_spec.warmup, "untimed broadcasts before each series")->check(CLI::NonNegativeNumber)->capture_default_str();
+  bench_cmd->add_option("--rounds", b_spec.rounds, "broadcasts per sample with --method rounds")->check(CLI::PositiveNumber)->capture_default_str();
+  bench_cmd->add_flag("--json", b_json, "print JSON instead of the table");
+  bench_cmd->add_flag("--csv", b_csv, "print CSV instead of the table");
+  bench_cmd->add_option("--plot", b_plot, "also write an SVG plot: time against size, log-log, a line per algorithm, the lower bound dashed");
+  add_run_options(bench_cmd, b_run);
+  bench_cmd->footer("Examples:\n  gridbcast bench                                   # embedded default, 1 KiB .. 64 MiB, every algorithm\n"
+                    "  gridbcast bench --sizes 1MiB:64MiB --algorithms multilane,binary --plot bench.svg\n"
+                    "  gridbcast bench --method barrier --csv > bench.csv\n"
+                    "  gridbcast testbed run site-configs/testbed-8x8.yaml -- gridbcast bench site-configs/testbed-8x8.yaml --sizes 1KiB,64MiB\n"
+                    "Bound(us) is the topology's lower bound (docs/PERFORMANCE.md); every copy is verified after each point.");
 
   // testbed
   testbed::TestbedCommand testbed_cmd(app);
@@ -260,6 +353,72 @@ int main(int argc, char** argv) {
       }
       return 0;
     }
+    if (*bench_cmd) {
+      Loaded l = load(b_topology);
+      runtime::LaunchOptions o;
+      if (b_root < 0 || b_root >= l.grid.size())
+        throw CLI::ValidationError("--root", "rank " + std::to_string(b_root) + " is outside 0.." + std::to_string(l.grid.size() - 1));
+      b_spec.sizes = parse_sizes(b_sizes);
+      if (b_algorithms == "all") {
+        for (const auto& a : topology::algorithms()) b_spec.algorithms.emplace_back(a.name);
+      } else {
+        std::stringstream ss(b_algorithms);
+        for (std::string n; std::getline(ss, n, ',');) {
+          if (n != "auto") (void)resolve_algorithm(n, l.grid, 0);
+          b_spec.algorithms.push_back(n);
+        }
+      }
+      b_spec.method = runtime::parse_bench_method(b_method);
+      {
+        const bool percent = !b_target.empty() && b_target.back() == '%';
+        double t = 0;
+        try {
+          t = std::stod(percent ? b_target.substr(0, b_target.size() - 1) : b_target);
+        } catch (const std::exception&) {
+          throw CLI::ValidationError("--target-stdev", "expected a share such as 3% or 0.03, not \"" + b_target + "\"");
+        }
+        b_spec.target_rel_stdev = percent ? t / 100 : t;
+        if (!(b_spec.target_rel_stdev > 0 && b_spec.target_rel_stdev < 1))
+          throw CLI::ValidationError("--target-stdev", "expected a share between 0 and 100 %");
+      }
+      if (b_spec.min_iterations > b_spec.max_iterations)
+        throw CLI::ValidationError("--min-iterations", "is above --max-iterations");
+      o.params.root = b_root;
+      o.params.size = b_spec.largest_size();
+      o.params.bench = b_spec.encode();
+      const cli::BenchContext base{l.grid.name, l.grid.size(), static_cast<int>(l.grid.sites.size()), b_root, b_spec, 0, 0};
+      o.grid = l.grid;
+      o.yaml_text = std::move(l.yaml);
+      auto backend = make_backend(bench_cmd, b_run, o);
+      std::vector<cli::BenchRow> rows;
+      const size_t total = b_spec.sizes.size() * b_spec.algorithms.size();
+      const bool progress = ::isatty(2);
+      o.on_bench_point = [&](const runtime::BenchPoint& p) {
+        rows.push_back({p, topology::lower_bound_seconds(l.grid, b_root, p.bytes) * 1e6});
+        if (progress)
+          std::cerr << "\r  " << rows.size() << "/" << total << " " << p.algorithm << " "
+                    << topology::format_bytes(p.bytes) << "            " << std::flush;
+      };
+      runtime::LaunchOptions::BenchOutcome outcome;
+      o.bench_outcome = &outcome;
+      const int status = runtime::launch(o, *backend, std::cout, std::cerr);
+      if (progress) std::cerr << "\r" << std::string(60, ' ') << "\r";
+      if (status != 0) return status;
+      cli::BenchContext ctx = base;
+      ctx.rejected_connections = outcome.rejected_connections;
+      ctx.peak_rss_bytes = outcome.peak_rss_bytes;
+      if (b_json) cli::print_bench_json(std::cout, ctx, rows);
+      else if (b_csv) cli::print_bench_csv(std::cout, rows);
+      else cli::print_bench_table(std::cout, ctx, rows);
+      if (!b_plot.empty()) {
+        std::ofstream f(b_plot);
+        f << cli::render_svg_plot("gridbcast bench: " + ctx.topology + ", " + std::to_string(ctx.ranks) +
+                                      " ranks, method " + b_method,
+                                  cli::bench_plot_series(rows));
+        if (!f) throw std::runtime_error("--plot " + b_plot + ": cannot write the file");
+      }
+      return 0;
+    }
     if (*rank_cmd) return runtime::run_rank(std::cin, std::cerr);
     if (testbed_cmd.selected()) return testbed_cmd.run();
     if (*launch_cmd) {
@@ -274,15 +433,11 @@ int main(int argc, char** argv) {
       o.params.random_roots = l_random_roots;
       o.params.random_sizes = l_random_sizes;
       o.params.seed = l_seed;
-      o.params.segment_bytes = parse_size_option(l_segment, "--segment");
-      o.params.timeout_ms = static_cast<std::int64_t>(l_timeout * 1000);
       o.params.verify = !l_no_verify;
       if (l_program_given) {
         if (l_program.empty()) throw CLI::ValidationError("--", "name the program every rank runs after --");
         o.params.program = true;
         o.program = l_program;
-        // An MPI program waits as long as its peers compute: no progress deadline unless asked.
-        if (!launch_cmd->count("--timeout")) o.params.timeout_ms = 0;
       }
       if (!l_file.empty()) {
         std::error_code ec;
@@ -299,30 +454,11 @@ int main(int argc, char** argv) {
       }
       o.grid = std::move(l.grid);
       o.yaml_text = std::move(l.yaml);
-      o.listen_address = l_listen;
-      o.listen_port = l_port;
-      o.startup_timeout_ms = static_cast<std::int64_t>(l_startup * 1000);
       o.json = l_json;
       o.progress = ::isatty(2) && o.params.iterations > 1;
-      const std::string exe = l_exe.empty() ? self_exe() : l_exe;
-      // `gridbcast testbed run` selects the netns backend through the environment.
-      if (const char* b = std::getenv("GRIDBCAST_BACKEND"); b && *b && !launch_cmd->count("--backend")) l_backend = b;
-      std::unique_ptr<runtime::Backend> backend;
-      std::vector<std::string> command{exe, "rank"};
-      if (o.params.program) {
-        command = l_program;
-        if (l_backend == "local") command[0] = resolve_program(command[0]);
-        if (l_backend == "netns")
-          throw CLI::ValidationError("--backend", "netns does not run programs yet (launch -- PROGRAM); use local");
-      }
-      if (l_backend == "local") backend = runtime::make_local_backend(command);
-      else if (l_backend == "ssh") backend = runtime::make_ssh_backend(l_ssh, command);
-      else if (l_backend == "external") backend = runtime::make_external_backend();
-      else if (l_backend == "netns") {
-        auto netns = testbed::make_netns_launch(o.grid, exe);
-        if (!launch_cmd->count("--listen")) o.listen_address = netns.listen_address;
-        backend = std::move(netns.backend);
-      } else throw CLI::ValidationError("GRIDBCAST_BACKEND", "\"" + l_backend + "\" is not local, ssh, netns or external");
+      auto backend = make_backend(launch_cmd, l_run, o, l_program);
+      // An MPI program waits as long as its peers compute: no progress deadline unless asked.
+      if (o.params.program && !launch_cmd->count("--timeout")) o.params.timeout_ms = 0;
       return runtime::launch(o, *backend, std::cout, std::cerr);
     }
   } catch (const CLI::ParseError& e) {

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -110,6 +111,25 @@ void fill_pattern(std::byte* data, std::uint64_t bytes, std::uint64_t seed) {
     std::memcpy(data + i, &x, 8);
   }
   for (; i < bytes; ++i) data[i] = static_cast<std::byte>(x >> (8 * (i % 8)));
+}
+
+bool matches_pattern(const std::byte* data, std::uint64_t bytes, std::uint64_t filled,
+                     std::uint64_t seed) {
+  // The same generator as fill_pattern: whole words while they fit in `filled`,
+  // then the last word's bytes again for the tail.
+  std::uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+  std::uint64_t i = 0;
+  for (; i + 8 <= filled && i < bytes; i += 8) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::byte word[8];
+    std::memcpy(word, &x, 8);
+    if (std::memcmp(data + i, word, std::min<std::uint64_t>(8, bytes - i)) != 0) return false;
+  }
+  for (; i < bytes; ++i)
+    if (data[i] != static_cast<std::byte>(x >> (8 * (i % 8)))) return false;
+  return true;
 }
 
 std::string sha256_hex(const std::byte* data, std::uint64_t bytes) {

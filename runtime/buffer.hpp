@@ -33,6 +33,10 @@ class MappedBuffer {
 
 // Deterministic pseudo-random content for generated broadcasts.
 void fill_pattern(std::byte* data, std::uint64_t bytes, std::uint64_t seed);
+// True when data[0, bytes) holds what fill_pattern(data, filled, seed) writes
+// there (bytes <= filled), checked as the pattern is generated: no second copy.
+bool matches_pattern(const std::byte* data, std::uint64_t bytes, std::uint64_t filled,
+                     std::uint64_t seed);
 // Lower-case hex SHA-256 (OpenSSL).
 std::string sha256_hex(const std::byte* data, std::uint64_t bytes);
 

@@ -29,7 +29,8 @@ std::vector<std::string> JobParams::to_fields() const {
           file,
           output,
           verify ? "1" : "0",
-          program ? "1" : "0"};
+          program ? "1" : "0",
+          bench};
 }
 
 JobParams JobParams::from_fields(const std::vector<std::string>& f, size_t first) {
@@ -49,6 +50,8 @@ JobParams JobParams::from_fields(const std::vector<std::string>& f, size_t first
   p.output = f[i++];
   p.verify = f[i++] == "1";
   p.program = i < f.size() && f[i] == "1";
+  ++i;
+  if (i < f.size()) p.bench = f[i];
   return p;
 }
 

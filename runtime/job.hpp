@@ -25,6 +25,9 @@ struct JobParams {
   // The ranks run a user program (`gridbcast launch TOPOLOGY -- PROGRAM`, an MPI
   // program on libgridbcast_mpi) instead of the broadcast job above.
   bool program = false;
+  // `gridbcast bench`: a BenchSpec (runtime/bench.hpp), encoded; the ranks run
+  // the sweep instead of the iterations above. Empty: not a bench job.
+  std::string bench;
 
   std::vector<std::string> to_fields() const;
   static JobParams from_fields(const std::vector<std::string>& fields, size_t first);

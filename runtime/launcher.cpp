@@ -68,7 +68,10 @@ class Launcher {
   asio::awaitable<void> send_all(const Message& m);
   asio::awaitable<void> orchestrate();
   asio::awaitable<void> run_program();
+  asio::awaitable<void> run_bench();
+  asio::awaitable<void> finish();
   bool program() const { return o_.params.program; }
+  bool bench() const { return !o_.params.bench.empty(); }
   // A failed program-mode job exits with this status (the first failure's).
   void set_exit_code(int code) {
     if (exit_code_ == 0) exit_code_ = (code & 0xff) != 0 ? (code & 0xff) : 1;
@@ -233,6 +236,7 @@ asio::awaitable<void> Launcher::orchestrate() {
   }
   co_await send_all(table);
   if (program()) co_return co_await run_program();
+  if (bench()) co_return co_await run_bench();
 
   // While a broadcast runs the ranks enforce their own progress deadline; the
   // launcher allows that much again before calling a silent rank stalled.
@@ -275,6 +279,11 @@ asio::awaitable<void> Launcher::orchestrate() {
     rejected_ = std::max(rejected_, rr.rejected);
     peak_rss_ = std::max(peak_rss_, rr.peak_rss);
   }
+  co_await finish();
+}
+
+// Tells every rank to exit and waits for them to do so on their own.
+asio::awaitable<void> Launcher::finish() {
   finishing_ = true;
   co_await send_all(make_message("exit"));
   // Wait for the ranks to exit on their own.
@@ -287,6 +296,36 @@ asio::awaitable<void> Launcher::orchestrate() {
       if (!e.success) fail_death(who(e.rank) + " " + e.status);
   }
   check();
+}
+
+// Bench mode after the rendezvous: the root reports each point as it
+// completes, then every rank says it is done.
+asio::awaitable<void> Launcher::run_bench() {
+  const auto& params = o_.params;
+  const BenchSpec spec = BenchSpec::decode(params.bench);
+  // A point ends by its time budget once each series has two samples, so it may
+  // run past the budget by a few broadcasts per rank; allow that much, from a
+  // generous estimate of the slowest algorithm, before calling the root stalled.
+  const double slow_bcast =
+      std::max(1.0, 30 * topology::lower_bound_seconds(o_.grid, params.root, spec.largest_size()));
+  const auto per_point = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+      2 * spec.max_seconds + p_ * (spec.warmup + 3 + std::max(1, spec.rounds)) * slow_bcast));
+  const auto patience = std::chrono::milliseconds(params.timeout_ms) * 2 + std::chrono::seconds(5);
+  const size_t points = spec.sizes.size() * spec.algorithms.size();
+  LaunchOptions::BenchOutcome outcome;
+  while (outcome.points.size() < points) {
+    const Message m = co_await next(params.root, "point", Clock::now() + per_point + patience);
+    BenchPoint p = BenchPoint::decode(m.at(1));
+    if (o_.on_bench_point) o_.on_bench_point(p);
+    outcome.points.push_back(std::move(p));
+  }
+  for (int r = 0; r < p_; ++r) {
+    const Message m = co_await next(r, "bench_done", Clock::now() + patience);
+    outcome.rejected_connections = std::max<std::uint64_t>(outcome.rejected_connections, std::stoull(m.at(1)));
+    outcome.peak_rss_bytes = std::max<std::uint64_t>(outcome.peak_rss_bytes, std::stoull(m.at(2)));
+  }
+  if (o_.bench_outcome) *o_.bench_outcome = std::move(outcome);
+  co_await finish();
 }
 
 // Program mode after the rendezvous: the ranks run the program; wait until
@@ -484,7 +523,7 @@ int Launcher::run() {
       }
     return program() && exit_code_ != 0 ? exit_code_ : 1;
   }
-  if (!program()) report(out_);
+  if (!program() && !bench()) report(out_);
   return 0;
 }
 

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/bench.hpp"
 #include "runtime/job.hpp"
 #include "topology/grid.hpp"
 
@@ -75,6 +76,15 @@ struct LaunchOptions {
   // "finished" (sent by MPI_Finalize) and its exit; "abort" (MPI_Abort), an
   // "error", a non-zero exit or an exit before "finished" ends the job.
   std::vector<std::string> program;
+  // Bench mode (params.bench): each point as the root reports it, then what
+  // the whole run saw. The launcher prints no summary of its own then.
+  std::function<void(const BenchPoint&)> on_bench_point;
+  struct BenchOutcome {
+    std::vector<BenchPoint> points;
+    std::uint64_t rejected_connections = 0;
+    std::uint64_t peak_rss_bytes = 0;  // the largest rank's
+  };
+  BenchOutcome* bench_outcome = nullptr;
 };
 
 // Runs the job; returns the process exit status (0 on success). In program

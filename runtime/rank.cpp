@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "runtime/bench.hpp"
 #include "runtime/bootstrap.hpp"
 #include "runtime/buffer.hpp"
 #include "runtime/communicator.hpp"
@@ -69,6 +70,19 @@ int run_rank(std::istream& secret_in, std::ostream& err) {
       return m;
     };
     auto send = [&](const Message& m) { session.send(m.fields); };
+
+    if (!params.bench.empty()) {
+      // `gridbcast bench`: the sweep; the root reports each point as it completes.
+      const BenchSpec spec = BenchSpec::decode(params.bench);
+      MappedBuffer buffer = MappedBuffer::anonymous(spec.largest_size());
+      run_bench(comm, spec, params.root, buffer.data(), [&](const BenchPoint& p) {
+        send(make_message("point", p.encode()));
+      });
+      send(make_message("bench_done", std::to_string(comm.rejected_connections()),
+                        std::to_string(peak_rss_bytes())));
+      receive("exit");
+      return 0;
+    }
 
     const auto& node = grid.nodes[static_cast<size_t>(rank)];
     MappedBuffer buffer;

@@ -1,0 +1,53 @@
+// What `gridbcast bench` prints: an OSU-style table per algorithm, CSV, JSON,
+// and a log-log SVG plot drawn here (no plotting library). Pure formatting.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "runtime/bench.hpp"
+
+namespace gridbcast::cli {
+
+struct BenchContext {
+  std::string topology;  // the grid's name
+  int ranks = 0;
+  int sites = 0;
+  int root = 0;
+  runtime::BenchSpec spec;
+  std::uint64_t rejected_connections = 0;
+  std::uint64_t peak_rss_bytes = 0;
+};
+
+// One measured point and the topology's lower bound for its size.
+struct BenchRow {
+  runtime::BenchPoint point;
+  double lower_bound_us = 0;
+
+  double ratio() const { return lower_bound_us > 0 ? point.max_us() / lower_bound_us : 0; }
+  // Bytes per second until the last rank holds the data.
+  double bandwidth() const;
+};
+
+// A named line on the plot: (bytes, microseconds) pairs.
+struct PlotSeries {
+  std::string name;
+  std::vector<std::pair<std::uint64_t, double>> points;
+  bool dashed = false;
+};
+
+std::string describe_method(const runtime::BenchSpec& spec);
+
+void print_bench_table(std::ostream& out, const BenchContext& ctx, const std::vector<BenchRow>& rows);
+void print_bench_csv(std::ostream& out, const std::vector<BenchRow>& rows);
+void print_bench_json(std::ostream& out, const BenchContext& ctx, const std::vector<BenchRow>& rows);
+
+// One line per algorithm (its max_us) and the lower bound, dashed.
+std::vector<PlotSeries> bench_plot_series(const std::vector<BenchRow>& rows);
+// Time against size, both axes logarithmic with decade ticks; points whose
+// size or time is not positive are left out (a log axis has no place for 0).
+std::string render_svg_plot(const std::string& title, const std::vector<PlotSeries>& series);
+
+}  // namespace gridbcast::cli

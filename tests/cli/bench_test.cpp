@@ -1,0 +1,72 @@
+// `gridbcast bench` as a user runs it: real rank processes on loopback.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "support/process.hpp"
+
+namespace gridbcast::testing {
+namespace {
+
+using namespace std::chrono_literals;
+const std::string kBin = GRIDBCAST_BINARY;
+const std::string kSrc = GRIDBCAST_SOURCE_DIR;
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(BenchCommand, SweepsSizesAndAlgorithmsOnTheEmbeddedDefault) {
+  Child c({kBin, "bench", "--sizes", "1KiB:64KiB", "--algorithms", "multilane,binomial",
+           "--min-iterations", "2", "--max-iterations", "3", "--json"});
+  ASSERT_EQ(c.wait(300s), 0) << c.err();
+  const std::string j = c.out();
+  EXPECT_NE(j.find("\"ranks\": 8"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"method\": \"ack\""), std::string::npos) << j;
+  // 1, 4, 16, 64 KiB for each of the two algorithms.
+  EXPECT_EQ(count(j, "\"algorithm\": "), 8u) << j;
+  EXPECT_EQ(count(j, "\"verified\": true"), 8u) << j;
+  EXPECT_NE(j.find("\"bytes\": 65536"), std::string::npos) << j;
+  EXPECT_EQ(j.find("\"max_us\": 0,"), std::string::npos) << "every point was timed: " << j;
+}
+
+TEST(BenchCommand, BarrierMethodAsCsvAndRoundsWithAPlot) {
+  Child csv({kBin, "bench", "--sizes", "4096,1MiB", "--algorithms", "chain", "--method", "barrier",
+             "--min-iterations", "2", "--max-iterations", "3", "--csv", "--root", "5"});
+  ASSERT_EQ(csv.wait(300s), 0) << csv.err();
+  EXPECT_EQ(csv.out().rfind("algorithm,used,bytes,", 0), 0u) << csv.out();
+  EXPECT_EQ(count(csv.out(), "\nchain,chain,"), 2u) << csv.out();
+
+  const std::string dir = temp_dir();
+  Child plot({kBin, "bench", kSrc + "/site-configs/three-sites-hetero.yaml", "--sizes", "64KiB:1MiB",
+              "--algorithms", "auto,scatter_ring_tuned", "--method", "rounds", "--rounds", "3",
+              "--min-iterations", "2", "--max-iterations", "2", "--plot", dir + "/bench.svg"});
+  ASSERT_EQ(plot.wait(300s), 0) << plot.err();
+  EXPECT_NE(plot.out().find("# Size"), std::string::npos) << plot.out();
+  EXPECT_NE(plot.out().find("# scatter_ring_tuned"), std::string::npos) << plot.out();
+  const std::string svg = slurp(dir + "/bench.svg");
+  EXPECT_EQ(count(svg, "<polyline class=\"series\""), 3u) << svg;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(BenchCommand, BadArgumentsAreNamed) {
+  for (const auto& [args, what] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--sizes", "64KiB:1KiB"}, "FROM:TO"},
+           {{"--sizes", "1KiB:1MiB:x1"}, "step"},
+           {{"--algorithms", "multilane,fastest"}, "unknown algorithm \"fastest\""},
+           {{"--method", "guess"}, "--method"},
+           {{"--target-stdev", "150%"}, "--target-stdev"},
+           {{"--root", "8"}, "outside 0..7"},
+           {{"--min-iterations", "9", "--max-iterations", "3"}, "above --max-iterations"}}) {
+    std::vector<std::string> argv{kBin, "bench"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Child c(argv);
+    EXPECT_NE(c.wait(30s), 0) << args[0];
+    EXPECT_NE(c.err().find(what), std::string::npos) << args[0] << ": " << c.err();
+  }
+}
+
+}  // namespace
+}  // namespace gridbcast::testing
