@@ -2,12 +2,15 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <thread>
 
 #include "lanes/net.hpp"
+#include "lanes/wire.hpp"
 #include "runtime/buffer.hpp"
 #include "runtime/run_until.hpp"
 #include "support/grids.hpp"
 #include "support/ranks.hpp"
+#include "topology/plan/plan.hpp"
 
 namespace gridbcast::runtime {
 namespace {
@@ -71,6 +74,88 @@ TEST(Hostile, BadConnectionsAreRejectedAndTheBroadcastsComplete) {
     for (int i = 0; i < 5; ++i) c.bcast(buf.data(), buf.size(), 0);
   });
   EXPECT_GE(ranks.at(1).rejected_connections(), 4u);
+}
+
+
+// A peer that holds the job secret (a broken or compromised member of the job)
+// takes the link rank 0 -> rank 1 before rank 0 does and sends a frame header
+// the plan does not allow. Rank 1 must refuse it before reading any payload
+// (nothing is allocated or written for the claimed length), fail that broadcast
+// naming the peer and the range, and rank 0 must fail within its deadline.
+struct BadFrameOutcome {
+  std::string rank0, rank1;
+};
+
+BadFrameOutcome send_bad_frame(const lanes::FrameHeader& frame) {
+  const auto grid = testing::make_grid({2});
+  constexpr std::uint64_t kBytes = 1 << 20;
+  const auto plan = topology::build_plan(grid, topology::Algorithm::kChain, 0, kBytes);
+  const auto& t = plan.transfers.at(0);
+  CommOptions options;
+  options.timeout = 3s;
+  testing::Ranks ranks(grid, options);
+  const auto target =
+      lanes::make_endpoint(grid.nodes[1].lane_nic(t.lane_to).address, ranks.port(1, t.lane_to));
+  std::thread impostor([&] {
+    asio::io_context io;
+    lanes::Hello hello;
+    hello.rank = 0;
+    hello.lane_from = static_cast<std::uint8_t>(t.lane_from);
+    hello.lane_to = static_cast<std::uint8_t>(t.lane_to);
+    hello.stream = 0;
+    const lanes::Credentials creds{ranks.credentials().job_id, ranks.credentials().secret};
+    run_until(io, [&]() -> asio::awaitable<int> {
+      auto s = co_await lanes::connect_authenticated(grid.nodes[0].lane_nic(t.lane_from).address,
+                                                     target, hello, creds,
+                                                     lanes::Clock::now() + 10s, "rank 1");
+      const auto header = lanes::encode(frame);
+      co_await asio::async_write(s, asio::buffer(header), asio::use_awaitable);
+      const std::string payload(64, 'x');
+      co_await asio::async_write(s, asio::buffer(payload), lanes::kAsTuple);
+      // Hold the connection until rank 1 has judged the header.
+      asio::steady_timer hold(io, 2s);
+      co_await hold.async_wait(lanes::kAsTuple);
+      co_return 0;
+    }());
+  });
+  BadFrameOutcome out;
+  ranks.run([&](Communicator& c) {
+    std::vector<std::byte> buf(kBytes);
+    // Rank 0 comes late, so the impostor holds the link first.
+    if (c.rank() == 0) std::this_thread::sleep_for(1s);
+    try {
+      c.bcast(buf.data(), buf.size(), 0, topology::Algorithm::kChain);
+    } catch (const std::exception& e) {
+      (c.rank() == 0 ? out.rank0 : out.rank1) = e.what();
+    }
+  });
+  impostor.join();
+  return out;
+}
+
+TEST(Hostile, FramesOutsideTheMessageFromAnAuthenticatedPeerFailTheBroadcastNamingIt) {
+  lanes::FrameHeader past_the_end;
+  past_the_end.offset = (1 << 20) + 100;
+  past_the_end.length = 10;
+  lanes::FrameHeader too_long;
+  too_long.offset = 0;
+  too_long.length = std::uint64_t{1} << 30;  // within the decoder's limit, beyond the message
+  for (const auto& frame : {past_the_end, too_long}) {
+    const auto r = send_bad_frame(frame);
+    EXPECT_NE(r.rank1.find("protocol error from rank 0"), std::string::npos) << r.rank1;
+    EXPECT_NE(r.rank1.find("are not routed over this link"), std::string::npos) << r.rank1;
+    EXPECT_FALSE(r.rank0.empty()) << "rank 0 lost its link and must fail, not hang";
+  }
+}
+
+TEST(Hostile, ALengthOfTwoToTheSixtyThirdIsRefusedBeforeAnyRead) {
+  lanes::FrameHeader huge;
+  huge.offset = 0;
+  huge.length = std::uint64_t{1} << 63;
+  const auto r = send_bad_frame(huge);
+  EXPECT_NE(r.rank1.find("protocol error from rank 0"), std::string::npos) << r.rank1;
+  EXPECT_NE(r.rank1.find("9223372036854775808 bytes exceeds the limit"), std::string::npos) << r.rank1;
+  EXPECT_FALSE(r.rank0.empty());
 }
 
 }  // namespace
