@@ -27,7 +27,7 @@ using lanes::Clock;
 struct RankResult {
   std::int64_t t0 = 0, t1 = 0;
   std::string digest, algorithm;
-  std::uint64_t segment = 0, rejected = 0, peak_rss = 0;
+  std::uint64_t segment = 0, rejected = 0, peak_rss = 0, rss = 0;
 };
 
 struct IterationResult {
@@ -257,6 +257,7 @@ asio::awaitable<void> Launcher::orchestrate() {
       rr.segment = std::stoull(m.at(6));
       rr.rejected = std::stoull(m.at(7));
       rr.peak_rss = std::stoull(m.at(8));
+      rr.rss = std::stoull(m.at(9));
     }
     const auto& root = res.ranks[static_cast<size_t>(res.it.root)];
     std::int64_t end = root.t0;
@@ -413,7 +414,11 @@ void Launcher::report(std::ostream& out) const {
       out << (i ? ", " : "") << "{\"root\": " << results_[i].it.root
           << ", \"bytes\": " << results_[i].it.size << ", \"algorithm\": \""
           << results_[i].ranks[static_cast<size_t>(results_[i].it.root)].algorithm
-          << "\", \"seconds\": " << results_[i].seconds << "}";
+          << "\", \"seconds\": " << results_[i].seconds << ", \"max_rss_bytes\": "
+          << std::max_element(results_[i].ranks.begin(), results_[i].ranks.end(),
+                              [](const RankResult& a, const RankResult& b) { return a.rss < b.rss; })
+                 ->rss
+          << "}";
     out << "]}\n";
     return;
   }

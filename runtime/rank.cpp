@@ -1,9 +1,11 @@
 #include "runtime/rank.hpp"
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 
 #include "runtime/bench.hpp"
@@ -25,6 +27,15 @@ std::uint64_t peak_rss_bytes() {
   struct rusage ru {};
   ::getrusage(RUSAGE_SELF, &ru);
   return static_cast<std::uint64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+// What is resident now (not the high-water mark), for soak runs that check
+// memory stays flat.
+std::uint64_t current_rss_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::uint64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
 }
 
 std::int64_t now_ns() {
@@ -111,7 +122,8 @@ int run_rank(std::istream& secret_in, std::ostream& err) {
       const std::string digest = params.verify ? sha256_hex(buffer.data(), it.size) : "";
       send(make_message("done", std::to_string(i), std::to_string(t0), std::to_string(t1), digest,
                       topology::algorithm_name(info.algorithm), std::to_string(info.segment_bytes),
-                      std::to_string(comm.rejected_connections()), std::to_string(peak_rss_bytes())));
+                      std::to_string(comm.rejected_connections()), std::to_string(peak_rss_bytes()),
+                      std::to_string(current_rss_bytes())));
     }
     if (file_mode && rank != params.root) buffer.flush();
     receive("exit");
