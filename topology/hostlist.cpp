@@ -1,5 +1,6 @@
 #include "topology/hostlist.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 
@@ -95,12 +96,14 @@ std::vector<std::string> expand_hostlist(std::string_view hostlist) {
 
   std::vector<Segment> segments;
   std::uint64_t total = 1;
+  std::uint64_t longest = 0;  // the longest name the segments can make
   size_t i = 0;
   while (i < hostlist.size()) {
     const size_t open = hostlist.find_first_of("[]", i);
     const std::string_view literal =
         hostlist.substr(i, open == std::string_view::npos ? std::string_view::npos : open - i);
     if (!literal.empty()) segments.push_back(Segment{std::string(literal), {}, 1});
+    longest += literal.size();
     if (open == std::string_view::npos) break;
     if (hostlist[open] == ']') {
       fail(hostlist, "']' at character " + std::to_string(open + 1) + " has no matching '['");
@@ -118,8 +121,18 @@ std::vector<std::string> expand_hostlist(std::string_view hostlist) {
     if (total > kMaxHostlistNames) {
       fail(hostlist, "expands to more than " + std::to_string(kMaxHostlistNames) + " names");
     }
+    std::uint64_t widest = 0;
+    for (const Range& r : group.ranges)
+      widest = std::max<std::uint64_t>(widest, std::max(r.width, std::to_string(r.hi).size()));
+    longest += widest;
     segments.push_back(std::move(group));
     i = close + 1;
+  }
+  // total <= kMaxHostlistNames and longest <= the hostlist's length: no overflow.
+  if (total * longest > kMaxHostlistChars) {
+    fail(hostlist, "expands to " + std::to_string(total) + " names of up to " +
+                       std::to_string(longest) + " characters, more than " +
+                       std::to_string(kMaxHostlistChars >> 20) + " MiB of names in all");
   }
 
   // Extend every partial name by each value of the next segment in turn, which

@@ -52,8 +52,24 @@ std::string join(std::initializer_list<std::string_view> items) {
   return out;
 }
 
+// Control characters are escaped: a message is a C string in the end (what()),
+// and a NUL or a newline from the input must not cut or break it.
 std::string quoted(std::string_view s) {
-  return "\"" + std::string(s) + "\"";
+  std::string out = "\"";
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (u < 0x20 || u == 0x7f) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
 }
 
 // What a node is, for "expected X, got Y" messages.
@@ -357,6 +373,10 @@ class Loader {
     const std::vector<Field> fs = fields(entry, what, {"name", "host", "nics"});
     const Field& name_field =
         require(fs, "name", entry, what, "a node name or hostlist such as \"n[01-16]\"");
+    // The entry's shape first: a broken entry is refused before its hostlist expands.
+    const std::string node_label = quoted(name_field.value.Scalar());
+    const Field& nics_field =
+        require(fs, "nics", entry, "node entry " + node_label, "a non-empty list of NICs");
     const std::vector<std::string> names = hostlist(name_field);
     const Location name_loc = loc(name_field);
 
@@ -382,9 +402,6 @@ class Loader {
       for (size_t i = 0; i < names.size(); ++i) nodes[i].host = hosts[i];
     }
 
-    const std::string node_label = quoted(name_field.value.Scalar());
-    const Field& nics_field =
-        require(fs, "nics", entry, "node entry " + node_label, "a non-empty list of NICs");
     if (!nics_field.value.IsSequence() || nics_field.value.size() == 0) {
       fail(nics_field,
            "node entry " + node_label +

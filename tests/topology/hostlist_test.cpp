@@ -101,5 +101,16 @@ TEST(ExpandHostlist, AtMostAMillionNames) {
   EXPECT_TRUE(contains(error_of("n[1-999999999999]"), "more than 1000000 names"));
 }
 
+// Found by fuzzing: long text between groups multiplied into a gigabyte of names.
+TEST(ExpandHostlist, AtMost16MiBOfNamesInAll) {
+  const std::string long_text(200, 'x');
+  EXPECT_EQ(expand_hostlist(long_text + "[1-1000]").size(), 1000u);
+  EXPECT_EQ(expand_hostlist("node[000001-999999]").size(), 999999u);  // 11 MB: fits
+  EXPECT_TRUE(contains(error_of(long_text + "[1-100000]"),
+                       "expands to 100000 names of up to 206 characters, more than 16 MiB"));
+  EXPECT_TRUE(contains(error_of("a[1-100]" + long_text + "[1-100]" + long_text + "[1-100]"),
+                       "more than 16 MiB of names"));
+}
+
 }  // namespace
 }  // namespace gridbcast::topology

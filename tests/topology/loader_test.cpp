@@ -465,6 +465,7 @@ TEST(LoaderErrors, NodeNameHostlistErrors) {
                           "  - name: tokyo",       // 2
                           "    nodes:",            // 3
                           "      - name: a[3-1]",  // 4
+                          "        nics: [{address: 127.0.0.1}]",
                       }),
                       4, 15, "\"name\": invalid hostlist \"a[3-1]\": range 3-1 is empty");
 }
@@ -510,6 +511,17 @@ TEST(LoaderErrors, NodeWithoutNics) {
                           "      - name: a1",  // 4
                       }),
                       4, 9, "node entry \"a1\" is missing the required key \"nics\"");
+  // Control characters from the input are escaped, so the message is whole
+  // (what() is a C string) and on one line; the entry is judged before its
+  // hostlist expands (found by fuzzing).
+  EXPECT_CONFIG_ERROR(yaml({
+                          "sites:",                                  // 1
+                          "  - name: tokyo",                         // 2
+                          "    nodes:",                              // 3
+                          "      - name: \"a\\0\\nb[1-99999]\"",  // 4
+                      }),
+                      4, 9,
+                      "node entry \"a\\x00\\nb[1-99999]\" is missing the required key \"nics\"");
   EXPECT_CONFIG_ERROR(yaml({
                           "sites:",                    // 1
                           "  - name: tokyo",           // 2
