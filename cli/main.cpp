@@ -455,7 +455,8 @@ int main(int argc, char** argv) {
       o.grid = std::move(l.grid);
       o.yaml_text = std::move(l.yaml);
       o.json = l_json;
-      o.progress = ::isatty(2) && o.params.iterations > 1;
+      // A progress line on a terminal (stderr, so stdout stays the summary).
+      o.progress = ::isatty(2) && ::isatty(1);
       auto backend = make_backend(launch_cmd, l_run, o, l_program);
       // An MPI program waits as long as its peers compute: no progress deadline unless asked.
       if (o.params.program && !launch_cmd->count("--timeout")) o.params.timeout_ms = 0;

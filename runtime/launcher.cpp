@@ -77,6 +77,9 @@ class Launcher {
     if (exit_code_ == 0) exit_code_ = (code & 0xff) != 0 ? (code & 0xff) : 1;
   }
   asio::awaitable<void> watch_signals();
+  // On a terminal: a line that says how long the current broadcast has run and
+  // how many ranks hold the data, refreshed while it lasts over a second.
+  asio::awaitable<void> show_progress(int iteration, std::shared_ptr<bool> running);
   void report(std::ostream& out) const;
   void stop_ranks();
 
@@ -97,6 +100,7 @@ class Launcher {
   std::uint64_t rejected_ = 0;
   std::uint64_t peak_rss_ = 0;  // largest resident set of any rank
   bool finishing_ = false;
+  int done_seen_ = 0;  // "done" messages received, all iterations
   std::string root_digest_;
   // Program mode: who sent "finished", who exited cleanly and when, MPI_Abort.
   std::vector<bool> finished_;
@@ -150,6 +154,7 @@ asio::awaitable<void> Launcher::read_loop(int r) {
       co_return;
     }
     if (msg.type() == "finished") finished_[static_cast<size_t>(r)] = true;
+    if (msg.type() == "done") ++done_seen_;
     inbox_[static_cast<size_t>(r)].push_back(std::move(msg));
     ev_.notify_all();
   }
@@ -177,6 +182,30 @@ asio::awaitable<Message> Launcher::next(int r, const std::string& type, Clock::t
 
 asio::awaitable<void> Launcher::send_all(const Message& m) {
   for (int r = 0; r < p_; ++r) co_await send_message(*sockets_[static_cast<size_t>(r)], m);
+}
+
+asio::awaitable<void> Launcher::show_progress(int iteration, std::shared_ptr<bool> running) {
+  const int done_before = done_seen_;
+  const auto start = Clock::now();
+  asio::steady_timer tick(io_);
+  bool shown = false;
+  for (;;) {
+    tick.expires_after(std::chrono::milliseconds(500));
+    co_await tick.async_wait(lanes::kAsTuple);
+    if (!*running || finishing_) break;
+    const double s = std::chrono::duration<double>(Clock::now() - start).count();
+    if (s < 1) continue;
+    std::ostringstream line;
+    line << "\r  ";
+    if (o_.params.iterations > 1) line << "iteration " << (iteration + 1) << "/" << o_.params.iterations << ": ";
+    line << "broadcasting " << topology::format_bytes(iteration_at(o_.params, iteration, o_.grid).size)
+         << ", " << std::fixed << std::setprecision(1) << s << " s, " << (done_seen_ - done_before)
+         << " of " << p_ << " ranks hold the data ";
+    err_ << line.str() << std::flush;
+    shown = true;
+  }
+  // Leave the line to what follows it (the next iteration's or the summary).
+  if (shown && o_.params.iterations <= 1) err_ << "\r" << std::string(72, ' ') << "\r" << std::flush;
 }
 
 asio::awaitable<void> Launcher::watch_signals() {
@@ -247,6 +276,12 @@ asio::awaitable<void> Launcher::orchestrate() {
     res.ranks.resize(static_cast<size_t>(p_));
     for (int r = 0; r < p_; ++r) co_await next(r, "ready", Clock::now() + patience);
     co_await send_all(make_message("go", std::to_string(i)));
+    auto running = std::make_shared<bool>(true);
+    if (o_.progress && !o_.json) asio::co_spawn(io_, show_progress(i, running), asio::detached);
+    struct Stop {
+      std::shared_ptr<bool> flag;
+      ~Stop() { *flag = false; }
+    } stop_progress{running};
     for (int r = 0; r < p_; ++r) {
       const Message m = co_await next(r, "done", Clock::now() + patience);
       auto& rr = res.ranks[static_cast<size_t>(r)];
@@ -269,13 +304,15 @@ asio::awaitable<void> Launcher::orchestrate() {
                                  " differs from the root's " + root.digest + " (iteration " +
                                  std::to_string(i) + ")");
     }
+    *running = false;
     res.seconds = static_cast<double>(end - root.t0) * 1e-9;
     root_digest_ = root.digest;
     results_.push_back(std::move(res));
-    if (o_.progress && !o_.json)
-      err_ << "\r  iteration " << (i + 1) << "/" << params.iterations << std::flush;
+    if (o_.progress && !o_.json && params.iterations > 1)
+      err_ << "\r  iteration " << (i + 1) << "/" << params.iterations << std::string(40, ' ')
+           << std::flush;
   }
-  if (o_.progress && !o_.json) err_ << "\n";
+  if (o_.progress && !o_.json && params.iterations > 1) err_ << "\n";
   for (const auto& rr : results_.back().ranks) {
     rejected_ = std::max(rejected_, rr.rejected);
     peak_rss_ = std::max(peak_rss_, rr.peak_rss);
