@@ -50,7 +50,8 @@ double rel_stdev(const std::vector<double>& v) {
 // value to the root; the root then tells each whether another sample follows.
 class Sync {
  public:
-  Sync(Communicator& c, int root) : c_(c), root_(root) {}
+  Sync(Communicator& c, int root, std::function<void()> on_alive)
+      : c_(c), root_(root), on_alive_(std::move(on_alive)) {}
 
   // Root: every rank's value (its own at `root`); others: empty.
   std::vector<double> gather(double value) {
@@ -74,6 +75,10 @@ class Sync {
   // Root decides `go`; every rank returns it.
   bool release(bool go) {
     std::uint8_t flag = go ? 1 : 0;
+    if (c_.rank() == root_ && on_alive_ && Clock::now() >= next_alive_) {
+      on_alive_();
+      next_alive_ = Clock::now() + std::chrono::seconds(1);
+    }
     if (c_.rank() == root_) {
       for (int r = 0; r < c_.size(); ++r)
         if (r != root_) c_.send(r, kBenchContext, kTagGo, &flag, 1);
@@ -93,6 +98,8 @@ class Sync {
  private:
   Communicator& c_;
   int root_;
+  std::function<void()> on_alive_;
+  Clock::time_point next_alive_ = Clock::now();
 };
 
 // The root's view of one series of samples.
@@ -121,8 +128,9 @@ struct Series {
 
 class PointRunner {
  public:
-  PointRunner(Communicator& c, const BenchSpec& spec, int root, std::byte* buffer)
-      : c_(c), spec_(spec), root_(root), buffer_(buffer), sync_(c, root) {}
+  PointRunner(Communicator& c, const BenchSpec& spec, int root, std::byte* buffer,
+              std::function<void()> on_alive)
+      : c_(c), spec_(spec), root_(root), buffer_(buffer), sync_(c, root, std::move(on_alive)) {}
 
   BenchPoint run(const std::string& algorithm, std::uint64_t bytes) {
     algorithm_ = algorithm == "auto" ? std::nullopt : topology::parse_algorithm(algorithm);
@@ -406,12 +414,13 @@ BenchPoint BenchPoint::decode(const std::string& text) {
 }
 
 void run_bench(Communicator& comm, const BenchSpec& spec, int root, std::byte* buffer,
-               const std::function<void(const BenchPoint&)>& on_point) {
+               const std::function<void(const BenchPoint&)>& on_point,
+               const std::function<void()>& on_alive) {
   if (root < 0 || root >= comm.size())
     throw std::invalid_argument("bench: root " + std::to_string(root) + " is outside 0.." +
                                 std::to_string(comm.size() - 1));
   if (comm.rank() == root) fill_pattern(buffer, spec.largest_size(), spec.seed);
-  PointRunner runner(comm, spec, root, buffer);
+  PointRunner runner(comm, spec, root, buffer, on_alive);
   for (const auto& algorithm : spec.algorithms)
     for (std::uint64_t size : spec.sizes) {
       BenchPoint p = runner.run(algorithm, size);

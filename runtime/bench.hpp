@@ -85,7 +85,11 @@ struct BenchPoint {
 // point as it completes; other ranks return without calling it. Every rank
 // checks its copy after each point; a mismatch throws on that rank. Throws
 // std::runtime_error naming the peer when communication fails.
+// On the root, `on_alive` (if given) is called at most about once a second
+// between samples, so whoever waits for points can tell a slow point from a
+// stalled root.
 void run_bench(Communicator& comm, const BenchSpec& spec, int root, std::byte* buffer,
-               const std::function<void(const BenchPoint&)>& on_point);
+               const std::function<void(const BenchPoint&)>& on_point,
+               const std::function<void()>& on_alive = {});
 
 }  // namespace gridbcast::runtime

@@ -30,6 +30,10 @@ struct RankResult {
   std::uint64_t segment = 0, rejected = 0, peak_rss = 0, rss = 0;
 };
 
+// What the root of a bench job sends while the sweep runs, and at its end.
+const std::vector<std::string> kPointOrAlive{"point", "alive"};
+const std::vector<std::string> kDoneOrAlive{"bench_done", "alive"};
+
 struct IterationResult {
   Iteration it;
   double seconds = 0;
@@ -65,6 +69,10 @@ class Launcher {
   }
   asio::awaitable<void> read_loop(int r);
   asio::awaitable<Message> next(int r, const std::string& type, Clock::time_point deadline);
+  // The next message of r, which must be one of `types`.
+  // (`types` must outlive the call: GCC 12 miscompiles initializer lists in coroutines.)
+  asio::awaitable<Message> next_of(int r, const std::vector<std::string>& types,
+                                   Clock::time_point deadline);
   asio::awaitable<void> send_all(const Message& m);
   asio::awaitable<void> orchestrate();
   asio::awaitable<void> run_program();
@@ -161,6 +169,13 @@ asio::awaitable<void> Launcher::read_loop(int r) {
 }
 
 asio::awaitable<Message> Launcher::next(int r, const std::string& type, Clock::time_point deadline) {
+  std::vector<std::string> types;
+  types.push_back(type);
+  co_return co_await next_of(r, types, deadline);
+}
+
+asio::awaitable<Message> Launcher::next_of(int r, const std::vector<std::string>& types,
+                                           Clock::time_point deadline) {
   asio::steady_timer timer(io_, deadline);
   timer.async_wait([this](asio::error_code ec) {
     if (!ec) ev_.notify_all();
@@ -169,13 +184,13 @@ asio::awaitable<Message> Launcher::next(int r, const std::string& type, Clock::t
   while (box.empty()) {
     check();
     if (Clock::now() >= deadline)
-      throw std::runtime_error(who(r) + " did not report \"" + type + "\" in time (stalled?)");
+      throw std::runtime_error(who(r) + " did not report \"" + types.front() + "\" in time (stalled?)");
     co_await ev_.wait();
   }
   Message m = std::move(box.front());
   box.pop_front();
-  if (m.type() != type)
-    throw std::runtime_error(who(r) + " sent \"" + m.type() + "\" where \"" + type +
+  if (std::find(types.begin(), types.end(), m.type()) == types.end())
+    throw std::runtime_error(who(r) + " sent \"" + m.type() + "\" where \"" + types.front() +
                              "\" was expected");
   co_return m;
 }
@@ -341,24 +356,27 @@ asio::awaitable<void> Launcher::finish() {
 asio::awaitable<void> Launcher::run_bench() {
   const auto& params = o_.params;
   const BenchSpec spec = BenchSpec::decode(params.bench);
-  // A point ends by its time budget once each series has two samples, so it may
-  // run past the budget by a few broadcasts per rank; allow that much, from a
-  // generous estimate of the slowest algorithm, before calling the root stalled.
+  // Between samples the root says it is alive (about once a second), so a
+  // stalled root is noticed after one sample's worth of broadcasts, bounded from
+  // a generous estimate of the slowest algorithm, plus the ranks' own patience.
   const double slow_bcast =
       std::max(1.0, 30 * topology::lower_bound_seconds(o_.grid, params.root, spec.largest_size()));
-  const auto per_point = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-      2 * spec.max_seconds + p_ * (spec.warmup + 3 + std::max(1, spec.rounds)) * slow_bcast));
+  const auto per_sample = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+      (std::max(spec.warmup, spec.rounds) + 2) * slow_bcast));
   const auto patience = std::chrono::milliseconds(params.timeout_ms) * 2 + std::chrono::seconds(5);
   const size_t points = spec.sizes.size() * spec.algorithms.size();
   LaunchOptions::BenchOutcome outcome;
   while (outcome.points.size() < points) {
-    const Message m = co_await next(params.root, "point", Clock::now() + per_point + patience);
+    Message m = co_await next_of(params.root, kPointOrAlive, Clock::now() + per_sample + patience);
+    if (m.type() == "alive") continue;
     BenchPoint p = BenchPoint::decode(m.at(1));
     if (o_.on_bench_point) o_.on_bench_point(p);
     outcome.points.push_back(std::move(p));
   }
+  // Ticks sent after the last point may still be queued.
   for (int r = 0; r < p_; ++r) {
-    const Message m = co_await next(r, "bench_done", Clock::now() + patience);
+    Message m = co_await next_of(r, kDoneOrAlive, Clock::now() + patience);
+    while (m.type() == "alive") m = co_await next_of(r, kDoneOrAlive, Clock::now() + patience);
     outcome.rejected_connections = std::max<std::uint64_t>(outcome.rejected_connections, std::stoull(m.at(1)));
     outcome.peak_rss_bytes = std::max<std::uint64_t>(outcome.peak_rss_bytes, std::stoull(m.at(2)));
   }

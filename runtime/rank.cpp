@@ -86,9 +86,10 @@ int run_rank(std::istream& secret_in, std::ostream& err) {
       // `gridbcast bench`: the sweep; the root reports each point as it completes.
       const BenchSpec spec = BenchSpec::decode(params.bench);
       MappedBuffer buffer = MappedBuffer::anonymous(spec.largest_size());
-      run_bench(comm, spec, params.root, buffer.data(), [&](const BenchPoint& p) {
-        send(make_message("point", p.encode()));
-      });
+      run_bench(
+          comm, spec, params.root, buffer.data(),
+          [&](const BenchPoint& p) { send(make_message("point", p.encode())); },
+          [&] { send(make_message("alive")); });
       send(make_message("bench_done", std::to_string(comm.rejected_connections()),
                         std::to_string(peak_rss_bytes())));
       receive("exit");

@@ -1,7 +1,10 @@
 // `gridbcast bench` as a user runs it: real rank processes on loopback.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <filesystem>
+#include <thread>
 
 #include "support/process.hpp"
 
@@ -66,6 +69,31 @@ TEST(BenchCommand, BadArgumentsAreNamed) {
     EXPECT_NE(c.wait(30s), 0) << args[0];
     EXPECT_NE(c.err().find(what), std::string::npos) << args[0] << ": " << c.err();
   }
+}
+
+// A root stopped between samples leaves every other rank waiting for its go,
+// with no broadcast in flight to time out: the launcher notices the root has
+// stopped saying it is alive, within a bound, and names it.
+TEST(BenchCommand, AStoppedRootFailsTheJobWithinABoundAndIsNamed) {
+  Child c({kBin, "bench", "--sizes", "1KiB", "--algorithms", "binomial", "--method", "rounds",
+           "--rounds", "1", "--target-stdev", "0.0001%", "--max-iterations", "1000000",
+           "--max-time", "100000", "--timeout", "2"});
+  pid_t root = -1;
+  for (int i = 0; i < 200 && root < 0; ++i) {
+    std::this_thread::sleep_for(50ms);
+    for (auto [pid, rank] : children_of(c.pid(), "GRIDBCAST_RANK"))
+      if (rank == "0") root = pid;
+  }
+  ASSERT_GT(root, 0);
+  std::this_thread::sleep_for(1500ms);
+  ASSERT_EQ(::kill(root, SIGSTOP), 0);
+  const auto stopped = std::chrono::steady_clock::now();
+  const int status = c.wait(60s);
+  ::kill(root, SIGCONT);
+  EXPECT_GT(status, 0) << "the launcher did not fail in time";
+  // 3 broadcasts' allowance (1 s each at least) and twice the 2 s timeout plus 5 s.
+  EXPECT_LT(std::chrono::steady_clock::now() - stopped, 30s);
+  EXPECT_NE(c.err().find("rank 0 (a1)"), std::string::npos) << c.err();
 }
 
 }  // namespace
