@@ -9,6 +9,8 @@
 #include <sstream>
 
 #include "cli/bench_report.hpp"
+#include "lanes/certs.hpp"
+#include "lanes/tls.hpp"
 #include "runtime/launcher.hpp"
 #include "runtime/rank.hpp"
 #include "testbed/cli.hpp"
@@ -54,9 +56,12 @@ std::string algorithm_list() {
 
 topology::Algorithm resolve_algorithm(const std::string& name, const topology::Grid& g,
                                       std::uint64_t size) {
-  if (name == "auto") return topology::select_algorithm(g, size, topology::SelectionThresholds::from_environment());
+  if (name == "auto")
+    return topology::select_algorithm(g, size, topology::SelectionThresholds::from_environment());
   auto a = topology::parse_algorithm(name);
-  if (!a) throw CLI::ValidationError("--algorithm", "unknown algorithm \"" + name + "\"; one of auto, " + algorithm_list());
+  if (!a)
+    throw CLI::ValidationError(
+        "--algorithm", "unknown algorithm \"" + name + "\"; one of auto, " + algorithm_list());
   return *a;
 }
 
@@ -74,53 +79,77 @@ std::string resolve_program(const std::string& name) {
     return ::access(p.c_str(), X_OK) == 0 && !std::filesystem::is_directory(p, ec);
   };
   if (name.find('/') != std::string::npos) {
-    if (!runnable(name)) throw std::runtime_error("launch: cannot run " + name + ": no such executable");
+    if (!runnable(name))
+      throw std::runtime_error("launch: cannot run " + name + ": no such executable");
     return name;
   }
   const char* path = std::getenv("PATH");
   std::stringstream dirs(path ? path : "/usr/bin:/bin");
   for (std::string dir; std::getline(dirs, dir, ':');)
-    if (runnable((dir.empty() ? "." : dir) + "/" + name)) return (dir.empty() ? "." : dir) + "/" + name;
+    if (runnable((dir.empty() ? "." : dir) + "/" + name))
+      return (dir.empty() ? "." : dir) + "/" + name;
   throw std::runtime_error("launch: cannot run " + name + ": not found on PATH");
 }
 
 // How ranks are started and reached: the options `launch` and `bench` share.
 struct RunOptions {
-  std::string backend = "local", ssh = "ssh", exe, listen = "127.0.0.1", segment = "0";
+  std::string backend = "local", ssh = "ssh", exe, listen = "127.0.0.1", segment = "0", cert_dir;
   double timeout = 30, startup = 60;
   std::uint16_t port = 0;
 };
 
 void add_run_options(CLI::App* cmd, RunOptions& r) {
-  cmd->add_option("--segment", r.segment, "pipelining segment, e.g. \"256 KiB\"; 0 = topology's or automatic")->capture_default_str();
-  cmd->add_option("--timeout", r.timeout, "seconds without progress before a broadcast fails (launch -- PROGRAM: none unless given)")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--startup-timeout", r.startup, "seconds for every rank to connect")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--backend", r.backend, "local (fork/exec), ssh, netns (the namespace testbed; default when GRIDBCAST_BACKEND=netns), "
+  cmd->add_option("--segment", r.segment,
+                  "pipelining segment, e.g. \"256 KiB\"; 0 = topology's or automatic")
+      ->capture_default_str();
+  cmd->add_option(
+         "--timeout", r.timeout,
+         "seconds without progress before a broadcast fails (launch -- PROGRAM: none unless given)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--startup-timeout", r.startup, "seconds for every rank to connect")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--backend", r.backend,
+                  "local (fork/exec), ssh, netns (the namespace testbed; default when "
+                  "GRIDBCAST_BACKEND=netns), "
                   "or external (ranks started by srun, mpiexec, compose, by hand)")
-      ->check(CLI::IsMember({"local", "ssh", "netns", "external"}))->capture_default_str();
+      ->check(CLI::IsMember({"local", "ssh", "netns", "external"}))
+      ->capture_default_str();
   cmd->add_option("--ssh-command", r.ssh, "ssh command for the ssh backend")->capture_default_str();
   cmd->add_option("--rank-exe", r.exe, "gridbcast binary the ranks run (default: this one)");
-  cmd->add_option("--listen", r.listen, "address of the launcher's control listener (netns: the testbed's management address)")->capture_default_str();
+  cmd->add_option(
+         "--listen", r.listen,
+         "address of the launcher's control listener (netns: the testbed's management address)")
+      ->capture_default_str();
   cmd->add_option("--port", r.port, "port of the control listener (0: any)")->capture_default_str();
+  cmd->add_option("--cert-dir", r.cert_dir,
+                  "certificates for WAN links marked tls: true (made by 'gridbcast certs'); "
+                  "every rank reads DIR/ca.crt, DIR/NODE.crt, DIR/NODE.key (default: each rank's "
+                  "GRIDBCAST_CERT_DIR)");
 }
 
 // Fills the launch options `r` decides and returns the backend that starts the
 // ranks (`command`: what each rank runs; empty: `gridbcast rank`).
-std::unique_ptr<runtime::Backend> make_backend(CLI::App* cmd, RunOptions& r, runtime::LaunchOptions& o,
+std::unique_ptr<runtime::Backend> make_backend(CLI::App* cmd, RunOptions& r,
+                                               runtime::LaunchOptions& o,
                                                std::vector<std::string> command = {}) {
   o.params.segment_bytes = parse_size_option(r.segment, "--segment");
+  if (!r.cert_dir.empty()) o.params.cert_dir = std::filesystem::absolute(r.cert_dir).string();
   o.params.timeout_ms = static_cast<std::int64_t>(r.timeout * 1000);
   o.listen_address = r.listen;
   o.listen_port = r.port;
   o.startup_timeout_ms = static_cast<std::int64_t>(r.startup * 1000);
   const std::string exe = r.exe.empty() ? self_exe() : r.exe;
   // `gridbcast testbed run` selects the netns backend through the environment.
-  if (const char* b = std::getenv("GRIDBCAST_BACKEND"); b && *b && !cmd->count("--backend")) r.backend = b;
+  if (const char* b = std::getenv("GRIDBCAST_BACKEND"); b && *b && !cmd->count("--backend"))
+    r.backend = b;
   const bool program = !command.empty();
   if (!program) command = {exe, "rank"};
   if (program && r.backend == "local") command[0] = resolve_program(command[0]);
   if (program && r.backend == "netns")
-    throw CLI::ValidationError("--backend", "netns does not run programs yet (launch -- PROGRAM); use local");
+    throw CLI::ValidationError("--backend",
+                               "netns does not run programs yet (launch -- PROGRAM); use local");
   if (r.backend == "local") return runtime::make_local_backend(command);
   if (r.backend == "ssh") return runtime::make_ssh_backend(r.ssh, command);
   if (r.backend == "external") return runtime::make_external_backend();
@@ -129,7 +158,8 @@ std::unique_ptr<runtime::Backend> make_backend(CLI::App* cmd, RunOptions& r, run
     if (!cmd->count("--listen")) o.listen_address = netns.listen_address;
     return std::move(netns.backend);
   }
-  throw CLI::ValidationError("GRIDBCAST_BACKEND", "\"" + r.backend + "\" is not local, ssh, netns or external");
+  throw CLI::ValidationError("GRIDBCAST_BACKEND",
+                             "\"" + r.backend + "\" is not local, ssh, netns or external");
 }
 
 // "1KiB:64MiB" (x4 steps), "1KiB:64MiB:x2", or a list "4096,1MiB".
@@ -138,20 +168,24 @@ std::vector<std::uint64_t> parse_sizes(const std::string& text) {
   const auto colon = text.find(':');
   if (colon == std::string::npos) {
     std::stringstream ss(text);
-    for (std::string item; std::getline(ss, item, ',');) sizes.push_back(parse_size_option(item, "--sizes"));
+    for (std::string item; std::getline(ss, item, ',');)
+      sizes.push_back(parse_size_option(item, "--sizes"));
   } else {
     const auto second = text.find(':', colon + 1);
     const std::uint64_t lo = parse_size_option(text.substr(0, colon), "--sizes");
-    const std::uint64_t hi = parse_size_option(text.substr(colon + 1, second - colon - 1), "--sizes");
+    const std::uint64_t hi =
+        parse_size_option(text.substr(colon + 1, second - colon - 1), "--sizes");
     std::uint64_t factor = 4;
     if (second != std::string::npos) {
       const std::string f = text.substr(second + 1);
-      if (f.size() < 2 || f[0] != 'x' || f.find_first_not_of("0123456789", 1) != std::string::npos ||
-          std::stoull(f.substr(1)) < 2)
+      if (f.size() < 2 || f[0] != 'x' ||
+          f.find_first_not_of("0123456789", 1) != std::string::npos || std::stoull(f.substr(1)) < 2)
         throw CLI::ValidationError("--sizes", "the step is x2, x4, ...: \"" + text + "\"");
       factor = std::stoull(f.substr(1));
     }
-    if (lo == 0 || lo > hi) throw CLI::ValidationError("--sizes", "expected FROM:TO with 0 < FROM <= TO: \"" + text + "\"");
+    if (lo == 0 || lo > hi)
+      throw CLI::ValidationError("--sizes",
+                                 "expected FROM:TO with 0 < FROM <= TO: \"" + text + "\"");
     for (std::uint64_t s = lo; s <= hi; s *= factor) sizes.push_back(s);
   }
   if (sizes.empty()) throw CLI::ValidationError("--sizes", "no sizes in \"" + text + "\"");
@@ -161,109 +195,234 @@ std::vector<std::uint64_t> parse_sizes(const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"gridbcast: grid-wide multi-lane broadcast over TCP.\n"
-               "Sends one buffer or file from a root to every rank of a grid of sites."};
+  CLI::App app{
+      "gridbcast: grid-wide multi-lane broadcast over TCP.\n"
+      "Sends one buffer or file from a root to every rank of a grid of sites."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "gridbcast 0.1.0");
-  app.footer("Examples:\n  gridbcast launch                       # embedded default topology\n"
-             "  gridbcast plan site-configs/three-sites-hetero.yaml --format text\n"
-             "Run 'gridbcast COMMAND --help' for a command's options.");
+  app.footer(
+      "Examples:\n  gridbcast launch                       # embedded default topology\n"
+      "  gridbcast plan site-configs/three-sites-hetero.yaml --format text\n"
+      "Run 'gridbcast COMMAND --help' for a command's options.");
 
   // plan
-  auto* plan_cmd = app.add_subcommand("plan", "Print the broadcast plan (who sends what to whom) for a topology");
+  auto* plan_cmd = app.add_subcommand(
+      "plan", "Print the broadcast plan (who sends what to whom) for a topology");
   std::string plan_topology, plan_algorithm = "auto", plan_format = "text", plan_size = "1 MiB";
   int plan_root = 0;
   bool plan_check = false;
-  plan_cmd->add_option("TOPOLOGY", plan_topology, "site-config YAML (default: the embedded default)");
-  plan_cmd->add_option("--algorithm,-a", plan_algorithm, "auto or one of: " + algorithm_list())->capture_default_str();
+  plan_cmd->add_option("TOPOLOGY", plan_topology,
+                       "site-config YAML (default: the embedded default)");
+  plan_cmd->add_option("--algorithm,-a", plan_algorithm, "auto or one of: " + algorithm_list())
+      ->capture_default_str();
   plan_cmd->add_option("--root,-r", plan_root, "root rank")->capture_default_str();
-  plan_cmd->add_option("--size,-s", plan_size, "message size, e.g. 4096, \"64 MiB\"")->capture_default_str();
+  plan_cmd->add_option("--size,-s", plan_size, "message size, e.g. 4096, \"64 MiB\"")
+      ->capture_default_str();
   plan_cmd->add_option("--format,-f", plan_format, "text, json or dot")
-      ->check(CLI::IsMember({"text", "json", "dot"}))->capture_default_str();
-  plan_cmd->add_flag("--check", plan_check, "verify coverage, causality, exactness and the multilane invariants; exit 1 on a violation");
-  plan_cmd->footer("Example:\n  gridbcast plan site-configs/two-sites-16x16.yaml --algorithm multilane --size 64MiB --format json");
+      ->check(CLI::IsMember({"text", "json", "dot"}))
+      ->capture_default_str();
+  plan_cmd->add_flag(
+      "--check", plan_check,
+      "verify coverage, causality, exactness and the multilane invariants; exit 1 on a violation");
+  plan_cmd->footer(
+      "Example:\n  gridbcast plan site-configs/two-sites-16x16.yaml --algorithm multilane --size "
+      "64MiB --format json");
 
   // launch
-  auto* launch_cmd = app.add_subcommand("launch", "Start one rank per node and broadcast (the main job), or run a program on every rank (-- PROGRAM)");
-  std::string l_topology, l_algorithm = "auto", l_size = "64 MiB", l_file, l_output = "/tmp/gridbcast/{node}/";
+  auto* launch_cmd = app.add_subcommand("launch",
+                                        "Start one rank per node and broadcast (the main job), or "
+                                        "run a program on every rank (-- PROGRAM)");
+  std::string l_topology, l_algorithm = "auto", l_size = "64 MiB", l_file,
+                          l_output = "/tmp/gridbcast/{node}/";
   int l_root = 0, l_iterations = 1;
   RunOptions l_run;
   std::uint64_t l_seed = 1;
   bool l_json = false, l_no_verify = false, l_random_roots = false, l_random_sizes = false;
-  launch_cmd->add_option("TOPOLOGY", l_topology, "site-config YAML (default: the embedded default, 2 sites x 4 nodes on loopback)");
-  launch_cmd->add_option("--size,-s", l_size, "bytes to broadcast, e.g. 1048576, \"64 MiB\"")->capture_default_str();
+  launch_cmd->add_option(
+      "TOPOLOGY", l_topology,
+      "site-config YAML (default: the embedded default, 2 sites x 4 nodes on loopback)");
+  launch_cmd->add_option("--size,-s", l_size, "bytes to broadcast, e.g. 1048576, \"64 MiB\"")
+      ->capture_default_str();
   launch_cmd->add_option("--file", l_file, "broadcast this file instead of generated data");
-  launch_cmd->add_option("--output,-o", l_output, "where other ranks write --file; {node} and {rank} are replaced; a trailing / appends the file name")->capture_default_str();
+  launch_cmd
+      ->add_option("--output,-o", l_output,
+                   "where other ranks write --file; {node} and {rank} are replaced; a trailing / "
+                   "appends the file name")
+      ->capture_default_str();
   launch_cmd->add_option("--root,-r", l_root, "root rank")->capture_default_str();
-  launch_cmd->add_option("--algorithm,-a", l_algorithm, "auto, random (per iteration) or one of: " + algorithm_list())->capture_default_str();
-  launch_cmd->add_option("--iterations,-n", l_iterations, "back-to-back broadcasts")->check(CLI::PositiveNumber)->capture_default_str();
-  launch_cmd->add_flag("--random-roots", l_random_roots, "draw each iteration's root at random (from --seed)");
-  launch_cmd->add_flag("--random-sizes", l_random_sizes, "draw each iteration's size from [0, --size] (from --seed)");
-  launch_cmd->add_option("--seed", l_seed, "seed for generated data and random draws")->capture_default_str();
+  launch_cmd
+      ->add_option("--algorithm,-a", l_algorithm,
+                   "auto, random (per iteration) or one of: " + algorithm_list())
+      ->capture_default_str();
+  launch_cmd->add_option("--iterations,-n", l_iterations, "back-to-back broadcasts")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  launch_cmd->add_flag("--random-roots", l_random_roots,
+                       "draw each iteration's root at random (from --seed)");
+  launch_cmd->add_flag("--random-sizes", l_random_sizes,
+                       "draw each iteration's size from [0, --size] (from --seed)");
+  launch_cmd->add_option("--seed", l_seed, "seed for generated data and random draws")
+      ->capture_default_str();
   add_run_options(launch_cmd, l_run);
   launch_cmd->add_flag("--json", l_json, "print the summary as JSON");
   launch_cmd->add_flag("--no-verify", l_no_verify, "skip the SHA-256 check of every copy");
-  launch_cmd->footer("Examples:\n  gridbcast launch\n  gridbcast launch site-configs/single-site-15.yaml --size 256MiB --algorithm multilane\n"
-                     "  gridbcast launch --file big.iso --output /tmp/copies/{node}.iso\n"
-                     "  gridbcast launch site-configs/default.yaml -- ./my_mpi_program ARGS   # docs/MPI.md\n"
-                     "After --, every rank runs the program (built with gridbcast-cc against libgridbcast_mpi)\n"
-                     "instead of the broadcast job; the launcher exits with the first failing rank's status.\n"
-                     "The job secret never appears in argv: ranks get it through an inherited pipe (local),\n"
-                     "on standard input (ssh) or from GRIDBCAST_SECRET (external).");
+  launch_cmd->footer(
+      "Examples:\n  gridbcast launch\n  gridbcast launch site-configs/single-site-15.yaml --size "
+      "256MiB --algorithm multilane\n"
+      "  gridbcast launch --file big.iso --output /tmp/copies/{node}.iso\n"
+      "  gridbcast launch site-configs/default.yaml -- ./my_mpi_program ARGS   # docs/MPI.md\n"
+      "  gridbcast launch site-configs/two-sites-tls.yaml --cert-dir /etc/gridbcast/certs   # "
+      "docs/SECURITY.md\n"
+      "After --, every rank runs the program (built with gridbcast-cc against libgridbcast_mpi)\n"
+      "instead of the broadcast job; the launcher exits with the first failing rank's status.\n"
+      "The job secret never appears in argv: ranks get it through an inherited pipe (local),\n"
+      "on standard input (ssh) or from GRIDBCAST_SECRET (external).");
 
   // simulate
-  auto* sim_cmd = app.add_subcommand("simulate", "Predict broadcast times with a cost model (no network)");
+  auto* sim_cmd =
+      app.add_subcommand("simulate", "Predict broadcast times with a cost model (no network)");
   std::string s_topology, s_algorithm = "multilane", s_size = "64 MiB", s_scale, s_segment = "0";
   int s_root = 0;
   bool s_sweep = false, s_json = false;
   sim_cmd->add_option("TOPOLOGY", s_topology, "site-config YAML (default: the embedded default)");
-  sim_cmd->add_option("--algorithm,-a", s_algorithm, "auto, all, or a comma-separated list of: " + algorithm_list())->capture_default_str();
+  sim_cmd
+      ->add_option("--algorithm,-a", s_algorithm,
+                   "auto, all, or a comma-separated list of: " + algorithm_list())
+      ->capture_default_str();
   sim_cmd->add_option("--root,-r", s_root, "root rank")->capture_default_str();
   sim_cmd->add_option("--size,-s", s_size, "message size")->capture_default_str();
   sim_cmd->add_flag("--sweep", s_sweep, "sizes 1 KiB .. 256 MiB, x4");
-  sim_cmd->add_option("--scale", s_scale, "a synthetic grid SITESxNODES instead of TOPOLOGY (2 x 10 Gbit NICs, 10 ms WAN), e.g. 10x1000");
-  sim_cmd->add_option("--segment", s_segment, "pipelining segment; 0 = topology's or automatic")->capture_default_str();
+  sim_cmd->add_option("--scale", s_scale,
+                      "a synthetic grid SITESxNODES instead of TOPOLOGY (2 x 10 Gbit NICs, 10 ms "
+                      "WAN), e.g. 10x1000");
+  sim_cmd->add_option("--segment", s_segment, "pipelining segment; 0 = topology's or automatic")
+      ->capture_default_str();
   sim_cmd->add_flag("--json", s_json, "JSON lines, one per prediction");
-  sim_cmd->footer("Examples:\n  gridbcast simulate site-configs/two-sites-16x16.yaml --algorithm all --sweep\n"
-                  "  gridbcast simulate --scale 10x1000 --size 1GiB");
+  sim_cmd->footer(
+      "Examples:\n  gridbcast simulate site-configs/two-sites-16x16.yaml --algorithm all --sweep\n"
+      "  gridbcast simulate --scale 10x1000 --size 1GiB");
 
   // bench
-  auto* bench_cmd = app.add_subcommand("bench", "Measure broadcast time over sizes x algorithms (OSU-style table, JSON, CSV, SVG plot)");
-  std::string b_topology, b_sizes = "1KiB:64MiB", b_algorithms = "all", b_method = "ack", b_plot, b_target = "3%";
+  auto* bench_cmd = app.add_subcommand(
+      "bench",
+      "Measure broadcast time over sizes x algorithms (OSU-style table, JSON, CSV, SVG plot)");
+  std::string b_topology, b_sizes = "1KiB:64MiB", b_algorithms = "all", b_method = "ack", b_plot,
+                          b_target = "3%";
   int b_root = 0;
   bool b_json = false, b_csv = false;
   RunOptions b_run;
   runtime::BenchSpec b_spec;
   bench_cmd->add_option("TOPOLOGY", b_topology, "site-config YAML (default: the embedded default)");
-  bench_cmd->add_option("--sizes,-s", b_sizes, "FROM:TO (x4 steps), FROM:TO:xN, or a list such as 4096,1MiB")->capture_default_str();
-  bench_cmd->add_option("--algorithms,-a", b_algorithms, "all, or a comma-separated list of auto, " + algorithm_list())->capture_default_str();
-  bench_cmd->add_option("--method,-m", b_method, "ack (per-rank latency OL_i with acknowledgements), barrier, or rounds")
-      ->check(CLI::IsMember({"ack", "barrier", "rounds"}))->capture_default_str();
+  bench_cmd
+      ->add_option("--sizes,-s", b_sizes,
+                   "FROM:TO (x4 steps), FROM:TO:xN, or a list such as 4096,1MiB")
+      ->capture_default_str();
+  bench_cmd
+      ->add_option("--algorithms,-a", b_algorithms,
+                   "all, or a comma-separated list of auto, " + algorithm_list())
+      ->capture_default_str();
+  bench_cmd
+      ->add_option("--method,-m", b_method,
+                   "ack (per-rank latency OL_i with acknowledgements), barrier, or rounds")
+      ->check(CLI::IsMember({"ack", "barrier", "rounds"}))
+      ->capture_default_str();
   bench_cmd->add_option("--root,-r", b_root, "root rank")->capture_default_str();
-  bench_cmd->add_option("--target-stdev", b_target, "repeat until the standard deviation is under this share of the mean")->capture_default_str();
-  bench_cmd->add_option("--min-iterations", b_spec.min_iterations, "samples per series before the standard deviation may stop it")->check(CLI::Range(2, 1000000))->capture_default_str();
-  bench_cmd->add_option("--max-iterations", b_spec.max_iterations, "the cap on samples per series")->check(CLI::Range(2, 1000000))->capture_default_str();
-  bench_cmd->add_option("--max-time", b_spec.max_seconds, "seconds per point (algorithm x size) before it stops with what it has")->check(CLI::PositiveNumber)->capture_default_str();
-  bench_cmd->add_option("--warmup", b_spec.warmup, "untimed broadcasts before each series")->check(CLI::NonNegativeNumber)->capture_default_str();
-  bench_cmd->add_option("--rounds", b_spec.rounds, "broadcasts per sample with --method rounds")->check(CLI::PositiveNumber)->capture_default_str();
+  bench_cmd
+      ->add_option("--target-stdev", b_target,
+                   "repeat until the standard deviation is under this share of the mean")
+      ->capture_default_str();
+  bench_cmd
+      ->add_option("--min-iterations", b_spec.min_iterations,
+                   "samples per series before the standard deviation may stop it")
+      ->check(CLI::Range(2, 1000000))
+      ->capture_default_str();
+  bench_cmd->add_option("--max-iterations", b_spec.max_iterations, "the cap on samples per series")
+      ->check(CLI::Range(2, 1000000))
+      ->capture_default_str();
+  bench_cmd
+      ->add_option("--max-time", b_spec.max_seconds,
+                   "seconds per point (algorithm x size) before it stops with what it has")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  bench_cmd->add_option("--warmup", b_spec.warmup, "untimed broadcasts before each series")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  bench_cmd->add_option("--rounds", b_spec.rounds, "broadcasts per sample with --method rounds")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   bench_cmd->add_flag("--json", b_json, "print JSON instead of the table");
   bench_cmd->add_flag("--csv", b_csv, "print CSV instead of the table");
-  bench_cmd->add_option("--plot", b_plot, "also write an SVG plot: time against size, log-log, a line per algorithm, the lower bound dashed");
+  bench_cmd->add_option("--plot", b_plot,
+                        "also write an SVG plot: time against size, log-log, a line per algorithm, "
+                        "the lower bound dashed");
   add_run_options(bench_cmd, b_run);
-  bench_cmd->footer("Examples:\n  gridbcast bench                                   # embedded default, 1 KiB .. 64 MiB, every algorithm\n"
-                    "  gridbcast bench --sizes 1MiB:64MiB --algorithms multilane,binary --plot bench.svg\n"
-                    "  gridbcast bench --method barrier --csv > bench.csv\n"
-                    "  gridbcast testbed run site-configs/testbed-8x8.yaml -- gridbcast bench site-configs/testbed-8x8.yaml --sizes 1KiB,64MiB\n"
-                    "Bound(us) is the topology's lower bound (docs/PERFORMANCE.md); every copy is verified after each point.");
+  bench_cmd->footer(
+      "Examples:\n  gridbcast bench                                   # embedded default, 1 KiB .. "
+      "64 MiB, every algorithm\n"
+      "  gridbcast bench --sizes 1MiB:64MiB --algorithms multilane,binary --plot bench.svg\n"
+      "  gridbcast bench --method barrier --csv > bench.csv\n"
+      "  gridbcast testbed run site-configs/testbed-8x8.yaml -- gridbcast bench "
+      "site-configs/testbed-8x8.yaml --sizes 1KiB,64MiB\n"
+      "Bound(us) is the topology's lower bound (docs/PERFORMANCE.md); every copy is verified after "
+      "each point.");
+
+  // certs
+  auto* certs_cmd = app.add_subcommand(
+      "certs", "Create the grid CA and per-node certificates for WAN links marked tls: true");
+  certs_cmd->require_subcommand(1);
+  certs_cmd->footer(
+      "Examples:\n  gridbcast certs init /etc/gridbcast/certs\n"
+      "  gridbcast certs issue site-configs/two-sites-tls.yaml --dir /etc/gridbcast/certs\n"
+      "  gridbcast launch site-configs/two-sites-tls.yaml --cert-dir /etc/gridbcast/certs\n"
+      "Copy ca.crt and each node's NODE.crt and NODE.key to that node; ca.key stays with whoever "
+      "issues.");
+  auto* certs_init = certs_cmd->add_subcommand(
+      "init", "Create a grid CA: DIR/ca.key (mode 0600) and the self-signed DIR/ca.crt (EC P-256)");
+  std::string ci_dir, ci_name = "gridbcast grid CA";
+  int ci_days = 3650;
+  bool ci_force = false;
+  certs_init->add_option("DIR", ci_dir, "directory to create or fill")->required();
+  certs_init->add_option("--name", ci_name, "the CA's subject CN")->capture_default_str();
+  certs_init->add_option("--days", ci_days, "validity in days")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  certs_init->add_flag("--force", ci_force,
+                       "replace an existing CA (certificates it issued stop working)");
+  certs_init->footer("Example:\n  gridbcast certs init /etc/gridbcast/certs");
+  auto* certs_issue =
+      certs_cmd->add_subcommand("issue",
+                                "Issue DIR/NODE.key (mode 0600) and DIR/NODE.crt, signed by the "
+                                "grid CA, for every node of a topology");
+  std::string cs_topology, cs_dir;
+  std::vector<std::string> cs_nodes;
+  int cs_days = 365;
+  bool cs_force = false;
+  certs_issue->add_option("TOPOLOGY", cs_topology, "site-config YAML whose nodes get certificates")
+      ->required();
+  certs_issue->add_option("--dir", cs_dir, "the CA's directory (from 'gridbcast certs init')")
+      ->required();
+  certs_issue->add_option("--node", cs_nodes, "only these nodes (repeatable; default: every node)");
+  certs_issue->add_option("--days", cs_days, "validity in days")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  certs_issue->add_flag("--force", cs_force, "replace existing certificates and keys");
+  certs_issue->footer(
+      "Example:\n  gridbcast certs issue site-configs/two-sites-tls.yaml --dir "
+      "/etc/gridbcast/certs\n"
+      "Each certificate names its node in the subject CN and as a DNS subject alternative name;\n"
+      "a rank accepts a peer only if the certificate names the node of the rank the peer claims.");
 
   // testbed
   testbed::TestbedCommand testbed_cmd(app);
 
   // rank (internal)
-  auto* rank_cmd = app.add_subcommand("rank", "Run one rank (started by 'launch' or by srun/mpiexec with GRIDBCAST_LAUNCHER set)");
-  rank_cmd->footer("Environment: GRIDBCAST_LAUNCHER=host:port, GRIDBCAST_JOB_ID, GRIDBCAST_RANK (or SLURM_PROCID,\n"
-                   "PMI_RANK, OMPI_COMM_WORLD_RANK), and the secret in GRIDBCAST_SECRET, through the pipe\n"
-                   "GRIDBCAST_SECRET_FD names, or on standard input.");
+  auto* rank_cmd = app.add_subcommand(
+      "rank", "Run one rank (started by 'launch' or by srun/mpiexec with GRIDBCAST_LAUNCHER set)");
+  rank_cmd->footer(
+      "Environment: GRIDBCAST_LAUNCHER=host:port, GRIDBCAST_JOB_ID, GRIDBCAST_RANK (or "
+      "SLURM_PROCID,\n"
+      "PMI_RANK, OMPI_COMM_WORLD_RANK), and the secret in GRIDBCAST_SECRET, through the pipe\n"
+      "GRIDBCAST_SECRET_FD names, or on standard input.");
 
   // `gridbcast launch [TOPOLOGY] [OPTIONS] -- PROGRAM [ARGS...]`: what follows the
   // first "--" after the launch subcommand is the program every rank runs.
@@ -294,12 +453,16 @@ int main(int argc, char** argv) {
       const std::uint64_t size = parse_size_option(plan_size, "--size");
       const auto algo = resolve_algorithm(plan_algorithm, l.grid, size);
       const auto plan = topology::build_plan(l.grid, algo, plan_root, size);
-      if (plan_format == "json") std::cout << topology::plan_to_json(l.grid, plan);
-      else if (plan_format == "dot") std::cout << topology::plan_to_dot(l.grid, plan);
-      else std::cout << topology::plan_to_text(l.grid, plan);
+      if (plan_format == "json")
+        std::cout << topology::plan_to_json(l.grid, plan);
+      else if (plan_format == "dot")
+        std::cout << topology::plan_to_dot(l.grid, plan);
+      else
+        std::cout << topology::plan_to_text(l.grid, plan);
       if (plan_check) {
         const auto check = topology::verify_plan(l.grid, plan);
-        for (const auto& e : check.errors) std::cerr << "gridbcast plan: property violated: " << e << "\n";
+        for (const auto& e : check.errors)
+          std::cerr << "gridbcast plan: property violated: " << e << "\n";
         if (!check.ok()) return 1;
         std::cerr << "gridbcast plan: all properties hold\n";
       }
@@ -309,8 +472,10 @@ int main(int argc, char** argv) {
       topology::Grid grid;
       if (!s_scale.empty()) {
         const auto x = s_scale.find('x');
-        if (x == std::string::npos) throw CLI::ValidationError("--scale", "expected SITESxNODES, e.g. 10x1000");
-        grid = topology::synthetic_grid(std::stoi(s_scale.substr(0, x)), std::stoi(s_scale.substr(x + 1)));
+        if (x == std::string::npos)
+          throw CLI::ValidationError("--scale", "expected SITESxNODES, e.g. 10x1000");
+        grid = topology::synthetic_grid(std::stoi(s_scale.substr(0, x)),
+                                        std::stoi(s_scale.substr(x + 1)));
       } else {
         grid = load(s_topology).grid;
       }
@@ -332,7 +497,8 @@ int main(int argc, char** argv) {
       if (!s_json)
         std::cout << "# " << grid.name << ": " << grid.size() << " ranks in " << grid.sites.size()
                   << " site(s), root " << s_root << "\n"
-                  << "# algorithm            size      predicted s   lower bound s   ratio  slowest rank\n";
+                  << "# algorithm            size      predicted s   lower bound s   ratio  "
+                     "slowest rank\n";
       for (std::uint64_t size : sizes) {
         for (const auto& name : names) {
           const auto algo = resolve_algorithm(name, grid, size);
@@ -340,14 +506,17 @@ int main(int argc, char** argv) {
           const auto r = topology::simulate(grid, plan, model);
           const double lb = topology::lower_bound_seconds(grid, s_root, size);
           if (s_json) {
-            std::cout << "{\"algorithm\": \"" << topology::algorithm_name(algo) << "\", \"ranks\": " << grid.size()
-                      << ", \"size\": " << size << ", \"predicted_seconds\": " << r.makespan_s
-                      << ", \"lower_bound_seconds\": " << lb << ", \"slowest_rank\": " << r.slowest_rank
+            std::cout << "{\"algorithm\": \"" << topology::algorithm_name(algo)
+                      << "\", \"ranks\": " << grid.size() << ", \"size\": " << size
+                      << ", \"predicted_seconds\": " << r.makespan_s
+                      << ", \"lower_bound_seconds\": " << lb
+                      << ", \"slowest_rank\": " << r.slowest_rank
                       << ", \"segments\": " << r.segments << "}\n";
           } else {
-            std::printf("  %-18s %10s %14.6f %15.6f %7.2f  %d\n", std::string(topology::algorithm_name(algo)).c_str(),
-                        topology::format_bytes(size).c_str(), r.makespan_s, lb, lb > 0 ? r.makespan_s / lb : 0.0,
-                        r.slowest_rank);
+            std::printf("  %-18s %10s %14.6f %15.6f %7.2f  %d\n",
+                        std::string(topology::algorithm_name(algo)).c_str(),
+                        topology::format_bytes(size).c_str(), r.makespan_s, lb,
+                        lb > 0 ? r.makespan_s / lb : 0.0, r.slowest_rank);
           }
         }
       }
@@ -357,7 +526,8 @@ int main(int argc, char** argv) {
       Loaded l = load(b_topology);
       runtime::LaunchOptions o;
       if (b_root < 0 || b_root >= l.grid.size())
-        throw CLI::ValidationError("--root", "rank " + std::to_string(b_root) + " is outside 0.." + std::to_string(l.grid.size() - 1));
+        throw CLI::ValidationError("--root", "rank " + std::to_string(b_root) + " is outside 0.." +
+                                                 std::to_string(l.grid.size() - 1));
       b_spec.sizes = parse_sizes(b_sizes);
       if (b_algorithms == "all") {
         for (const auto& a : topology::algorithms()) b_spec.algorithms.emplace_back(a.name);
@@ -375,7 +545,8 @@ int main(int argc, char** argv) {
         try {
           t = std::stod(percent ? b_target.substr(0, b_target.size() - 1) : b_target);
         } catch (const std::exception&) {
-          throw CLI::ValidationError("--target-stdev", "expected a share such as 3% or 0.03, not \"" + b_target + "\"");
+          throw CLI::ValidationError(
+              "--target-stdev", "expected a share such as 3% or 0.03, not \"" + b_target + "\"");
         }
         b_spec.target_rel_stdev = percent ? t / 100 : t;
         if (!(b_spec.target_rel_stdev > 0 && b_spec.target_rel_stdev < 1))
@@ -386,7 +557,8 @@ int main(int argc, char** argv) {
       o.params.root = b_root;
       o.params.size = b_spec.largest_size();
       o.params.bench = b_spec.encode();
-      const cli::BenchContext base{l.grid.name, l.grid.size(), static_cast<int>(l.grid.sites.size()), b_root, b_spec, 0, 0};
+      const cli::BenchContext base{
+          l.grid.name, l.grid.size(), static_cast<int>(l.grid.sites.size()), b_root, b_spec, 0, 0};
       o.grid = l.grid;
       o.yaml_text = std::move(l.yaml);
       auto backend = make_backend(bench_cmd, b_run, o);
@@ -407,27 +579,63 @@ int main(int argc, char** argv) {
       cli::BenchContext ctx = base;
       ctx.rejected_connections = outcome.rejected_connections;
       ctx.peak_rss_bytes = outcome.peak_rss_bytes;
-      if (b_json) cli::print_bench_json(std::cout, ctx, rows);
-      else if (b_csv) cli::print_bench_csv(std::cout, rows);
-      else cli::print_bench_table(std::cout, ctx, rows);
+      if (b_json)
+        cli::print_bench_json(std::cout, ctx, rows);
+      else if (b_csv)
+        cli::print_bench_csv(std::cout, rows);
+      else
+        cli::print_bench_table(std::cout, ctx, rows);
       if (!b_plot.empty()) {
         std::ofstream f(b_plot);
-        f << cli::render_svg_plot("gridbcast bench: " + ctx.topology + ", " + std::to_string(ctx.ranks) +
-                                      " ranks, method " + b_method,
+        f << cli::render_svg_plot("gridbcast bench: " + ctx.topology + ", " +
+                                      std::to_string(ctx.ranks) + " ranks, method " + b_method,
                                   cli::bench_plot_series(rows));
         if (!f) throw std::runtime_error("--plot " + b_plot + ": cannot write the file");
       }
       return 0;
     }
     if (*rank_cmd) return runtime::run_rank(std::cin, std::cerr);
+    if (*certs_init) {
+      lanes::CertOptions o;
+      o.not_after = std::chrono::hours(24) * ci_days;
+      o.overwrite = ci_force;
+      lanes::create_grid_ca(ci_dir, ci_name, o);
+      std::cout << "gridbcast certs: created "
+                << (std::filesystem::path(ci_dir) / lanes::kCaCertFile).string() << " and "
+                << (std::filesystem::path(ci_dir) / lanes::kCaKeyFile).string() << " (0600)\n";
+      return 0;
+    }
+    if (*certs_issue) {
+      const Loaded l = load(cs_topology);
+      std::vector<std::string> nodes = cs_nodes;
+      if (nodes.empty())
+        for (const auto& n : l.grid.nodes) nodes.push_back(n.name);
+      for (const auto& name : nodes) {
+        bool known = false;
+        for (const auto& n : l.grid.nodes) known = known || n.name == name;
+        if (!known)
+          throw CLI::ValidationError("--node", "\"" + name + "\" is not a node of " + cs_topology);
+      }
+      lanes::CertOptions o;
+      o.not_after = std::chrono::hours(24) * cs_days;
+      o.overwrite = cs_force;
+      for (const auto& name : nodes) {
+        lanes::issue_node_cert(cs_dir, name, o);
+        std::cout << "gridbcast certs: issued " << lanes::node_cert_path(cs_dir, name).string()
+                  << " and " << lanes::node_key_path(cs_dir, name).string() << " (0600)\n";
+      }
+      return 0;
+    }
     if (testbed_cmd.selected()) return testbed_cmd.run();
     if (*launch_cmd) {
       Loaded l = load(l_topology);
       runtime::LaunchOptions o;
       o.params.algorithm = l_algorithm;
-      if (l_algorithm != "auto" && l_algorithm != "random") (void)resolve_algorithm(l_algorithm, l.grid, 0);
+      if (l_algorithm != "auto" && l_algorithm != "random")
+        (void)resolve_algorithm(l_algorithm, l.grid, 0);
       if (l_root < 0 || l_root >= l.grid.size())
-        throw CLI::ValidationError("--root", "rank " + std::to_string(l_root) + " is outside 0.." + std::to_string(l.grid.size() - 1));
+        throw CLI::ValidationError("--root", "rank " + std::to_string(l_root) + " is outside 0.." +
+                                                 std::to_string(l.grid.size() - 1));
       o.params.root = l_root;
       o.params.iterations = l_iterations;
       o.params.random_roots = l_random_roots;
@@ -435,7 +643,8 @@ int main(int argc, char** argv) {
       o.params.seed = l_seed;
       o.params.verify = !l_no_verify;
       if (l_program_given) {
-        if (l_program.empty()) throw CLI::ValidationError("--", "name the program every rank runs after --");
+        if (l_program.empty())
+          throw CLI::ValidationError("--", "name the program every rank runs after --");
         o.params.program = true;
         o.program = l_program;
       }
@@ -448,7 +657,8 @@ int main(int argc, char** argv) {
         o.params.output = l_output;
         if (!o.params.output.empty() && o.params.output.back() == '/')
           o.params.output += std::filesystem::path(l_file).filename().string();
-        if (l_random_sizes) throw CLI::ValidationError("--random-sizes", "cannot be used with --file");
+        if (l_random_sizes)
+          throw CLI::ValidationError("--random-sizes", "cannot be used with --file");
       } else {
         o.params.size = parse_size_option(l_size, "--size");
       }

@@ -40,11 +40,17 @@ std::shared_ptr<Listener> Listener::open(asio::any_io_executor ex, const std::st
   return l;
 }
 
+void Listener::use_tls(std::shared_ptr<TlsContext> ctx, Policy policy) {
+  tls_ = std::move(ctx);
+  policy_ = std::move(policy);
+}
+
 void Listener::start(OnConnection on_connection, OnReject on_reject) {
   on_connection_ = std::move(on_connection);
   on_reject_ = std::move(on_reject);
-  asio::co_spawn(acceptor_.get_executor(), [self = shared_from_this()] { return self->accept_loop(); },
-                 asio::detached);
+  asio::co_spawn(
+      acceptor_.get_executor(), [self = shared_from_this()] { return self->accept_loop(); },
+      asio::detached);
 }
 
 void Listener::close() {
@@ -84,37 +90,69 @@ asio::awaitable<void> Listener::handshake(tcp::socket socket) {
   std::array<std::uint8_t, kHelloBytes> hello_bytes{};
   // Errors come back as values: with exceptions the deadline's `||` would wait
   // for the timer (it completes on the first *success*).
-  auto [wec, wn] = co_await before(
-      deadline, asio::async_write(socket, asio::buffer(challenge_bytes), kAsTuple),
-      who + ": timed out sending the challenge");
+  auto [wec, wn] =
+      co_await before(deadline, asio::async_write(socket, asio::buffer(challenge_bytes), kAsTuple),
+                      who + ": timed out sending the challenge");
   if (wec) throw NetworkError(who + " rejected: " + wec.message());
-  auto [rec, rn] = co_await before(
-      deadline, asio::async_read(socket, asio::buffer(hello_bytes), kAsTuple),
+  // TLS or plain: the client's first byte tells (a TLS record or a Hello).
+  std::array<std::uint8_t, 1> first{};
+  auto [pec, pn] = co_await before(
+      deadline, socket.async_receive(asio::buffer(first), tcp::socket::message_peek, kAsTuple),
       who + ": no hello within " + std::to_string(kHandshakeTimeout.count()) + " s");
-  if (rec) throw NetworkError(who + " rejected: " + rec.message() + " before a complete hello");
+  if (pec) throw NetworkError(who + " rejected: " + pec.message() + " before a complete hello");
+  Stream stream(std::move(socket));
+  if (first[0] == kTlsHandshakeRecord) {
+    if (!tls_)
+      throw NetworkError(who + " rejected: it started TLS, but no tls: true WAN link ends at " +
+                         address_);
+    const auto ec = co_await before(deadline, stream.start_tls(*tls_, true),
+                                    who + ": TLS handshake not done within " +
+                                        std::to_string(kHandshakeTimeout.count()) + " s");
+    if (ec) throw NetworkError(who + " rejected: TLS handshake failed: " + stream.tls_failure(ec));
+  }
+  auto [rec, rn] = co_await before(
+      deadline, stream.read(asio::buffer(hello_bytes)),
+      who + ": no hello within " + std::to_string(kHandshakeTimeout.count()) + " s");
+  if (rec)
+    throw NetworkError(
+        who + " rejected: " +
+        (stream.tls() && rec != asio::error::eof ? stream.tls_failure(rec) : rec.message()) +
+        " before a complete hello");
   std::string why;
   auto hello = decode_hello(hello_bytes, why);
   if (!hello) throw NetworkError(who + " rejected: " + why);
   if (hello->job_id != creds_.job_id)
     throw NetworkError(who + " rejected: it belongs to another job");
+  const std::string claims = " (claims rank " + std::to_string(hello->rank);
   if (!mac_equal(hello->mac, hello_mac(creds_.secret, challenge.server_nonce, *hello)))
-    throw NetworkError(who + " (claims rank " + std::to_string(hello->rank) +
-                       ") rejected: wrong job secret");
+    throw NetworkError(who + claims + ") rejected: wrong job secret");
+  // The secret is proven; now the rank it claims decides whether TLS was due,
+  // and whose certificate it had to present.
+  const PeerPolicy policy = policy_ ? policy_(*hello) : PeerPolicy{};
+  const std::string claimed = claims + (policy.node.empty() ? "" : ", node " + policy.node) +
+                              " lane " + std::to_string(hello->lane_from) + ")";
+  if (policy.tls && !stream.tls())
+    throw NetworkError(who + claimed +
+                       " rejected: its WAN link is tls: true, but it did not start TLS");
+  if (!policy.tls && stream.tls())
+    throw NetworkError(who + claimed + " rejected: it started TLS on a link that is not tls: true");
+  if (policy.tls) {
+    if (const std::string bad = stream.check_peer_name(policy.node); !bad.empty())
+      throw NetworkError(who + claimed + " rejected: " + bad);
+  }
   const auto accept_bytes =
       encode(Accept{accept_mac(creds_.secret, hello->client_nonce, challenge.server_nonce)});
-  auto [aec, an] = co_await before(
-      deadline, asio::async_write(socket, asio::buffer(accept_bytes), kAsTuple),
-      who + ": timed out sending accept");
+  auto [aec, an] = co_await before(deadline, stream.write(asio::buffer(accept_bytes)),
+                                   who + ": timed out sending accept");
   if (aec) throw NetworkError(who + ": " + aec.message() + " while accepting");
-  set_stream_options(socket);
-  if (on_connection_) on_connection_(std::move(socket), *hello);
+  set_stream_options(stream.socket());
+  if (on_connection_) on_connection_(std::move(stream), *hello);
 }
 
-asio::awaitable<tcp::socket> connect_authenticated(const std::string& local_address,
-                                                   const tcp::endpoint& remote, Hello hello,
-                                                   const Credentials& creds,
-                                                   Clock::time_point deadline,
-                                                   const std::string& peer_name) {
+asio::awaitable<Stream> connect_authenticated(const std::string& local_address,
+                                              const tcp::endpoint& remote, Hello hello,
+                                              const Credentials& creds, Clock::time_point deadline,
+                                              const std::string& peer_name, const TlsPeer* tls) {
   auto ex = co_await asio::this_coro::executor;
   const std::string where = peer_name + " at " + endpoint_string(remote);
   std::chrono::milliseconds backoff{10};
@@ -126,8 +164,7 @@ asio::awaitable<tcp::socket> connect_authenticated(const std::string& local_addr
     if (ec)
       throw NetworkError("cannot bind to local address " + local_address + " to reach " + where +
                          ": " + ec.message());
-    auto [cec] = co_await before(deadline,
-                                 socket.async_connect(remote, kAsTuple),
+    auto [cec] = co_await before(deadline, socket.async_connect(remote, kAsTuple),
                                  "timed out connecting to " + where);
     if (cec == asio::error::connection_refused && Clock::now() + backoff < deadline) {
       // The peer may still be opening its listener: bounded retries.
@@ -139,36 +176,49 @@ asio::awaitable<tcp::socket> connect_authenticated(const std::string& local_addr
     if (cec) throw NetworkError("cannot connect to " + where + ": " + cec.message());
 
     std::array<std::uint8_t, kChallengeBytes> challenge_bytes{};
-    auto [rec, rn] = co_await before(
-        deadline, asio::async_read(socket, asio::buffer(challenge_bytes), kAsTuple),
-        "timed out waiting for the handshake of " + where);
+    auto [rec, rn] =
+        co_await before(deadline, asio::async_read(socket, asio::buffer(challenge_bytes), kAsTuple),
+                        "timed out waiting for the handshake of " + where);
     if (rec) throw NetworkError("handshake with " + where + " failed: " + rec.message());
     std::string why;
     auto challenge = decode_challenge(challenge_bytes, why);
     if (!challenge) throw NetworkError(where + " is not a gridbcast lane: " + why);
+    Stream stream(std::move(socket));
+    if (tls) {
+      const auto tec = co_await before(deadline, stream.start_tls(*tls->ctx, false),
+                                       "timed out in the TLS handshake with " + where);
+      if (tec) throw NetworkError("TLS with " + where + " failed: " + stream.tls_failure(tec));
+      if (const std::string bad = stream.check_peer_name(tls->node); !bad.empty())
+        throw NetworkError("TLS with " + where + " failed: " + bad);
+    }
     hello.job_id = creds.job_id;
     hello.client_nonce = random_nonce();
     hello.mac = hello_mac(creds.secret, challenge->server_nonce, hello);
     const auto hello_bytes = encode(hello);
     std::array<std::uint8_t, kAcceptBytes> accept_bytes{};
-    auto [wec, wn] = co_await before(
-        deadline, asio::async_write(socket, asio::buffer(hello_bytes), kAsTuple),
-        "timed out sending hello to " + where);
+    auto [wec, wn] = co_await before(deadline, stream.write(asio::buffer(hello_bytes)),
+                                     "timed out sending hello to " + where);
     if (!wec) {
-      auto [aec, an] = co_await before(
-          deadline, asio::async_read(socket, asio::buffer(accept_bytes), kAsTuple),
-          "timed out waiting for " + where + " to accept");
+      auto [aec, an] = co_await before(deadline, stream.read(asio::buffer(accept_bytes)),
+                                       "timed out waiting for " + where + " to accept");
       wec = aec;
     }
+    if (wec && tls && wec != asio::error::eof)
+      // TLS 1.3 clients finish their handshake before the server has checked
+      // their certificate: a rejection arrives as an alert here.
+      throw NetworkError("TLS with " + where + " failed: " + stream.tls_failure(wec));
     if (wec)
       throw NetworkError(where + " refused the handshake (" + wec.message() +
-                         "): wrong job secret or job id?");
+                         (tls ? "): wrong job secret or job id, or this node's certificate does "
+                                "not name node " +
+                                    tls->ctx->node() + "?"
+                              : "): wrong job secret or job id?"));
     auto accept = decode_accept(accept_bytes, why);
     if (!accept || !mac_equal(accept->mac, accept_mac(creds.secret, hello.client_nonce,
                                                       challenge->server_nonce)))
       throw NetworkError(where + " failed to prove the job secret");
-    set_stream_options(socket);
-    co_return socket;
+    set_stream_options(stream.socket());
+    co_return stream;
   }
 }
 

@@ -9,9 +9,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "lanes/stream.hpp"
+#include "lanes/tls.hpp"
 #include "lanes/wire.hpp"
 
 namespace gridbcast::lanes {
@@ -40,18 +43,44 @@ tcp::endpoint make_endpoint(const std::string& address, std::uint16_t port);
 // sends nothing is dropped after this, without disturbing anything else.
 inline constexpr std::chrono::seconds kHandshakeTimeout{10};
 
+// What a server expects of a client that proved the job secret, by the rank
+// its hello claims: TLS or plain TCP, and with TLS the node name its
+// certificate must carry. So a certificate is bound to the rank it speaks for.
+struct PeerPolicy {
+  bool tls = false;
+  std::string node;
+};
+
+// The first byte of a TLS record carrying a handshake (a ClientHello); a plain
+// Hello starts with kMagic's 'G'.
+inline constexpr std::uint8_t kTlsHandshakeRecord = 0x16;
+
 // A listening socket on one address (one per lane). Authenticated connections
 // are handed to the callback with the peer's Hello; anything else is closed,
 // logged and counted.
+//
+// Every connection starts with the plaintext Challenge (a nonce, no secret).
+// A client on a tls: true link then starts TLS (the listener tells by the first
+// byte it sends) and sends its Hello inside it; the listener checks the secret,
+// then the policy for the claimed rank, then the certificate's name:
+//
+//   acceptor ── Challenge ──► connector
+//            ◄═ TLS 1.3 handshake, both certificates verified against the grid CA ═►
+//            ◄═ Hello (MAC over the challenge's nonce) ═    name == policy(rank).node?
+//            ═ Accept ═►
 class Listener : public std::enable_shared_from_this<Listener> {
  public:
-  using OnConnection = std::function<void(tcp::socket, const Hello&)>;
+  using OnConnection = std::function<void(Stream, const Hello&)>;
   using OnReject = std::function<void(const std::string& why)>;
+  using Policy = std::function<PeerPolicy(const Hello&)>;
 
   static std::shared_ptr<Listener> open(asio::any_io_executor ex, const std::string& address,
                                         std::uint16_t port, Credentials creds);
   std::uint16_t port() const { return port_; }
   const std::string& address() const { return address_; }
+  // Before start(): accept TLS with `ctx` and ask `policy` which ranks must use it.
+  // Without it every connection must be plain.
+  void use_tls(std::shared_ptr<TlsContext> ctx, Policy policy);
   void start(OnConnection on_connection, OnReject on_reject);
   void close();
   std::uint64_t rejected() const { return rejected_; }
@@ -67,17 +96,27 @@ class Listener : public std::enable_shared_from_this<Listener> {
   Credentials creds_;
   OnConnection on_connection_;
   OnReject on_reject_;
+  std::shared_ptr<TlsContext> tls_;
+  Policy policy_;
   std::uint64_t rejected_ = 0;
 };
 
+// With TLS: this node's context and the node name the server's certificate must carry.
+struct TlsPeer {
+  TlsContext* ctx = nullptr;
+  std::string node;
+};
+
 // Connects from `local_address` (the lane's NIC; port chosen by the kernel) to
-// the peer, retrying refused connections until `deadline`, then proves the job
-// secret and checks the peer's proof. Throws NetworkError naming `peer_name`.
-asio::awaitable<tcp::socket> connect_authenticated(const std::string& local_address,
-                                                   const tcp::endpoint& remote, Hello hello,
-                                                   const Credentials& creds,
-                                                   Clock::time_point deadline,
-                                                   const std::string& peer_name);
+// the peer, retrying refused connections until `deadline`, then (with `tls`)
+// runs the TLS handshake and checks the server's certificate name, then proves
+// the job secret and checks the peer's proof. Throws NetworkError naming
+// `peer_name` and the reason. Never falls back to plain TCP.
+asio::awaitable<Stream> connect_authenticated(const std::string& local_address,
+                                              const tcp::endpoint& remote, Hello hello,
+                                              const Credentials& creds, Clock::time_point deadline,
+                                              const std::string& peer_name,
+                                              const TlsPeer* tls = nullptr);
 
 // Runs `op` but gives up at `deadline`, cancelling it; throws NetworkError(what).
 // Pass ops that report errors as values (kAsTuple): an op that throws makes

@@ -113,9 +113,10 @@ void Session::join(std::istream* secret_fallback) {
   const lanes::Credentials lc{im.creds.job_id, im.creds.secret};
   const auto launcher_ep = parse_host_port(launcher);
   im.control = run_until(im.io, [&]() -> asio::awaitable<std::unique_ptr<lanes::tcp::socket>> {
-    co_return std::make_unique<lanes::tcp::socket>(co_await lanes::connect_authenticated(
-        "", launcher_ep, hello, lc, lanes::Clock::now() + std::chrono::seconds(60),
-        "the launcher"));
+    // The control channel is plain TCP (docs/SECURITY.md says what that leaves open).
+    auto stream = co_await lanes::connect_authenticated(
+        "", launcher_ep, hello, lc, lanes::Clock::now() + std::chrono::seconds(60), "the launcher");
+    co_return std::make_unique<lanes::tcp::socket>(std::move(stream).release_plain());
   }());
 
   const Message config = im.receive("config");
@@ -130,6 +131,7 @@ void Session::join(std::istream* secret_fallback) {
       im.params.timeout_ms > 0 ? std::chrono::milliseconds(im.params.timeout_ms) : kNoTimeout;
   options.segment_bytes = im.params.segment_bytes;
   options.thresholds = topology::SelectionThresholds::from_environment();
+  options.cert_dir = im.params.cert_dir;  // empty: this rank's GRIDBCAST_CERT_DIR
   im.comm = std::make_unique<Communicator>(im.grid, im.rank, im.creds, options);
   const auto ports = im.comm->listen();
   send(make_message("endpoints", std::to_string(ports[0]), std::to_string(ports[1])).fields);

@@ -3,6 +3,7 @@
 #include <openssl/rand.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -82,11 +83,13 @@ struct Communicator::Impl {
   std::function<void()> idle_hook;
   std::chrono::microseconds idle_interval{1000};
 
-  Impl(topology::Grid g, int r, JobCredentials creds, CommOptions o)
+  Impl(topology::Grid g, int r, JobCredentials creds, CommOptions o,
+       std::shared_ptr<lanes::TlsContext> tls)
       : grid(std::move(g)),
         rank(r),
         options(o),
-        transport(io, grid, r, lanes::Credentials{creds.job_id, std::move(creds.secret)}) {}
+        transport(io, grid, r, lanes::Credentials{creds.job_id, std::move(creds.secret)},
+                  std::move(tls)) {}
 
   // run_until, calling the idle hook whenever the loop has been idle for the interval.
   template <typename T>
@@ -144,18 +147,31 @@ Communicator::Communicator(topology::Grid grid, int rank, JobCredentials creds,
   if (rank < 0 || rank >= grid.size())
     throw std::invalid_argument("rank " + std::to_string(rank) + " is outside the topology's " +
                                 std::to_string(grid.size()) + " ranks");
-  // Refuse rather than send in the clear what the topology asked to encrypt.
-  for (const auto& link : grid.wan)
-    if (link.tls)
-      throw std::invalid_argument(
-          link.where.str() + ": tls: true is not implemented yet (WAN lanes are authenticated, "
-          "not encrypted; see docs/SECURITY.md); set tls: false to run without encryption");
-  impl_ = std::make_unique<Impl>(std::move(grid), rank, std::move(creds), options);
+  // Certificates are loaded up front, so a missing file fails the rank before
+  // any connection, naming the file; there is no plaintext fallback.
+  std::shared_ptr<lanes::TlsContext> tls;
+  if (grid.needs_tls(rank)) {
+    std::string dir = options.cert_dir;
+    if (dir.empty())
+      if (const char* env = std::getenv(lanes::kCertDirEnv)) dir = env;
+    const auto& node = grid.nodes[static_cast<size_t>(rank)];
+    if (dir.empty())
+      throw std::runtime_error(
+          "rank " + std::to_string(rank) + " (" + node.name +
+          ") has WAN links marked tls: true, so it needs certificates: give 'gridbcast launch' "
+          "--cert-dir DIR or set " +
+          lanes::kCertDirEnv +
+          "=DIR, after 'gridbcast certs init DIR' and 'gridbcast certs issue TOPOLOGY --dir DIR'");
+    tls = lanes::TlsContext::load(dir, node.name);
+  }
+  impl_ = std::make_unique<Impl>(std::move(grid), rank, std::move(creds), options, std::move(tls));
 }
 
 Communicator::~Communicator() = default;
 
-std::array<std::uint16_t, kLanes> Communicator::listen() { return impl_->transport.listen(); }
+std::array<std::uint16_t, kLanes> Communicator::listen() {
+  return impl_->transport.listen();
+}
 
 void Communicator::set_endpoints(EndpointTable table) {
   if (static_cast<int>(table.size()) != impl_->grid.size())
@@ -169,7 +185,8 @@ BcastInfo Communicator::bcast(void* buffer, std::uint64_t bytes, int root,
   auto& im = *impl_;
   if (im.failed) std::rethrow_exception(im.failed);
   const auto start = std::chrono::steady_clock::now();
-  const auto algo = algorithm.value_or(topology::select_algorithm(im.grid, bytes, im.options.thresholds));
+  const auto algo =
+      algorithm.value_or(topology::select_algorithm(im.grid, bytes, im.options.thresholds));
   const topology::Plan plan = topology::build_plan(im.grid, algo, root, bytes);
   return im.run(plan, im.seq++, buffer, im.grid, start);
 }
@@ -257,8 +274,12 @@ void Communicator::set_idle_hook(std::function<void()> hook, std::chrono::micros
 int Communicator::rank() const {
   return impl_->rank;
 }
-int Communicator::size() const { return impl_->grid.size(); }
-const topology::Grid& Communicator::grid() const { return impl_->grid; }
+int Communicator::size() const {
+  return impl_->grid.size();
+}
+const topology::Grid& Communicator::grid() const {
+  return impl_->grid;
+}
 std::uint64_t Communicator::rejected_connections() const {
   return impl_->transport.rejected_connections();
 }

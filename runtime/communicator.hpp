@@ -25,6 +25,10 @@ struct CommOptions {
   std::chrono::milliseconds timeout{30'000};  // a broadcast fails after this long without progress
   std::uint64_t segment_bytes = 0;            // 0: the topology's, else automatic
   topology::SelectionThresholds thresholds;   // for algorithm selection
+  // Certificates for WAN links marked tls: true (`gridbcast certs`): the CA
+  // and NODE.crt/NODE.key of this rank's node. Empty: GRIDBCAST_CERT_DIR.
+  // Unused (and not needed) when no tls: true link leads to this rank.
+  std::string cert_dir;
 };
 
 struct BcastInfo {

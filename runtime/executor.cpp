@@ -41,17 +41,22 @@ struct Run {
       expected;
   asio::steady_timer dog;  // the progress deadline
   bool finished = false;
-  std::vector<lanes::tcp::socket*> active;  // sockets to close on failure
-  std::map<lanes::tcp::socket*, std::string> waiting_on;  // reads not yet done -> peer
+  std::vector<lanes::Stream*> active;                // sockets to close on failure
+  std::map<lanes::Stream*, std::string> waiting_on;  // reads not yet done -> peer
 
   Run(Transport& t, const topology::Plan& p, std::uint64_t s, std::byte* b, ExecOptions o)
-      : transport(t), plan(p), seq(s), buffer(b), options(o), progress(t.io().get_executor()), dog(t.io()) {}
+      : transport(t),
+        plan(p),
+        seq(s),
+        buffer(b),
+        options(o),
+        progress(t.io().get_executor()),
+        dog(t.io()) {}
 
   void fail(std::exception_ptr e) {
     if (error) return;  // the first error sticks
     error = e;
-    asio::error_code ignored;
-    for (auto* s : active) s->close(ignored);
+    for (auto* s : active) s->close();
     progress.notify_all();
     transport.accepted().notify_all();
   }
@@ -70,7 +75,7 @@ std::string range(std::uint64_t off, std::uint64_t len) {
 
 asio::awaitable<void> send_stream(Run& run, LinkKey key, const std::vector<Segment>& segments) {
   const auto deadline = Clock::now() + run.options.timeout;
-  lanes::tcp::socket* socket = co_await run.transport.outgoing(key, deadline);
+  lanes::Stream* socket = co_await run.transport.outgoing(key, deadline);
   run.active.push_back(socket);
   for (const Segment& seg : segments) {
     while (!run.have.contains(seg.offset, seg.offset + seg.length)) {
@@ -78,12 +83,12 @@ asio::awaitable<void> send_stream(Run& run, LinkKey key, const std::vector<Segme
       co_await run.progress.wait();
     }
     run.check();
-    const auto header = lanes::encode(lanes::FrameHeader{lanes::FrameKind::kData, run.seq,
-                                                         seg.offset, seg.length});
-    const std::array<asio::const_buffer, 2> bufs{
-        asio::buffer(header), asio::buffer(run.buffer + seg.offset, seg.length)};
+    const auto header =
+        lanes::encode(lanes::FrameHeader{lanes::FrameKind::kData, run.seq, seg.offset, seg.length});
+    const std::array<asio::const_buffer, 2> bufs{asio::buffer(header),
+                                                 asio::buffer(run.buffer + seg.offset, seg.length)};
     run.waiting_on[socket] = "sending to " + run.transport.describe(key.peer, key.lane_to);
-    auto [ec, n] = co_await asio::async_write(*socket, bufs, lanes::kAsTuple);
+    auto [ec, n] = co_await socket->write(bufs);
     run.waiting_on.erase(socket);
     run.check();
     if (ec)
@@ -97,7 +102,7 @@ asio::awaitable<void> send_stream(Run& run, LinkKey key, const std::vector<Segme
 
 asio::awaitable<void> receive_stream(Run& run, LinkKey key, std::uint64_t frames) {
   const std::string peer = run.transport.describe(key.peer, key.lane_from);
-  lanes::tcp::socket* socket = nullptr;
+  lanes::Stream* socket = nullptr;
   while ((socket = run.transport.incoming(key)) == nullptr) {
     run.check();
     co_await run.transport.accepted().wait();
@@ -107,8 +112,7 @@ asio::awaitable<void> receive_stream(Run& run, LinkKey key, std::uint64_t frames
   std::array<std::uint8_t, lanes::kFrameHeaderBytes> header_bytes{};
   for (std::uint64_t i = 0; i < frames; ++i) {
     run.waiting_on[socket] = "waiting for data from " + peer;
-    auto [ec, n] = co_await asio::async_read(*socket, asio::buffer(header_bytes),
-                                             lanes::kAsTuple);
+    auto [ec, n] = co_await socket->read(asio::buffer(header_bytes));
     run.check();
     if (ec == asio::error::eof)
       throw BroadcastError(peer + " closed the connection mid-broadcast (did it fail?)");
@@ -129,8 +133,7 @@ asio::awaitable<void> receive_stream(Run& run, LinkKey key, std::uint64_t frames
                            " are not routed over this link, or arrived twice");
     if (--it->second == 0) expected.erase(it);
     auto [rec, rn] =
-        co_await asio::async_read(*socket, asio::buffer(run.buffer + header->offset, header->length),
-                                  lanes::kAsTuple);
+        co_await socket->read(asio::buffer(run.buffer + header->offset, header->length));
     run.check();
     if (rec == asio::error::eof)
       throw BroadcastError(peer + " closed the connection mid-segment (did it fail?)");
@@ -177,7 +180,8 @@ asio::awaitable<ExecStats> execute(Transport& transport, const topology::Plan& p
   Run run(transport, plan, seq, buffer, options);
   const int me = transport.rank();
   const std::uint64_t seg_bytes = std::min<std::uint64_t>(
-      options.segment_bytes ? options.segment_bytes : automatic_segment(transport.grid(), plan.size),
+      options.segment_bytes ? options.segment_bytes
+                            : automatic_segment(transport.grid(), plan.size),
       lanes::kMaxFrameBytes);
   if (me == plan.root) run.have.add(0, plan.size);
 

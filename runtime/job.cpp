@@ -30,7 +30,8 @@ std::vector<std::string> JobParams::to_fields() const {
           output,
           verify ? "1" : "0",
           program ? "1" : "0",
-          bench};
+          bench,
+          cert_dir};
 }
 
 JobParams JobParams::from_fields(const std::vector<std::string>& f, size_t first) {
@@ -52,6 +53,8 @@ JobParams JobParams::from_fields(const std::vector<std::string>& f, size_t first
   p.program = i < f.size() && f[i] == "1";
   ++i;
   if (i < f.size()) p.bench = f[i];
+  ++i;
+  if (i < f.size()) p.cert_dir = f[i];
   return p;
 }
 

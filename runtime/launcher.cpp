@@ -43,9 +43,16 @@ struct IterationResult {
 class Launcher {
  public:
   Launcher(const LaunchOptions& o, Backend& b, std::ostream& out, std::ostream& err)
-      : o_(o), backend_(b), out_(out), err_(err), p_(o.grid.size()), ev_(io_.get_executor()),
-        signals_(io_, SIGCHLD, SIGINT, SIGTERM), sockets_(static_cast<size_t>(p_)),
-        inbox_(static_cast<size_t>(p_)), finished_(static_cast<size_t>(p_), false),
+      : o_(o),
+        backend_(b),
+        out_(out),
+        err_(err),
+        p_(o.grid.size()),
+        ev_(io_.get_executor()),
+        signals_(io_, SIGCHLD, SIGINT, SIGTERM),
+        sockets_(static_cast<size_t>(p_)),
+        inbox_(static_cast<size_t>(p_)),
+        finished_(static_cast<size_t>(p_), false),
         exited_(static_cast<size_t>(p_)) {}
 
   int run();
@@ -168,7 +175,8 @@ asio::awaitable<void> Launcher::read_loop(int r) {
   }
 }
 
-asio::awaitable<Message> Launcher::next(int r, const std::string& type, Clock::time_point deadline) {
+asio::awaitable<Message> Launcher::next(int r, const std::string& type,
+                                        Clock::time_point deadline) {
   std::vector<std::string> types;
   types.push_back(type);
   co_return co_await next_of(r, types, deadline);
@@ -184,7 +192,8 @@ asio::awaitable<Message> Launcher::next_of(int r, const std::vector<std::string>
   while (box.empty()) {
     check();
     if (Clock::now() >= deadline)
-      throw std::runtime_error(who(r) + " did not report \"" + types.front() + "\" in time (stalled?)");
+      throw std::runtime_error(who(r) + " did not report \"" + types.front() +
+                               "\" in time (stalled?)");
     co_await ev_.wait();
   }
   Message m = std::move(box.front());
@@ -212,15 +221,18 @@ asio::awaitable<void> Launcher::show_progress(int iteration, std::shared_ptr<boo
     if (s < 1) continue;
     std::ostringstream line;
     line << "\r  ";
-    if (o_.params.iterations > 1) line << "iteration " << (iteration + 1) << "/" << o_.params.iterations << ": ";
-    line << "broadcasting " << topology::format_bytes(iteration_at(o_.params, iteration, o_.grid).size)
-         << ", " << std::fixed << std::setprecision(1) << s << " s, " << (done_seen_ - done_before)
+    if (o_.params.iterations > 1)
+      line << "iteration " << (iteration + 1) << "/" << o_.params.iterations << ": ";
+    line << "broadcasting "
+         << topology::format_bytes(iteration_at(o_.params, iteration, o_.grid).size) << ", "
+         << std::fixed << std::setprecision(1) << s << " s, " << (done_seen_ - done_before)
          << " of " << p_ << " ranks hold the data ";
     err_ << line.str() << std::flush;
     shown = true;
   }
   // Leave the line to what follows it (the next iteration's or the summary).
-  if (shown && o_.params.iterations <= 1) err_ << "\r" << std::string(72, ' ') << "\r" << std::flush;
+  if (shown && o_.params.iterations <= 1)
+    err_ << "\r" << std::string(72, ' ') << "\r" << std::flush;
 }
 
 asio::awaitable<void> Launcher::watch_signals() {
@@ -259,7 +271,8 @@ asio::awaitable<void> Launcher::orchestrate() {
     if (missing.empty()) break;
     if (Clock::now() >= startup) {
       std::string list;
-      for (size_t i = 0; i < missing.size() && i < 8; ++i) list += (i ? ", " : "") + who(missing[i]);
+      for (size_t i = 0; i < missing.size() && i < 8; ++i)
+        list += (i ? ", " : "") + who(missing[i]);
       if (missing.size() > 8) list += ", ...";
       throw std::runtime_error(std::to_string(missing.size()) + " rank(s) did not connect within " +
                                std::to_string(o_.startup_timeout_ms / 1000) + " s: " + list);
@@ -361,8 +374,8 @@ asio::awaitable<void> Launcher::run_bench() {
   // a generous estimate of the slowest algorithm, plus the ranks' own patience.
   const double slow_bcast =
       std::max(1.0, 30 * topology::lower_bound_seconds(o_.grid, params.root, spec.largest_size()));
-  const auto per_sample = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-      (std::max(spec.warmup, spec.rounds) + 2) * slow_bcast));
+  const auto per_sample = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>((std::max(spec.warmup, spec.rounds) + 2) * slow_bcast));
   const auto patience = std::chrono::milliseconds(params.timeout_ms) * 2 + std::chrono::seconds(5);
   const size_t points = spec.sizes.size() * spec.algorithms.size();
   LaunchOptions::BenchOutcome outcome;
@@ -377,7 +390,8 @@ asio::awaitable<void> Launcher::run_bench() {
   for (int r = 0; r < p_; ++r) {
     Message m = co_await next_of(r, kDoneOrAlive, Clock::now() + patience);
     while (m.type() == "alive") m = co_await next_of(r, kDoneOrAlive, Clock::now() + patience);
-    outcome.rejected_connections = std::max<std::uint64_t>(outcome.rejected_connections, std::stoull(m.at(1)));
+    outcome.rejected_connections =
+        std::max<std::uint64_t>(outcome.rejected_connections, std::stoull(m.at(1)));
     outcome.peak_rss_bytes = std::max<std::uint64_t>(outcome.peak_rss_bytes, std::stoull(m.at(2)));
   }
   if (o_.bench_outcome) *o_.bench_outcome = std::move(outcome);
@@ -449,16 +463,17 @@ void Launcher::report(std::ostream& out) const {
   }
   const std::string algo = last.ranks[static_cast<size_t>(last.it.root)].algorithm;
   if (o_.json) {
-    out << "{\"algorithm\": \"" << algo << "\", \"ranks\": " << p_ << ", \"sites\": "
-        << g.sites.size() << ", \"bytes\": " << bytes << ", \"root\": " << last.it.root
-        << ", \"iterations\": " << results_.size() << ", \"segment_bytes\": "
-        << last.ranks[0].segment << ", \"seconds\": {\"min\": " << sorted.front()
-        << ", \"median\": " << median << ", \"max\": " << sorted.back()
-        << "}, \"bandwidth_bytes_per_second\": " << bw << ", \"lower_bound_seconds\": " << lb
+    out << "{\"algorithm\": \"" << algo << "\", \"ranks\": " << p_
+        << ", \"sites\": " << g.sites.size() << ", \"bytes\": " << bytes
+        << ", \"root\": " << last.it.root << ", \"iterations\": " << results_.size()
+        << ", \"segment_bytes\": " << last.ranks[0].segment
+        << ", \"seconds\": {\"min\": " << sorted.front() << ", \"median\": " << median
+        << ", \"max\": " << sorted.back() << "}, \"bandwidth_bytes_per_second\": " << bw
+        << ", \"lower_bound_seconds\": " << lb
         << ", \"ratio_to_lower_bound\": " << (lb > 0 ? median / lb : 0)
         << ", \"verified\": " << (o_.params.verify ? "true" : "false") << ", \"sha256\": \""
-        << root_digest_ << "\", \"rejected_connections\": " << rejected_ << ", \"peak_rss_bytes\": " << peak_rss_
-        << ", \"slowest_per_site\": [";
+        << root_digest_ << "\", \"rejected_connections\": " << rejected_
+        << ", \"peak_rss_bytes\": " << peak_rss_ << ", \"slowest_per_site\": [";
     for (size_t s = 0; s < slow.size(); ++s)
       out << (s ? ", " : "") << "{\"site\": \"" << topology::json_escape(g.sites[s].name)
           << "\", \"rank\": " << slow[s].rank << ", \"node\": \""
@@ -470,23 +485,24 @@ void Launcher::report(std::ostream& out) const {
           << ", \"bytes\": " << results_[i].it.size << ", \"algorithm\": \""
           << results_[i].ranks[static_cast<size_t>(results_[i].it.root)].algorithm
           << "\", \"seconds\": " << results_[i].seconds << ", \"max_rss_bytes\": "
-          << std::max_element(results_[i].ranks.begin(), results_[i].ranks.end(),
-                              [](const RankResult& a, const RankResult& b) { return a.rss < b.rss; })
+          << std::max_element(
+                 results_[i].ranks.begin(), results_[i].ranks.end(),
+                 [](const RankResult& a, const RankResult& b) { return a.rss < b.rss; })
                  ->rss
           << "}";
     out << "]}\n";
     return;
   }
   out << "gridbcast launch: " << algo << ", " << p_ << " ranks in " << g.sites.size()
-      << " site(s), " << topology::format_bytes(bytes) << " from rank " << last.it.root
-      << ", " << results_.size() << " iteration(s), segment "
+      << " site(s), " << topology::format_bytes(bytes) << " from rank " << last.it.root << ", "
+      << results_.size() << " iteration(s), segment "
       << topology::format_bytes(last.ranks[0].segment) << "\n";
   out << "  time until the last rank holds the data: " << fmt_seconds(median) << " s";
   if (results_.size() > 1)
     out << " (median; min " << fmt_seconds(sorted.front()) << ", max " << fmt_seconds(sorted.back())
         << ")";
-  out << "\n  effective bandwidth: " << topology::format_bandwidth(bw * 8) << " ("
-      << std::fixed << std::setprecision(1) << bw / (1 << 20) << " MiB/s)\n";
+  out << "\n  effective bandwidth: " << topology::format_bandwidth(bw * 8) << " (" << std::fixed
+      << std::setprecision(1) << bw / (1 << 20) << " MiB/s)\n";
   out << "  lower bound from the topology: " << fmt_seconds(lb) << " s";
   if (lb > 0) out << ", ratio " << std::setprecision(2) << median / lb;
   out << "\n  slowest rank per site:";
@@ -505,7 +521,8 @@ int Launcher::run() {
     // External ranks must share the secret: take it from the environment then.
     JobCredentials c = new_credentials();
     if (const char* s = std::getenv("GRIDBCAST_SECRET"); s && *s) c.secret = from_hex(s);
-    if (const char* j = std::getenv("GRIDBCAST_JOB_ID"); j && *j) c.job_id = std::stoull(j, nullptr, 16);
+    if (const char* j = std::getenv("GRIDBCAST_JOB_ID"); j && *j)
+      c.job_id = std::stoull(j, nullptr, 16);
     return c;
   }();
   std::shared_ptr<lanes::Listener> listener;
@@ -517,13 +534,14 @@ int Launcher::run() {
     return 1;
   }
   listener->start(
-      [this](lanes::tcp::socket s, const lanes::Hello& h) {
+      [this](lanes::Stream s, const lanes::Hello& h) {
         const int r = static_cast<int>(h.rank);
         if (h.lane_from != lanes::kControlLane || r >= p_ || sockets_[static_cast<size_t>(r)]) {
           err_ << "gridbcast launch: rejected a control connection claiming rank " << r << "\n";
           return;
         }
-        sockets_[static_cast<size_t>(r)] = std::make_unique<lanes::tcp::socket>(std::move(s));
+        sockets_[static_cast<size_t>(r)] =
+            std::make_unique<lanes::tcp::socket>(std::move(s).release_plain());
         asio::co_spawn(io_, read_loop(r), asio::detached);
         ev_.notify_all();
       },
@@ -534,17 +552,19 @@ int Launcher::run() {
   const std::string address = listener->address().find(':') != std::string::npos
                                   ? "[" + listener->address() + "]"
                                   : listener->address();
-  const Backend::Env env = {{"GRIDBCAST_LAUNCHER", address + ":" + std::to_string(listener->port())},
-                            {"GRIDBCAST_JOB_ID", job.str()}};
+  const Backend::Env env = {
+      {"GRIDBCAST_LAUNCHER", address + ":" + std::to_string(listener->port())},
+      {"GRIDBCAST_JOB_ID", job.str()}};
   if (backend_.external()) {
     std::string command = "gridbcast rank";
     if (program()) {
       command.clear();
       for (const auto& a : o_.program) command += (command.empty() ? "" : " ") + a;
     }
-    err_ << "gridbcast launch: waiting for " << p_ << " ranks; start each with\n  GRIDBCAST_LAUNCHER="
-         << env[0].second << " GRIDBCAST_JOB_ID=" << env[1].second
-         << " GRIDBCAST_RANK=<rank> " << command << "\n  and the job secret in GRIDBCAST_SECRET or on "
+    err_ << "gridbcast launch: waiting for " << p_
+         << " ranks; start each with\n  GRIDBCAST_LAUNCHER=" << env[0].second
+         << " GRIDBCAST_JOB_ID=" << env[1].second << " GRIDBCAST_RANK=<rank> " << command
+         << "\n  and the job secret in GRIDBCAST_SECRET or on "
             "standard input (the value of this launcher's GRIDBCAST_SECRET)\n";
   }
 

@@ -29,10 +29,10 @@ struct SendSlot {
 Messenger::Messenger(Transport& transport)
     : transport_(transport), changed_(transport.io().get_executor()) {
   transport_.on_message_connection(
-      [this](int peer, std::unique_ptr<lanes::tcp::socket> s) { accept(peer, std::move(s)); });
+      [this](int peer, std::unique_ptr<lanes::Stream> s) { accept(peer, std::move(s)); });
 }
 
-void Messenger::accept(int peer, std::unique_ptr<lanes::tcp::socket> socket) {
+void Messenger::accept(int peer, std::unique_ptr<lanes::Stream> socket) {
   if (!closed_all_.empty()) return;  // the socket closes as it goes out of scope
   if (incoming_.contains(peer) && !closed_.contains(peer)) return;  // a duplicate: dropped
   closed_.erase(peer);
@@ -68,19 +68,18 @@ void Messenger::peer_closed(int peer, const std::string& why) {
 void Messenger::close_all(const std::string& why) {
   if (!closed_all_.empty()) return;
   closed_all_ = why;
-  asio::error_code ignored;
-  for (auto& [peer, s] : incoming_) s->close(ignored);
+  for (auto& [peer, s] : incoming_) s->close();
   for (Posted* p : posted_) p->error = why;
   posted_.clear();
   changed_.notify_all();
 }
 
-asio::awaitable<void> Messenger::read_loop(int peer, lanes::tcp::socket& socket) {
+asio::awaitable<void> Messenger::read_loop(int peer, lanes::Stream& socket) {
   const std::string who = transport_.describe(peer, 0);
   std::array<std::uint8_t, lanes::kFrameHeaderBytes> header_bytes{};
   std::vector<std::byte> scratch;
   for (;;) {
-    auto [ec, n] = co_await asio::async_read(socket, asio::buffer(header_bytes), lanes::kAsTuple);
+    auto [ec, n] = co_await socket.read(asio::buffer(header_bytes));
     if (ec) {
       if (closed_all_.empty())
         peer_closed(peer, ec == asio::error::eof
@@ -93,8 +92,7 @@ asio::awaitable<void> Messenger::read_loop(int peer, lanes::tcp::socket& socket)
     if (header && header->kind != lanes::FrameKind::kMessage)
       why = "a data frame on the message connection";
     if (!header || !why.empty()) {
-      asio::error_code ignored;
-      socket.close(ignored);
+      socket.close();
       peer_closed(peer, "protocol error from " + who + ": " + why);
       co_return;
     }
@@ -106,15 +104,13 @@ asio::awaitable<void> Messenger::read_loop(int peer, lanes::tcp::socket& socket)
     std::error_code failure;
     if (posted != nullptr) {
       const std::uint64_t take = std::min(length, posted->capacity);
-      auto [rec, rn] = co_await asio::async_read(
-          socket, asio::buffer(posted->data, static_cast<size_t>(take)), lanes::kAsTuple);
+      auto [rec, rn] = co_await socket.read(asio::buffer(posted->data, static_cast<size_t>(take)));
       failure = rec;
       // Whatever does not fit is read and dropped: the receiver learns the length.
       for (std::uint64_t left = length - take; !failure && left > 0;) {
         scratch.resize(64 * 1024);
         const auto piece = static_cast<size_t>(std::min<std::uint64_t>(left, scratch.size()));
-        auto [dec, dn] =
-            co_await asio::async_read(socket, asio::buffer(scratch.data(), piece), lanes::kAsTuple);
+        auto [dec, dn] = co_await socket.read(asio::buffer(scratch.data(), piece));
         failure = dec;
         left -= piece;
       }
@@ -127,7 +123,7 @@ asio::awaitable<void> Messenger::read_loop(int peer, lanes::tcp::socket& socket)
       changed_.notify_all();
     } else {
       Unexpected u{peer, context, tag, std::vector<std::byte>(static_cast<size_t>(length))};
-      auto [rec, rn] = co_await asio::async_read(socket, asio::buffer(u.data), lanes::kAsTuple);
+      auto [rec, rn] = co_await socket.read(asio::buffer(u.data));
       failure = rec;
       if (!failure) {
         // A receive posted while the payload was still arriving takes it now.
@@ -172,13 +168,13 @@ asio::awaitable<void> Messenger::send(int dest, std::uint64_t context, std::int6
   while (sending_.contains(dest)) co_await changed_.wait();
   sending_.insert(dest);
   SendSlot slot{sending_, changed_, dest};
-  lanes::tcp::socket* socket =
+  lanes::Stream* socket =
       co_await transport_.outgoing(LinkKey{dest, 0, 0, kMessageStream}, connect_deadline);
   const auto header = lanes::encode(lanes::FrameHeader{lanes::FrameKind::kMessage, context,
                                                        static_cast<std::uint64_t>(tag), bytes});
   const std::array<asio::const_buffer, 2> bufs{asio::buffer(header),
                                                asio::buffer(data, static_cast<size_t>(bytes))};
-  auto [ec, n] = co_await asio::async_write(*socket, bufs, lanes::kAsTuple);
+  auto [ec, n] = co_await socket->write(bufs);
   if (ec)
     throw lanes::NetworkError("sending a message to " + transport_.describe(dest, 0) +
                               " failed: " + ec.message());

@@ -73,13 +73,13 @@ class Messenger {
     std::vector<std::byte> data;
   };
 
-  void accept(int peer, std::unique_ptr<lanes::tcp::socket> socket);
-  asio::awaitable<void> read_loop(int peer, lanes::tcp::socket& socket);
+  void accept(int peer, std::unique_ptr<lanes::Stream> socket);
+  asio::awaitable<void> read_loop(int peer, lanes::Stream& socket);
   Posted* take_posted(int source, std::uint64_t context, std::int64_t tag);
   void peer_closed(int peer, const std::string& why);
 
   Transport& transport_;
-  std::map<int, std::unique_ptr<lanes::tcp::socket>> incoming_;
+  std::map<int, std::unique_ptr<lanes::Stream>> incoming_;
   std::map<int, std::string> closed_;  // peer -> why its connection ended
   std::list<Posted*> posted_;          // in posting order
   std::deque<Unexpected> unexpected_;  // in arrival order

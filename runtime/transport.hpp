@@ -18,11 +18,6 @@
 
 namespace gridbcast::runtime {
 
-
-
-
-
-
 struct LinkKey {
   int peer;
   int lane_from;
@@ -39,9 +34,12 @@ inline constexpr int kMessageStream = 0xffff;
 class Transport {
  public:
   // Authenticated connections on kMessageStream go to this callback, not to the table.
-  using MessageConnection = std::function<void(int peer, std::unique_ptr<lanes::tcp::socket>)>;
+  using MessageConnection = std::function<void(int peer, std::unique_ptr<lanes::Stream>)>;
 
-  Transport(asio::io_context& io, const topology::Grid& grid, int rank, lanes::Credentials creds);
+  // `tls` is this node's certificate context; it must be there when the grid
+  // has a tls: true WAN link towards this rank (Grid::needs_tls), and is unused otherwise.
+  Transport(asio::io_context& io, const topology::Grid& grid, int rank, lanes::Credentials creds,
+            std::shared_ptr<lanes::TlsContext> tls = nullptr);
   ~Transport();
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;
@@ -52,9 +50,10 @@ class Transport {
   const EndpointTable& table() const { return table_; }
 
   // The connection this rank sends on, made on first use.
-  asio::awaitable<lanes::tcp::socket*> outgoing(LinkKey key, lanes::Clock::time_point deadline);
+  // Over TLS when Grid::tls_between says so, never falling back to plain TCP.
+  asio::awaitable<lanes::Stream*> outgoing(LinkKey key, lanes::Clock::time_point deadline);
   // The connection a peer made to us, or nullptr if it has not arrived yet.
-  lanes::tcp::socket* incoming(LinkKey key);
+  lanes::Stream* incoming(LinkKey key);
   Event& accepted() { return accepted_; }
   void on_message_connection(MessageConnection callback) { on_message_ = std::move(callback); }
 
@@ -74,10 +73,11 @@ class Transport {
   const topology::Grid& grid_;
   int rank_;
   lanes::Credentials creds_;
+  std::shared_ptr<lanes::TlsContext> tls_;
   EndpointTable table_;
   std::vector<std::shared_ptr<lanes::Listener>> listeners_;
-  std::map<LinkKey, std::unique_ptr<lanes::tcp::socket>> out_;
-  std::map<LinkKey, std::unique_ptr<lanes::tcp::socket>> in_;
+  std::map<LinkKey, std::unique_ptr<lanes::Stream>> out_;
+  std::map<LinkKey, std::unique_ptr<lanes::Stream>> in_;
   std::vector<std::string> rejections_;
   Event accepted_;
   MessageConnection on_message_;

@@ -107,6 +107,21 @@ std::vector<const WanLink*> Grid::wan_path(int a, int b) const {
   return path;
 }
 
+bool Grid::tls_between(int from_rank, int to_rank) const {
+  const int a = site_of(from_rank);
+  const int b = site_of(to_rank);
+  if (a == b) return false;
+  for (const WanLink* link : wan_path(a, b))
+    if (link->tls) return true;
+  return false;
+}
+
+bool Grid::needs_tls(int rank) const {
+  for (int peer = 0; peer < size(); ++peer)
+    if (tls_between(rank, peer)) return true;
+  return false;
+}
+
 int Grid::streams_between(int from_rank, int to_rank) const {
   const int a = site_of(from_rank);
   const int b = site_of(to_rank);

@@ -30,9 +30,9 @@ class ConfigError : public std::runtime_error {
 };
 
 struct Nic {
-  std::string address;          // IPv4 or IPv6 literal this NIC's lane binds to
-  double bandwidth_bps = 0;     // bits per second, each direction
-  std::string device;           // optional interface name (testbed uses it)
+  std::string address;       // IPv4 or IPv6 literal this NIC's lane binds to
+  double bandwidth_bps = 0;  // bits per second, each direction
+  std::string device;        // optional interface name (testbed uses it)
 };
 
 // One node runs one rank. Logical lane L uses NIC (L mod nics.size()), so a
@@ -87,6 +87,11 @@ struct Grid {
   // Parallel streams for a transfer between two ranks: 1 inside a site, otherwise
   // the smallest stream count along the WAN path.
   int streams_between(int from_rank, int to_rank) const;
+  // Whether data between two ranks must travel over TLS: they are in different
+  // sites and some WAN link on the path between them says `tls: true`.
+  bool tls_between(int from_rank, int to_rank) const;
+  // Whether any of this rank's possible peers is reached over TLS.
+  bool needs_tls(int rank) const;
   // Largest stream count any WAN link asks for (1 when there are none).
   int max_wan_streams() const;
 };

@@ -34,7 +34,7 @@ struct Server {
   std::vector<std::string> rejected;
   explicit Server(Credentials c) {
     listener = Listener::open(io.get_executor(), "127.0.0.1", 0, std::move(c));
-    listener->start([this](tcp::socket, const Hello& h) { accepted.push_back(h); },
+    listener->start([this](Stream, const Hello& h) { accepted.push_back(h); },
                     [this](const std::string& why) { rejected.push_back(why); });
   }
 };
@@ -44,8 +44,9 @@ asio::awaitable<int> connect(Server& s, Credentials c, std::uint32_t rank) {
   h.rank = rank;
   h.lane_from = 1;
   h.lane_to = 0;
-  auto sock = co_await connect_authenticated("127.0.0.1", make_endpoint("127.0.0.1", s.listener->port()),
-                                             h, c, Clock::now() + std::chrono::seconds(5), "test peer");
+  auto sock =
+      co_await connect_authenticated("127.0.0.1", make_endpoint("127.0.0.1", s.listener->port()), h,
+                                     c, Clock::now() + std::chrono::seconds(5), "test peer");
   co_return sock.is_open() ? 1 : 0;
 }
 

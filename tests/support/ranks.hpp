@@ -16,10 +16,13 @@ namespace gridbcast::testing {
 class Ranks {
  public:
   explicit Ranks(const topology::Grid& grid, runtime::CommOptions options = {})
+      : Ranks(grid, [&](int) { return options; }) {}
+  // Each rank with options of its own (e.g. another certificate directory).
+  Ranks(const topology::Grid& grid, const std::function<runtime::CommOptions(int)>& options)
       : creds_(runtime::new_credentials()) {
     runtime::EndpointTable table;
     for (int r = 0; r < grid.size(); ++r) {
-      comms_.push_back(std::make_unique<runtime::Communicator>(grid, r, creds_, options));
+      comms_.push_back(std::make_unique<runtime::Communicator>(grid, r, creds_, options(r)));
       table.push_back(comms_.back()->listen());
     }
     for (auto& c : comms_) c->set_endpoints(table);

@@ -1,0 +1,111 @@
+// The grid CA and node certificates that `gridbcast certs` writes.
+#include "lanes/certs.hpp"
+
+#include <gtest/gtest.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <memory>
+
+#include "lanes/tls.hpp"
+#include "support/temp_dir.hpp"
+
+namespace gridbcast::lanes {
+namespace {
+
+using testing::TempDir;
+
+unsigned mode_of(const std::filesystem::path& p) {
+  struct stat st {};
+  EXPECT_EQ(::stat(p.c_str(), &st), 0) << p;
+  return st.st_mode & 0777;
+}
+
+struct X509Free {
+  void operator()(X509* x) const { X509_free(x); }
+};
+
+std::unique_ptr<X509, X509Free> read_cert(const std::filesystem::path& p) {
+  FILE* f = std::fopen(p.c_str(), "r");
+  EXPECT_NE(f, nullptr) << p;
+  if (f == nullptr) return nullptr;
+  std::unique_ptr<X509, X509Free> x(PEM_read_X509(f, nullptr, nullptr, nullptr));
+  std::fclose(f);
+  return x;
+}
+
+TEST(Certs, InitWritesAPrivateKeyAndASelfSignedCa) {
+  TempDir t;
+  const auto dir = t / "grid";
+  create_grid_ca(dir, "test grid CA");
+  EXPECT_EQ(mode_of(dir / kCaKeyFile), 0600u);
+  EXPECT_EQ(mode_of(dir), 0700u);
+  auto ca = read_cert(dir / kCaCertFile);
+  ASSERT_TRUE(ca);
+  EXPECT_EQ(X509_check_ca(ca.get()), 1);
+  EXPECT_EQ(X509_check_issued(ca.get(), ca.get()), X509_V_OK);
+  // A second init must not silently replace the CA every certificate hangs on.
+  try {
+    create_grid_ca(dir, "again");
+    FAIL() << "replaced an existing CA";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("exists already"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Certs, IssueWritesKeysWithMode0600AndCertificatesNamingTheNode) {
+  TempDir t;
+  create_grid_ca(t.path(), "test grid CA");
+  issue_node_cert(t.path(), "b1");
+  EXPECT_EQ(mode_of(node_key_path(t.path(), "b1")), 0600u);
+  auto ca = read_cert(t / kCaCertFile);
+  auto cert = read_cert(node_cert_path(t.path(), "b1"));
+  ASSERT_TRUE(ca && cert);
+  EXPECT_EQ(X509_check_issued(ca.get(), cert.get()), X509_V_OK);
+  EXPECT_EQ(X509_verify(cert.get(), X509_get0_pubkey(ca.get())), 1);
+  EXPECT_EQ(X509_check_ca(cert.get()), 0);
+  EXPECT_EQ(X509_check_host(cert.get(), "b1", 0, X509_CHECK_FLAG_NEVER_CHECK_SUBJECT, nullptr), 1);
+  EXPECT_EQ(X509_check_host(cert.get(), "b2", 0, 0, nullptr), 0);
+  char cn[64] = {0};
+  X509_NAME_get_text_by_NID(X509_get_subject_name(cert.get()), NID_commonName, cn, sizeof cn);
+  EXPECT_STREQ(cn, "b1");
+  // The loader takes what was issued.
+  EXPECT_NO_THROW(TlsContext::load(t.path(), "b1"));
+}
+
+TEST(Certs, IssueWithoutACaSaysHowToMakeOne) {
+  TempDir t;
+  try {
+    issue_node_cert(t.path(), "b1");
+    FAIL() << "issued without a CA";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("gridbcast certs init"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Certs, MissingFilesAreNamedWithTheCommandThatCreatesThem) {
+  TempDir t;
+  try {
+    TlsContext::load(t.path(), "a1");
+    FAIL() << "loaded without files";
+  } catch (const std::exception& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find((t / "ca.crt").string()), std::string::npos) << m;
+    EXPECT_NE(m.find("gridbcast certs init"), std::string::npos) << m;
+  }
+  create_grid_ca(t.path(), "test grid CA");
+  try {
+    TlsContext::load(t.path(), "a1");
+    FAIL() << "loaded without the node's certificate";
+  } catch (const std::exception& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find((t / "a1.crt").string()), std::string::npos) << m;
+    EXPECT_NE(m.find("gridbcast certs issue"), std::string::npos) << m;
+  }
+}
+
+}  // namespace
+}  // namespace gridbcast::lanes
