@@ -1,5 +1,6 @@
 // Launcher backends: local fork/exec, ssh, external, prefixed.
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -93,6 +94,11 @@ class ProcessBackend : public Backend {
     if (pid == 0) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != parent) ::_exit(127);
+      // Nothing of the launcher's crosses exec but the standard streams and the
+      // secret pipe (re-enabled below): not its control listener, not other
+      // ranks' pipes. Kernels before 5.11 lack CLOSE_RANGE_CLOEXEC: mark by hand.
+      if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
+        for (int fd = 3; fd < 65536; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
       if (via == SecretVia::kStdin) {
         ::dup2(fds[0], 0);
       } else {

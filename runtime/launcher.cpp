@@ -341,8 +341,11 @@ asio::awaitable<void> Launcher::orchestrate() {
            << std::flush;
   }
   if (o_.progress && !o_.json && params.iterations > 1) err_ << "\n";
+  // Each rank reports the connections it has rejected so far: the job's count
+  // is their sum.
+  rejected_ = 0;
   for (const auto& rr : results_.back().ranks) {
-    rejected_ = std::max(rejected_, rr.rejected);
+    rejected_ += rr.rejected;
     peak_rss_ = std::max(peak_rss_, rr.peak_rss);
   }
   co_await finish();
@@ -390,8 +393,7 @@ asio::awaitable<void> Launcher::run_bench() {
   for (int r = 0; r < p_; ++r) {
     Message m = co_await next_of(r, kDoneOrAlive, Clock::now() + patience);
     while (m.type() == "alive") m = co_await next_of(r, kDoneOrAlive, Clock::now() + patience);
-    outcome.rejected_connections =
-        std::max<std::uint64_t>(outcome.rejected_connections, std::stoull(m.at(1)));
+    outcome.rejected_connections += std::stoull(m.at(1));
     outcome.peak_rss_bytes = std::max<std::uint64_t>(outcome.peak_rss_bytes, std::stoull(m.at(2)));
   }
   if (o_.bench_outcome) *o_.bench_outcome = std::move(outcome);

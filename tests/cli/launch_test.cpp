@@ -1,6 +1,9 @@
 // The gridbcast command as a user runs it: real processes, loopback sockets.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -33,8 +36,8 @@ TEST(Launch, TwoHundredBackToBackBroadcastsWithRandomSizesRootsAndAlgorithms) {
 }
 
 TEST(Launch, EveryAlgorithmOnTheHeterogeneousGrid) {
-  for (const char* a : {"multilane", "binomial", "scatter_rd", "scatter_ring",
-                        "scatter_ring_tuned", "chain", "binary"}) {
+  for (const char* a : {"multilane", "binomial", "scatter_rd", "scatter_ring", "scatter_ring_tuned",
+                        "chain", "binary"}) {
     Child c({kBin, "launch", kSrc + "/site-configs/three-sites-hetero.yaml", "--size", "1000003",
              "--root", "7", "--algorithm", a});
     ASSERT_EQ(c.wait(120s), 0) << a << ": " << c.err();
@@ -103,11 +106,48 @@ TEST(Launch, AStoppedRankFailsTheJobWithinTheTimeout) {
   EXPECT_NE(c.err().find("rank 3 (a4"), std::string::npos) << c.err();
 }
 
+// Hostile connections to the ranks' lane ports while a job runs: each is
+// rejected, the broadcasts stay verified, and the launcher's summary counts
+// them all, summed over the ranks that saw them.
+TEST(Launch, RejectedConnectionsAreCountedInTheSummary) {
+  Child c({kBin, "launch", "--size", "32MiB", "--iterations", "40", "--json"});
+  std::vector<std::pair<std::string, int>> ports;
+  for (int i = 0; i < 400 && ports.size() < 16; ++i) {
+    std::this_thread::sleep_for(25ms);
+    ports.clear();
+    for (auto [pid, rank] : children_of(c.pid(), "GRIDBCAST_RANK"))
+      for (const auto& p : listening_ports(pid)) ports.push_back(p);
+  }
+  ASSERT_EQ(ports.size(), 16u) << "8 ranks x 2 lanes should be listening";
+  // One connection of garbage to each of 5 lane ports, on 5 different ranks'
+  // lanes: none can pass for a Hello.
+  const int attacks = 5;
+  for (int i = 0; i < attacks; ++i) {
+    const auto& [address, port] = ports[static_cast<size_t>(i) * 3];
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<std::uint16_t>(port));
+    ASSERT_EQ(::inet_pton(AF_INET, address.c_str(), &sa.sin_addr), 1) << address;
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0)
+        << address << ":" << port;
+    const std::string junk(64, 'x');
+    ASSERT_EQ(::write(fd, junk.data(), junk.size()), static_cast<ssize_t>(junk.size()));
+    ::close(fd);
+  }
+  ASSERT_EQ(c.wait(180s), 0) << c.err();
+  EXPECT_NE(c.out().find("\"verified\": true"), std::string::npos) << c.out();
+  EXPECT_NE(c.out().find("\"rejected_connections\": " + std::to_string(attacks)), std::string::npos)
+      << c.out();
+}
+
 TEST(Launch, BadTopologyNamesFileLineAndColumn) {
   const std::string dir = temp_dir();
   {
     std::ofstream f(dir + "/bad.yaml");
-    f << "sites:\n  - name: x\n    nodes:\n      - name: n1\n        nics:\n          - address: 127.0.0.1\n            bandwith: 1 Gbit\n";
+    f << "sites:\n  - name: x\n    nodes:\n      - name: n1\n        nics:\n          - address: "
+         "127.0.0.1\n            bandwith: 1 Gbit\n";
   }
   Child c({kBin, "launch", dir + "/bad.yaml"});
   EXPECT_EQ(c.wait(30s), 2);
@@ -119,8 +159,8 @@ TEST(Plan, EverySiteConfigSatisfiesThePropertiesForEveryAlgorithm) {
   for (const auto& entry : std::filesystem::directory_iterator(kSrc + "/site-configs")) {
     for (const char* a : {"multilane", "binomial", "scatter_rd", "scatter_ring",
                           "scatter_ring_tuned", "chain", "binary"}) {
-      Child c({kBin, "plan", entry.path().string(), "--algorithm", a, "--size", "1000001",
-               "--root", "1", "--format", "json", "--check"});
+      Child c({kBin, "plan", entry.path().string(), "--algorithm", a, "--size", "1000001", "--root",
+               "1", "--format", "json", "--check"});
       ASSERT_EQ(c.wait(60s), 0) << entry.path() << " " << a << ": " << c.err();
       EXPECT_EQ(c.out().rfind(std::string("{\"algorithm\": \"") + a + "\"", 0), 0u) << c.out();
     }
@@ -184,7 +224,8 @@ TEST(Launch, SshBackendRunsRanksThroughTheSshCommandWithTheSecretOffArgv) {
 }
 
 TEST(Launch, ExternalBackendAcceptsRanksStartedByHandWithMpiStyleRankVariables) {
-  ::setenv("GRIDBCAST_SECRET", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
+  ::setenv("GRIDBCAST_SECRET", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
+           1);
   Child launcher({kBin, "launch", "--backend", "external", "--size", "1MiB", "--json"});
   std::string hint;
   for (int i = 0; i < 100 && hint.find("GRIDBCAST_JOB_ID=") == std::string::npos; ++i) {
@@ -207,7 +248,8 @@ TEST(Launch, ExternalBackendAcceptsRanksStartedByHandWithMpiStyleRankVariables) 
     ranks.push_back(std::make_unique<Child>(std::vector<std::string>{kBin, "rank"}));
     ::unsetenv(var);
   }
-  for (const char* v : {"GRIDBCAST_SECRET", "GRIDBCAST_LAUNCHER", "GRIDBCAST_JOB_ID"}) ::unsetenv(v);
+  for (const char* v : {"GRIDBCAST_SECRET", "GRIDBCAST_LAUNCHER", "GRIDBCAST_JOB_ID"})
+    ::unsetenv(v);
   ASSERT_EQ(launcher.wait(120s), 0) << launcher.err();
   EXPECT_NE(launcher.out().find("\"verified\": true"), std::string::npos) << launcher.out();
   for (auto& r : ranks) EXPECT_EQ(r->wait(30s), 0) << r->err();

@@ -80,7 +80,8 @@ class Child {
 };
 
 // Direct children of `parent`, with the value of one environment variable each.
-inline std::vector<std::pair<pid_t, std::string>> children_of(pid_t parent, const std::string& var) {
+inline std::vector<std::pair<pid_t, std::string>> children_of(pid_t parent,
+                                                              const std::string& var) {
   std::vector<std::pair<pid_t, std::string>> out;
   DIR* d = ::opendir("/proc");
   if (!d) return out;
@@ -111,6 +112,45 @@ inline std::vector<std::pair<pid_t, std::string>> children_of(pid_t parent, cons
   return out;
 }
 
-inline bool alive(pid_t pid) { return ::kill(pid, 0) == 0; }
+inline bool alive(pid_t pid) {
+  return ::kill(pid, 0) == 0;
+}
+
+// The IPv4 TCP ports process `pid` listens on, as (dotted address, port), from
+// its socket descriptors and /proc/net/tcp.
+inline std::vector<std::pair<std::string, int>> listening_ports(pid_t pid) {
+  std::vector<std::string> inodes;
+  const std::string fd_dir = "/proc/" + std::to_string(pid) + "/fd";
+  if (DIR* d = ::opendir(fd_dir.c_str())) {
+    while (auto* e = ::readdir(d)) {
+      char target[64] = {};
+      const std::string link = fd_dir + "/" + e->d_name;
+      const auto n = ::readlink(link.c_str(), target, sizeof target - 1);
+      const std::string t(target, n > 0 ? static_cast<size_t>(n) : 0);
+      if (t.rfind("socket:[", 0) == 0) inodes.push_back(t.substr(8, t.size() - 9));
+    }
+    ::closedir(d);
+  }
+  std::vector<std::pair<std::string, int>> out;
+  std::istringstream table(slurp("/proc/" + std::to_string(pid) + "/net/tcp"));
+  std::string line;
+  std::getline(table, line);  // the header
+  while (std::getline(table, line)) {
+    std::istringstream f(line);
+    std::string slot, local, remote, state, queues, timer, retr, uid, timeout, inode;
+    f >> slot >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
+    if (state != "0A") continue;  // TCP_LISTEN
+    bool ours = false;
+    for (const auto& i : inodes) ours = ours || i == inode;
+    if (!ours || local.size() != 13) continue;
+    // "0101007F:1F90": the address in host (little-endian) order, then the port.
+    const unsigned long addr = std::stoul(local.substr(0, 8), nullptr, 16);
+    const std::string dotted =
+        std::to_string(addr & 0xff) + "." + std::to_string((addr >> 8) & 0xff) + "." +
+        std::to_string((addr >> 16) & 0xff) + "." + std::to_string((addr >> 24) & 0xff);
+    out.emplace_back(dotted, static_cast<int>(std::stoul(local.substr(9), nullptr, 16)));
+  }
+  return out;
+}
 
 }  // namespace gridbcast::testing
