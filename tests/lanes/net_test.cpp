@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <optional>
+#include <thread>
 
 namespace gridbcast::lanes {
 namespace {
@@ -86,6 +87,56 @@ TEST(Handshake, GarbageIsRejectedAndTheListenerKeepsServing) {
   }
   EXPECT_NE(s.rejected[0].find("magic"), std::string::npos) << s.rejected[0];
   EXPECT_EQ(run(s.io, connect(s, creds(7, "secret"), 1)), 1);
+}
+
+// A recorded handshake replayed on a new connection is refused: the client's
+// MAC covers the server's nonce, which is fresh for every connection. The
+// recording is made by a raw client that holds the secret, over a real socket,
+// and is accepted there first, so the bytes replayed are known to be valid.
+TEST(Handshake, ARecordedHelloReplayedOnANewConnectionIsRejected) {
+  Server s(creds(7, "secret"));
+  const auto secret = creds(7, "secret").secret;
+  std::array<std::uint8_t, kHelloBytes> recorded{};
+  // One raw connection: reads the Challenge, sends `recorded` (made now for
+  // this connection's nonce when `record`), and says whether an Accept came back.
+  auto raw_client = [&](bool record) {
+    asio::io_context io;
+    tcp::socket raw(io);
+    raw.connect(make_endpoint("127.0.0.1", s.listener->port()));
+    std::array<std::uint8_t, kChallengeBytes> challenge_bytes{};
+    asio::read(raw, asio::buffer(challenge_bytes));
+    std::string why;
+    const auto challenge = decode_challenge(challenge_bytes, why);
+    if (!challenge) ADD_FAILURE() << "challenge: " << why;
+    if (record && challenge) {
+      Hello h;
+      h.job_id = 7;
+      h.rank = 2;
+      h.client_nonce.fill(0x5a);
+      h.mac = hello_mac(secret, challenge->server_nonce, h);
+      recorded = encode(h);
+    }
+    asio::write(raw, asio::buffer(recorded));
+    std::array<std::uint8_t, kAcceptBytes> accept{};
+    asio::error_code ec;
+    asio::read(raw, asio::buffer(accept), ec);
+    return !ec && decode_accept(accept, why).has_value();
+  };
+  auto guard = asio::make_work_guard(s.io);
+  std::thread server([&] { s.io.run(); });
+  const bool original = raw_client(true);
+  const bool replay = raw_client(false);
+  // The server has judged both once the replay's connection is closed; let it
+  // finish its callbacks, then stop.
+  guard.reset();
+  s.io.stop();
+  server.join();
+  EXPECT_TRUE(original) << "the recorded handshake was not valid to begin with";
+  EXPECT_FALSE(replay) << "a replayed Hello was accepted";
+  ASSERT_EQ(s.accepted.size(), 1u);
+  ASSERT_EQ(s.rejected.size(), 1u);
+  EXPECT_NE(s.rejected[0].find("wrong job secret"), std::string::npos) << s.rejected[0];
+  EXPECT_EQ(s.listener->rejected(), 1u);
 }
 
 TEST(Connect, RefusedUntilTheDeadlineNamesThePeer) {
