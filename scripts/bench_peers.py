@@ -43,7 +43,10 @@ COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#0
            "#7F7F7F", "#BCBD22"]
 
 # ssh stand-in for hydra and orte: drop ssh-style options, run the command inside
-# the node namespace the "host" names.
+# the node namespace the "host" names. The namespaces share /tmp and the host
+# name, so Open MPI's daemons would all make their session directories under
+# /tmp/ompi.<hostname>.<uid> at once and race ("mkdir ... File exists", about one
+# launch in four failed): each gets its own base under this run's directory.
 LAUNCH_AGENT = """#!/bin/sh
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -53,7 +56,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 host=$1; shift
-exec ip netns exec "$host" sh -c "$*"
+sessions=%(tmp)s/sessions/$host
+mkdir -p "$sessions"
+exec ip netns exec "$host" env OMPI_MCA_orte_tmpdir_base="$sessions" sh -c "$*"
 """
 
 
@@ -450,7 +455,7 @@ def main():
             settings.setdefault("compile", {})[p] = " ".join(cmd)
         agent = os.path.join(tmp, "launch-in-netns.sh")
         with open(agent, "w") as f:
-            f.write(LAUNCH_AGENT)
+            f.write(LAUNCH_AGENT % {"tmp": shlex.quote(tmp)})
         os.chmod(agent, 0o755)
 
         tb_id = args.id or f"peers{os.getpid()}"
@@ -486,7 +491,9 @@ def main():
                         "is accepted only after the result line",
             openmpi_notes="TCP BTL on the lane interfaces only, mpi_yield_when_idle 1 (ranks yield when "
                           "idle), routed direct (hung at shutdown with 7+ namespaces otherwise), "
-                          "orteds stay attached to mpirun (--leave-session-attached) so they die with it",
+                          "orteds stay attached to mpirun (--leave-session-attached) so they die with it; "
+                          "each orted gets its own session directory base (OMPI_MCA_orte_tmpdir_base set "
+                          "by the launch agent) because the namespaces share /tmp and the host name",
             hosts_file="not touched: no /etc/hosts lines are needed or added",
             grace_seconds=args.grace, timeout_seconds=args.timeout)
         for p in peers:
