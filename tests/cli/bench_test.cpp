@@ -43,9 +43,10 @@ TEST(BenchCommand, BarrierMethodAsCsvAndRoundsWithAPlot) {
   EXPECT_EQ(count(csv.out(), "\nchain,chain,"), 2u) << csv.out();
 
   const std::string dir = temp_dir();
-  Child plot({kBin, "bench", kSrc + "/site-configs/three-sites-hetero.yaml", "--sizes", "64KiB:1MiB",
-              "--algorithms", "auto,scatter_ring_tuned", "--method", "rounds", "--rounds", "3",
-              "--min-iterations", "2", "--max-iterations", "2", "--plot", dir + "/bench.svg"});
+  Child plot({kBin, "bench", kSrc + "/site-configs/three-sites-hetero.yaml", "--sizes",
+              "64KiB:1MiB", "--algorithms", "auto,scatter_ring_tuned", "--method", "rounds",
+              "--rounds", "3", "--min-iterations", "2", "--max-iterations", "2", "--plot",
+              dir + "/bench.svg"});
   ASSERT_EQ(plot.wait(300s), 0) << plot.err();
   EXPECT_NE(plot.out().find("# Size"), std::string::npos) << plot.out();
   EXPECT_NE(plot.out().find("# scatter_ring_tuned"), std::string::npos) << plot.out();

@@ -16,6 +16,7 @@
 namespace gridbcast::runtime {
 namespace {
 
+using testing::bcast_and_check;
 using testing::make_grid;
 using testing::Ranks;
 using topology::Algorithm;
@@ -24,21 +25,6 @@ std::vector<int> split(int nodes, int sites) {
   std::vector<int> counts;
   for (int s = 0; s < sites; ++s) counts.push_back(nodes / sites + (s < nodes % sites ? 1 : 0));
   return counts;
-}
-
-// One broadcast on every rank; each non-root checks its copy against the pattern.
-void bcast_and_check(Communicator& c, std::vector<std::byte>& buf, std::uint64_t size, int root,
-                     std::optional<Algorithm> algo, std::uint64_t seed) {
-  if (c.rank() == root) {
-    fill_pattern(buf.data(), size, seed);
-  } else if (size > 0) {
-    std::memset(buf.data(), 0xA5, size);
-  }
-  c.bcast(buf.data(), size, root, algo);
-  std::vector<std::byte> want(size);
-  fill_pattern(want.data(), size, seed);
-  ASSERT_TRUE(size == 0 || std::memcmp(buf.data(), want.data(), size) == 0)
-      << "rank " << c.rank() << " root " << root << " size " << size;
 }
 
 class Shapes : public ::testing::TestWithParam<std::tuple<int, int>> {};
@@ -67,11 +53,10 @@ std::vector<std::tuple<int, int>> shapes() {
   return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Loopback, Shapes, ::testing::ValuesIn(shapes()),
-                         [](const auto& p) {
-                           return std::to_string(std::get<0>(p.param)) + "nodes_" +
-                                  std::to_string(std::get<1>(p.param)) + "sites";
-                         });
+INSTANTIATE_TEST_SUITE_P(Loopback, Shapes, ::testing::ValuesIn(shapes()), [](const auto& p) {
+  return std::to_string(std::get<0>(p.param)) + "nodes_" + std::to_string(std::get<1>(p.param)) +
+         "sites";
+});
 
 TEST(Communicator, TwoHundredBackToBackBroadcastsWithRandomSizesRootsAndAlgorithms) {
   const auto grid = make_grid({4, 3}, 3);

@@ -22,6 +22,7 @@ namespace gridbcast::runtime {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::bcast_and_check;
 using testing::Ranks;
 using testing::TempDir;
 
@@ -43,20 +44,6 @@ CommOptions with_certs(const std::filesystem::path& dir) {
   o.cert_dir = dir.string();
   o.timeout = 20s;
   return o;
-}
-
-void bcast_and_check(Communicator& c, std::vector<std::byte>& buf, std::uint64_t size, int root,
-                     std::optional<topology::Algorithm> algo, std::uint64_t seed) {
-  if (c.rank() == root) {
-    fill_pattern(buf.data(), size, seed);
-  } else if (size > 0) {
-    std::memset(buf.data(), 0xA5, size);
-  }
-  c.bcast(buf.data(), size, root, algo);
-  std::vector<std::byte> want(size);
-  fill_pattern(want.data(), size, seed);
-  ASSERT_TRUE(size == 0 || std::memcmp(buf.data(), want.data(), size) == 0)
-      << "rank " << c.rank() << " root " << root << " size " << size;
 }
 
 TEST(TlsBroadcast, EveryAlgorithmIsByteExactAcrossATlsWanLink) {

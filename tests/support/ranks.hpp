@@ -2,13 +2,18 @@
 // and io_context, talking over real loopback sockets (rendezvous in memory).
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
+#include "runtime/buffer.hpp"
 #include "runtime/communicator.hpp"
 
 namespace gridbcast::testing {
@@ -59,5 +64,21 @@ class Ranks {
   std::vector<std::unique_ptr<runtime::Communicator>> comms_;
   runtime::EndpointTable table_;
 };
+
+// One broadcast on every rank; each non-root checks its copy against the pattern.
+inline void bcast_and_check(runtime::Communicator& c, std::vector<std::byte>& buf,
+                            std::uint64_t size, int root, std::optional<topology::Algorithm> algo,
+                            std::uint64_t seed) {
+  if (c.rank() == root) {
+    runtime::fill_pattern(buf.data(), size, seed);
+  } else if (size > 0) {
+    std::memset(buf.data(), 0xA5, size);
+  }
+  c.bcast(buf.data(), size, root, algo);
+  std::vector<std::byte> want(size);
+  runtime::fill_pattern(want.data(), size, seed);
+  ASSERT_TRUE(size == 0 || std::memcmp(buf.data(), want.data(), size) == 0)
+      << "rank " << c.rank() << " root " << root << " size " << size;
+}
 
 }  // namespace gridbcast::testing
