@@ -10,24 +10,9 @@ With --peers, Open MPI's and MPICH's MPI_Bcast at the same sizes (TCP transports
 """
 import argparse, json, os, shutil, statistics, subprocess, sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "build", "cli", "gridbcast")
+from common import BIN, ROOT, fmt_size, parse_size
+
 ALGOS = ["multilane", "binomial", "scatter_rd", "scatter_ring", "scatter_ring_tuned", "chain", "binary"]
-UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
-
-
-def parse_size(s):
-    for u in sorted(UNITS, key=len, reverse=True):
-        if s.endswith(u):
-            return int(float(s[: -len(u)]) * UNITS[u])
-    return int(s)
-
-
-def fmt_size(n):
-    for u in ("GiB", "MiB", "KiB"):
-        if n >= UNITS[u] and n % UNITS[u] == 0:
-            return f"{n // UNITS[u]} {u}"
-    return f"{n} B"
 
 
 def launch(topology, size, algo, iterations):
@@ -113,17 +98,17 @@ def main():
                        ratio_lower_bound=r["ratio_to_lower_bound"], aggregate_Bps=agg,
                        ceiling_Bps=ceil)
             results.append(row)
-            print(f"{algo:<20}{fmt_size(size):>10}{t:>12.6f}{size / t / (1 << 20) if t else 0:>10.1f}"
+            print(f"{algo:<20}{fmt_size(size, ' '):>10}{t:>12.6f}{size / t / (1 << 20) if t else 0:>10.1f}"
                   f"{r['ratio_to_lower_bound']:>15.2f}{agg / (1 << 30):>17.2f}"
                   f"{(ceil / (1 << 30)) if ceil else float('nan'):>15.2f}", flush=True)
         for kind, exe in peers.items():
             r = run_peer(kind, exe, results[-1]["ranks"], size, n)
             if r is None:
-                print(f"{kind + ' MPI_Bcast':<20}{fmt_size(size):>10}{'failed':>12}")
+                print(f"{kind + ' MPI_Bcast':<20}{fmt_size(size, ' '):>10}{'failed':>12}")
                 continue
             results.append(dict(algorithm=kind, bytes=size, ranks=r["ranks"], iterations=n,
                                 median=r["median"], min=r["min"], max=r["max"]))
-            print(f"{kind + ' MPI_Bcast':<20}{fmt_size(size):>10}{r['median']:>12.6f}"
+            print(f"{kind + ' MPI_Bcast':<20}{fmt_size(size, ' '):>10}{r['median']:>12.6f}"
                   f"{size / r['median'] / (1 << 20) if r['median'] else 0:>10.1f}", flush=True)
     if args.json:
         with open(args.json, "w") as f:

@@ -32,11 +32,9 @@ namespaces by name, control traffic goes over the testbed's management bridge).
 """
 import argparse, ipaddress, json, os, shlex, shutil, signal, subprocess, sys, tempfile, threading, time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "build", "cli", "gridbcast")
+from common import BIN, ROOT, SKIP, emulated_grid_unavailable, fmt_size, parse_size, require_binary
+
 SRC = os.path.join(ROOT, "bench", "mpi_bcast.c")
-SKIP = 77  # what ctest counts as skipped (SKIP_RETURN_CODE)
-UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 PEERS = {"mpich": ("mpicc.mpich", "mpiexec.mpich", "MPICH"),
          "openmpi": ("mpicc.openmpi", "mpirun.openmpi", "Open MPI")}
 COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#8C564B",
@@ -60,21 +58,6 @@ sessions=%(tmp)s/sessions/$host
 mkdir -p "$sessions"
 exec ip netns exec "$host" env OMPI_MCA_orte_tmpdir_base="$sessions" sh -c "$*"
 """
-
-
-def parse_size(s):
-    s = s.strip()
-    for u in sorted(UNITS, key=len, reverse=True):
-        if s.endswith(u):
-            return int(float(s[: -len(u)]) * UNITS[u])
-    return int(s)
-
-
-def fmt_size(n):
-    for u in ("GiB", "MiB", "KiB"):
-        if n >= UNITS[u] and n % UNITS[u] == 0:
-            return f"{n // UNITS[u]}{u}"
-    return f"{n}B"
 
 
 def loadavg():
@@ -421,10 +404,8 @@ def main():
     for p in peers:
         if p not in PEERS:
             sys.exit(f"bench_peers: unknown peer {p!r}; one of {', '.join(PEERS)}")
-    if not os.path.exists(BIN):
-        sys.exit(f"bench_peers: {BIN} not found: run scripts/setup.sh first")
-    if os.geteuid() != 0 or not shutil.which("ip") or not os.path.exists("/dev/net/tun"):
-        print("bench_peers: skipped: the emulated grid needs root, ip (iproute2) and /dev/net/tun")
+    require_binary("bench_peers")
+    if emulated_grid_unavailable("bench_peers"):
         return SKIP
     for p in peers:  # installed by scripts/setup.sh: missing is an error, not a skip
         for tool in PEERS[p][:2]:

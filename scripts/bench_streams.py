@@ -25,11 +25,10 @@ be compared with and without TLS.
 TOPOLOGY defaults to site-configs/testbed-lossy.yaml (2 sites x 2 nodes, 1 Gbit
 NICs, 10 ms one-way WAN at 1 Gbit/s with 0.1 % loss).
 """
-import argparse, json, os, re, shutil, subprocess, sys, tempfile
+import argparse, json, os, re, subprocess, sys, tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "build", "cli", "gridbcast")
-SKIP = 77  # what ctest counts as skipped (SKIP_RETURN_CODE)
+from common import BIN, ROOT, SKIP, emulated_grid_unavailable, require_binary
+
 STREAMS_LINE = re.compile(r"^(\s*)streams:\s*\d+\s*$", re.M)
 TLS_LINE = re.compile(r"^(\s*)tls:\s*(true|false)\s*$", re.M)
 
@@ -98,10 +97,8 @@ def main():
                     help="off, on, or off,on: the WAN links' tls flag (certificates are made for the run)")
     ap.add_argument("--json")
     args = ap.parse_args()
-    if not os.path.exists(BIN):
-        sys.exit(f"bench_streams: {BIN} not found: run scripts/setup.sh first")
-    if os.geteuid() != 0 or not shutil.which("ip") or not os.path.exists("/dev/net/tun"):
-        print("bench_streams: skipped: the emulated grid needs root, ip (iproute2) and /dev/net/tun")
+    require_binary("bench_streams")
+    if emulated_grid_unavailable("bench_streams"):
         return SKIP
     with open(args.topology) as f:
         text = f.read()

@@ -9,17 +9,9 @@ bound. Needs root. Tears the testbed down at the end, also on failure.
 """
 import argparse, json, os, subprocess, sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "build", "cli", "gridbcast")
+from common import BIN, parse_size
+
 ALGOS = ["multilane", "binomial", "scatter_rd", "scatter_ring", "scatter_ring_tuned", "chain", "binary"]
-UNITS = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
-
-
-def parse_size(s):
-    for u, m in UNITS.items():
-        if s.endswith(u):
-            return int(float(s[: -len(u)]) * m)
-    return int(s)
 
 
 def main():

@@ -11,11 +11,10 @@ TOPOLOGY defaults to site-configs/testbed-2x4.yaml (2 sites x 4 nodes, 2 x 100
 Mbit/s NICs, 10 ms WAN). Exit status 0 only when every broadcast was verified
 and memory stayed flat; the last line says which check failed otherwise.
 """
-import argparse, json, os, shutil, subprocess, sys, time
+import argparse, json, os, subprocess, sys, time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "build", "cli", "gridbcast")
-SKIP = 77           # what ctest counts as skipped (SKIP_RETURN_CODE)
+from common import BIN, ROOT, SKIP, emulated_grid_unavailable, require_binary
+
 BASELINE = 100      # broadcasts before memory is taken as settled
 MAX_GROWTH = 0.05   # allowed growth of the largest rank's resident set after that
 
@@ -31,10 +30,8 @@ def main():
     args = ap.parse_args()
     if args.iterations <= BASELINE:
         sys.exit(f"soak: --iterations must be above {BASELINE} (the memory baseline)")
-    if not os.path.exists(BIN):
-        sys.exit(f"soak: {BIN} not found: run scripts/setup.sh first")
-    if os.geteuid() != 0 or not shutil.which("ip") or not os.path.exists("/dev/net/tun"):
-        print("soak: skipped: the emulated grid needs root, ip (iproute2) and /dev/net/tun")
+    require_binary("soak")
+    if emulated_grid_unavailable("soak"):
         return SKIP
     tb_id = f"soak{os.getpid()}"
     cmd = [BIN, "testbed", "run", args.topology, "--id", tb_id, "--",
