@@ -42,24 +42,68 @@ std::string num(double v) {
   return std::to_string(std::llround(v));
 }
 
+// One HTB class line. Burst: 1 ms at the rate, but at least one GSO packet
+// (64 KiB) so big segments do not stall the class.
+std::string htb_class(const std::string& dev, const std::string& parent, const std::string& id,
+                      double rate_bps, double ceil_bps, long long quantum) {
+  const long long burst = std::max<long long>(std::llround(ceil_bps / 8 / 1000), 70000);
+  return "class add dev " + dev + " parent " + parent + " classid " + id + " htb rate " +
+         num(rate_bps) + "bit ceil " + num(ceil_bps) + "bit burst " + std::to_string(burst) +
+         " cburst " + std::to_string(burst) + " quantum " + std::to_string(quantum);
+}
+
 // HTB with one class at `rate_bps` and `leaf` below it: shapes egress of `dev`.
 std::vector<std::string> htb(const std::string& dev, double rate_bps, const std::string& leaf) {
-  const long long bytes_per_s = std::llround(rate_bps / 8);
-  // Burst: 1 ms at the rate, but at least one GSO packet (64 KiB) so big
-  // segments do not stall the class.
-  const long long burst = std::max<long long>(bytes_per_s / 1000, 70000);
-  const long long quantum = std::clamp<long long>(bytes_per_s / 10, 1514, 200000);
+  const long long quantum = std::clamp<long long>(std::llround(rate_bps / 80), 1514, 200000);
   return {"qdisc add dev " + dev + " root handle 1: htb default 1",
-          "class add dev " + dev + " parent 1: classid 1:1 htb rate " + num(rate_bps) +
-              "bit ceil " + num(rate_bps) + "bit burst " + std::to_string(burst) + " cburst " +
-              std::to_string(burst) + " quantum " + std::to_string(quantum),
+          htb_class(dev, "1:", "1:1", rate_bps, rate_bps, quantum),
           "qdisc add dev " + dev + " parent 1:1 handle 10: " + leaf};
 }
 
-// A FIFO holding `seconds` at the rate (at least 128 KiB): a switch or router buffer.
+}  // namespace
+
 std::string bfifo(double rate_bps, double seconds) {
   return "bfifo limit " + num(std::max(rate_bps / 8 * seconds, 131072.0));
 }
+
+std::vector<std::string> fair_htb(const std::string& dev, double rate_bps, std::string_view key,
+                                  const std::vector<Ipv4>& peers) {
+  const bool per_peer = peers.size() <= kFairPeers;
+  const size_t children = 1 + (per_peer ? peers.size() : kFairBuckets);
+  const double child_rate = std::max(rate_bps / static_cast<double>(children), 8000.0);
+  std::vector<std::string> lines = {"qdisc add dev " + dev + " root handle 1: htb default 2",
+                                    htb_class(dev, "1:", "1:1", rate_bps, rate_bps, 200000)};
+  auto child = [&](unsigned minor) {
+    char id[16];
+    std::snprintf(id, sizeof id, "1:%x", minor);
+    lines.push_back(htb_class(dev, "1:1", id, child_rate, rate_bps, 65536));
+    lines.push_back("qdisc add dev " + dev + " parent " + id + " " + bfifo(rate_bps, 0.01));
+    return std::string(id);
+  };
+  child(2);
+  const std::string filter_prio = "filter add dev " + dev + " parent 1: protocol ip prio 1 ";
+  const std::string filter = filter_prio + "u32 ";
+  if (per_peer) {
+    for (size_t i = 0; i < peers.size(); ++i) {
+      const std::string id = child(0x100 + static_cast<unsigned>(i));
+      lines.push_back(filter + "match ip " + std::string(key) + " " + peers[i].str() +
+                      "/32 flowid " + id);
+    }
+  } else {
+    lines.push_back(filter_prio + "handle 2: u32 divisor " + std::to_string(kFairBuckets));
+    lines.push_back(filter +
+                    "ht 800:: match ip protocol 6 0xff hashkey mask 0x007e0000 at 20 link 2:");
+    for (int b = 0; b < kFairBuckets; ++b) {
+      const std::string id = child(0x100 + static_cast<unsigned>(b));
+      char bucket[16];
+      std::snprintf(bucket, sizeof bucket, "2:%x:", b);
+      lines.push_back(filter + "ht " + bucket + " match u32 0 0 flowid " + id);
+    }
+  }
+  return lines;
+}
+
+namespace {
 
 std::string loss_percent(double loss) {
   char buf[32];
@@ -390,11 +434,21 @@ void build(const topology::Grid& grid, const Layout& l, State& s, const UpOption
     }
     run_batch("ip", n.ns, lines, "configuring node \"" + n.name + "\"");
   }
-  // 8. Shaping: HTB on both ends of every NIC and on every WAN end.
+  // 8. Shaping: HTB on both ends of every NIC, fair among its flows, and on
+  // every WAN end (a router's FIFO).
+  // The NIC addresses of every node but one: the peers whose flows a NIC shares.
+  auto peers_of = [&](const NodePlan& n) {
+    std::vector<Ipv4> peers;
+    for (const auto& m : l.nodes)
+      if (m.rank != n.rank)
+        for (const auto& nic : m.nics) peers.push_back(nic.address);
+    return peers;
+  };
   for (const auto& n : l.nodes) {
     lines.clear();
+    const auto peers = peers_of(n);
     for (const auto& nic : n.nics) {
-      auto q = htb(nic.device, nic.bandwidth_bps, bfifo(nic.bandwidth_bps, 0.01));
+      auto q = fair_htb(nic.device, nic.bandwidth_bps, "dst", peers);
       lines.insert(lines.end(), q.begin(), q.end());
     }
     run_batch("tc", n.ns, lines, "shaping the NICs of node \"" + n.name + "\"");
@@ -402,11 +456,13 @@ void build(const topology::Grid& grid, const Layout& l, State& s, const UpOption
   for (const auto& r : l.routers) {
     lines.clear();
     for (const auto& n : l.nodes)
-      if (n.site == r.site)
+      if (n.site == r.site) {
+        const auto peers = peers_of(n);
         for (const auto& nic : n.nics) {
-          auto q = htb(nic.port, nic.bandwidth_bps, bfifo(nic.bandwidth_bps, 0.01));
+          auto q = fair_htb(nic.port, nic.bandwidth_bps, "src", peers);
           lines.insert(lines.end(), q.begin(), q.end());
         }
+      }
     for (const auto& w : r.wan) {
       const std::string leaf =
           use_netem ? netem_leaf(w) : bfifo(w.bandwidth_bps, std::max(2 * w.latency_s, 0.01));

@@ -1,11 +1,14 @@
 // The emulation measured (root and network namespaces; skipped otherwise):
 // the testbed comes up and goes away without a trace, the RTT between sites is
-// twice the configured one-way delay, a TCP stream gets its NIC's rate, and on
-// a lossy 20 ms link parallel streams scale as they do on a real WAN.
+// twice the configured one-way delay, a TCP stream gets its NIC's rate, flows
+// through one NIC share it evenly, and on a lossy 20 ms link parallel streams
+// scale as they do on a real WAN.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <sstream>
 #include <thread>
 
 #include "testbed/traffic.hpp"
@@ -238,7 +241,8 @@ void expect_capped_at_nic_rate(const TestbedGuard& g, const std::string& client,
   std::string runs;
   for (int attempt = 0; attempt < 3 && best < 0.9 * kPayloadShare * kNicRate; ++attempt) {
     const auto r = measure(g, client, from, server, to, 1, 3);
-    EXPECT_LE(r.bits_per_second(), 1.02 * kNicRate) << what << " exceeds the NIC rate: " << r.json();
+    EXPECT_LE(r.bits_per_second(), 1.02 * kNicRate)
+        << what << " exceeds the NIC rate: " << r.json();
     best = std::max(best, r.bits_per_second());
     runs += r.json() + "\n";
   }
@@ -251,6 +255,161 @@ TEST_F(TestbedEmulation, OneTcpStreamIsCappedAtTheNicRate) {
   // Inside a site (same lane) and across the WAN (whose 1 Gbit/s is not the limit).
   expect_capped_at_nic_rate(g, "a1", "10.211.1.1", "a2", "10.211.1.2", "local");
   expect_capped_at_nic_rate(g, "a2", "10.211.2.2", "b1", "10.212.2.1", "remote");
+}
+
+// Two flows through one NIC at once, one inside the site (RTT 0.1 ms) and one
+// across the WAN (20 ms): each gets about half of it. Through one FIFO the
+// short-RTT flow takes most (here 86-93 %). Best of up to three runs.
+struct Flow {
+  std::string client, from, server, to;
+};
+
+void expect_even_split(const TestbedGuard& g, const Flow& a, const Flow& b,
+                       const std::string& what) {
+  double best_share = 0, total = 0;
+  std::string runs;
+  for (int attempt = 0; attempt < 3 && best_share < 0.4; ++attempt) {
+    std::vector<std::unique_ptr<TbChild>> servers, clients;
+    const std::string ports[] = {"5201", "5202"};  // the servers may share an address
+    for (int i = 0; i < 2; ++i) {
+      const Flow& f = i == 0 ? a : b;
+      servers.push_back(std::make_unique<TbChild>(
+          g.in(f.server, {kBin, "testbed", "traffic", "server", "--listen", f.to, "--port",
+                          ports[i], "--streams", "1", "--timeout", "60", "--warmup", "1"})));
+    }
+    for (int i = 0; i < 2; ++i) {
+      const Flow& f = i == 0 ? a : b;
+      clients.push_back(std::make_unique<TbChild>(
+          g.in(f.client,
+               {kBin, "testbed", "traffic", "client", "--connect", f.to, "--port", ports[i],
+                "--bind", f.from, "--streams", "1", "--seconds", "4", "--congestion", "cubic"})));
+    }
+    for (const auto& c : clients) ASSERT_EQ(c->wait(90s), 0) << c->out() << c->err();
+    std::vector<double> bps;
+    for (const auto& srv : servers) {
+      ASSERT_EQ(srv->wait(90s), 0) << srv->out() << srv->err();
+      const auto r = testbed::TrafficResult::parse_json(srv->out());
+      bps.push_back(r.bits_per_second());
+      runs += r.json() + "\n";
+    }
+    const double sum = bps[0] + bps[1];
+    ASSERT_GT(sum, 0);
+    if (std::min(bps[0], bps[1]) / sum > best_share) {
+      best_share = std::min(bps[0], bps[1]) / sum;
+      total = sum;
+    }
+  }
+  ::testing::Test::RecordProperty(what + "_smaller_share", std::to_string(best_share));
+  EXPECT_GE(best_share, 0.4) << what << ":\n" << runs;
+  EXPECT_LE(total, 1.02 * kNicRate) << what << ":\n" << runs;
+  EXPECT_GE(total, 0.8 * kPayloadShare * kNicRate) << what << ":\n" << runs;
+}
+
+// The sender's side: a host's fair-queueing qdisc.
+TEST_F(TestbedEmulation, TwoFlowsFromOneNicShareItEvenly) {
+  expect_even_split(*guard_, {"a1", "10.211.1.1", "a2", "10.211.1.2"},
+                    {"a1", "10.211.1.1", "b1", "10.212.1.1"}, "out");
+}
+
+// The receiver's side: the switch port towards a node.
+TEST_F(TestbedEmulation, TwoFlowsIntoOneNicShareItEvenly) {
+  expect_even_split(*guard_, {"a2", "10.211.1.2", "a1", "10.211.1.1"},
+                    {"b1", "10.212.1.1", "a1", "10.211.1.1"}, "in");
+}
+
+// Two namespaces joined by a veth pair (va 10.9.0.1 -- vb 10.9.0.2), removed
+// by the destructor also when the test fails.
+class VethPair {
+ public:
+  VethPair() {
+    const std::string tag = std::to_string(::getpid()) + "-" + unique_test_id().substr(6);
+    a_ = "gbfq-a-" + tag;
+    b_ = "gbfq-b-" + tag;
+    ok_ = sh({ip_, "netns", "add", a_}) && sh({ip_, "netns", "add", b_}) &&
+          sh({ip_, "-n", a_, "link", "add", "va", "type", "veth", "peer", "name", "vb", "netns",
+              b_}) &&
+          sh({ip_, "-n", a_, "addr", "add", "10.9.0.1/30", "dev", "va"}) &&
+          sh({ip_, "-n", b_, "addr", "add", "10.9.0.2/30", "dev", "vb"}) &&
+          sh({ip_, "-n", a_, "link", "set", "va", "up"}) &&
+          sh({ip_, "-n", b_, "link", "set", "vb", "up"});
+  }
+  ~VethPair() {
+    testbed::run_command({ip_, "netns", "del", a_});
+    testbed::run_command({ip_, "netns", "del", b_});
+  }
+  bool ok() const { return ok_; }
+  const std::string& log() const { return log_; }
+  std::vector<std::string> in_a(std::vector<std::string> argv) const {
+    return in(a_, std::move(argv));
+  }
+  std::vector<std::string> in_b(std::vector<std::string> argv) const {
+    return in(b_, std::move(argv));
+  }
+  testbed::CommandResult tc_a(const std::vector<std::string>& args,
+                              const std::string& input = {}) const {
+    std::vector<std::string> argv = {ip_, "netns", "exec", a_, testbed::tc_path()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return testbed::run_command(argv, input);
+  }
+
+ private:
+  std::vector<std::string> in(const std::string& ns, std::vector<std::string> argv) const {
+    argv.insert(argv.begin(), {ip_, "netns", "exec", ns});
+    return argv;
+  }
+  bool sh(const std::vector<std::string>& argv) {
+    const auto r = testbed::run_command(argv);
+    if (!r.ok()) log_ += r.err;
+    return r.ok();
+  }
+  std::string ip_ = testbed::ip_path();
+  std::string a_, b_, log_;
+  bool ok_ = false;
+};
+
+// Beyond kFairPeers the classes are hashed buckets: tc accepts the u32 hash
+// table, and TCP lands in the buckets, not in the default class; eight streams
+// (random source ports) spread over more than one bucket.
+TEST(TestbedShaping, PastThePeerLimitTcpIsHashedIntoBuckets) {
+  GRIDBCAST_REQUIRE_NAMESPACES();
+  VethPair v;
+  ASSERT_TRUE(v.ok()) << v.log();
+  std::vector<testbed::Ipv4> many;
+  for (std::uint32_t i = 0; i <= testbed::kFairPeers; ++i) many.push_back({0x0a0a0001u + i});
+  std::string batch;
+  for (const auto& line : testbed::fair_htb("va", 100e6, "dst", many)) batch += line + "\n";
+  const auto applied = v.tc_a({"-batch", "-"}, batch);
+  ASSERT_TRUE(applied.ok()) << applied.err;
+  TbChild srv(v.in_b({kBin, "testbed", "traffic", "server", "--listen", "10.9.0.2", "--streams",
+                      "8", "--timeout", "30"}));
+  TbChild cli(v.in_a({kBin, "testbed", "traffic", "client", "--connect", "10.9.0.2", "--streams",
+                      "8", "--seconds", "1"}));
+  ASSERT_EQ(cli.wait(60s), 0) << cli.err();
+  ASSERT_EQ(srv.wait(60s), 0) << srv.err();
+  const auto stats = v.tc_a({"-s", "class", "show", "dev", "va"});
+  ASSERT_TRUE(stats.ok()) << stats.err;
+  // "class htb 1:13f parent 1:1 leaf ...\n Sent 123 bytes ..."
+  std::uint64_t in_buckets = 0, in_default = 0;
+  int classes = 0, busy_buckets = 0;
+  std::istringstream in(stats.out);
+  for (std::string line, id; std::getline(in, line);) {
+    if (line.rfind("class htb ", 0) == 0) {
+      id = line.substr(10, line.find(' ', 10) - 10);
+      if (line.find("parent 1:1 ") != std::string::npos) ++classes;
+    } else if (const auto at = line.find("Sent "); at != std::string::npos && !id.empty()) {
+      const std::uint64_t bytes = std::stoull(line.substr(at + 5));
+      if (id == "1:2")
+        in_default += bytes;
+      else if (id != "1:1") {
+        in_buckets += bytes;
+        if (bytes > (64u << 10)) ++busy_buckets;
+      }
+    }
+  }
+  EXPECT_EQ(classes, testbed::kFairBuckets + 1) << stats.out;
+  EXPECT_GT(in_buckets, 1u << 20) << stats.out;
+  EXPECT_LT(in_default, 64u << 10) << stats.out;
+  EXPECT_GE(busy_buckets, 2) << stats.out;
 }
 
 TEST(TestbedLossyWan, EightStreamsCarryAtLeastFourTimesOneStream) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -13,6 +14,7 @@
 
 #include "testbed/delay_line.hpp"
 #include "testbed/state.hpp"
+#include "testbed/testbed.hpp"
 #include "topology/loader.hpp"
 
 namespace gridbcast::testbed {
@@ -138,6 +140,35 @@ void expect_error(const std::string& yaml, const std::string& needle) {
   } catch (const TestbedError& e) {
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
   }
+}
+
+// The fair NIC shaping: a class per peer, matched on the given address field;
+// past kFairPeers, hashed buckets on the source port.
+TEST(TestbedShaping, AClassPerPeerOrHashedBucketsBeyondTheLimit) {
+  auto count = [](const std::vector<std::string>& lines, const std::string& what) {
+    return std::count_if(lines.begin(), lines.end(),
+                         [&](const std::string& l) { return l.find(what) != std::string::npos; });
+  };
+  const std::vector<Ipv4> three = {*Ipv4::parse("10.1.1.2"), *Ipv4::parse("10.1.1.3"),
+                                   *Ipv4::parse("10.2.1.1")};
+  const auto small = fair_htb("eth0", 100e6, "dst", three);
+  EXPECT_EQ(small.front(), "qdisc add dev eth0 root handle 1: htb default 2");
+  EXPECT_EQ(count(small, "class add dev eth0 parent 1:1 "), 4);  // default + 3 peers
+  EXPECT_EQ(count(small, " bfifo limit "), 4);
+  EXPECT_EQ(count(small, "match ip dst 10.2.1.1/32 flowid 1:102"), 1);
+  EXPECT_EQ(count(small, "hashkey"), 0);
+  // Children borrow up to the NIC's rate and guarantee an equal share of it.
+  EXPECT_EQ(count(small, "htb rate 25000000bit ceil 100000000bit"), 4);
+  const auto by_source = fair_htb("n0l0", 100e6, "src", three);
+  EXPECT_EQ(count(by_source, "match ip src 10.1.1.2/32 flowid 1:100"), 1);
+
+  std::vector<Ipv4> many;
+  for (std::uint32_t i = 0; i <= kFairPeers; ++i) many.push_back(Ipv4{0x0a000001u + i});
+  const auto large = fair_htb("eth1", 1e9, "dst", many);
+  EXPECT_EQ(count(large, "match ip dst"), 0);
+  EXPECT_EQ(count(large, "class add dev eth1 parent 1:1 "), kFairBuckets + 1);
+  EXPECT_EQ(count(large, "hashkey mask 0x007e0000 at 20 link 2:"), 1);
+  EXPECT_EQ(count(large, "ht 2:3f: match u32 0 0 flowid 1:13f"), 1);
 }
 
 TEST(TestbedLayout, RejectsWhatCannotBeEmulated) {
