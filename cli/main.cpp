@@ -297,6 +297,13 @@ int main(int argc, char** argv) {
                       "WAN), e.g. 10x1000");
   sim_cmd->add_option("--segment", s_segment, "pipelining segment; 0 = topology's or automatic")
       ->capture_default_str();
+  std::string s_congestion = "cubic";
+  sim_cmd
+      ->add_option("--congestion", s_congestion,
+                   "the hosts' TCP congestion control (reno and cubic are held to the Mathis "
+                   "limit under loss, bbr is not); see /proc/sys/net/ipv4/tcp_congestion_control")
+      ->check(CLI::IsMember({"reno", "cubic", "bbr"}))
+      ->capture_default_str();
   sim_cmd->add_flag("--json", s_json, "JSON lines, one per prediction");
   sim_cmd->footer(
       "Examples:\n  gridbcast simulate site-configs/two-sites-16x16.yaml --algorithm all --sweep\n"
@@ -494,9 +501,11 @@ int main(int argc, char** argv) {
       }
       topology::CostModel model;
       model.segment_bytes = parse_size_option(s_segment, "--segment");
+      model.congestion = *topology::parse_congestion(s_congestion);
       if (!s_json)
         std::cout << "# " << grid.name << ": " << grid.size() << " ranks in " << grid.sites.size()
-                  << " site(s), root " << s_root << "\n"
+                  << " site(s), root " << s_root << ", TCP congestion control " << s_congestion
+                  << "\n"
                   << "# algorithm            size      predicted s   lower bound s   ratio  "
                      "slowest rank\n";
       for (std::uint64_t size : sizes) {

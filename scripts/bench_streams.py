@@ -27,7 +27,8 @@ NICs, 10 ms one-way WAN at 1 Gbit/s with 0.1 % loss).
 """
 import argparse, json, os, re, subprocess, sys, tempfile
 
-from common import BIN, ROOT, SKIP, emulated_grid_unavailable, require_binary
+from common import (BIN, ROOT, SKIP, emulated_grid_unavailable, host_congestion, require_binary,
+                    simulate_congestion)
 
 STREAMS_LINE = re.compile(r"^(\s*)streams:\s*\d+\s*$", re.M)
 TLS_LINE = re.compile(r"^(\s*)tls:\s*(true|false)\s*$", re.M)
@@ -102,7 +103,7 @@ def main():
         return SKIP
     with open(args.topology) as f:
         text = f.read()
-    host_cc = open("/proc/sys/net/ipv4/tcp_congestion_control").read().strip()
+    host_cc = host_congestion()
     ccs = [c for c in args.congestion.split(",") if c] or [""]
     tls_modes = args.tls.split(",")
     if any(m not in ("off", "on") for m in tls_modes):
@@ -126,7 +127,8 @@ def main():
                         f.write(vary(text, s, mode == "on"))
                     r = measure(topo, cc, args, certs if mode == "on" else None)
                     sim = subprocess.run([BIN, "simulate", topo, "--algorithm", args.algorithm,
-                                          "--size", args.size, "--json"],
+                                          "--size", args.size, "--json",
+                                          "--congestion", simulate_congestion(cc or host_cc)],
                                          check=True, capture_output=True, text=True)
                     p = json.loads(sim.stdout.strip().splitlines()[-1])
                     t, pred = r["seconds"]["median"], p["predicted_seconds"]

@@ -9,7 +9,7 @@ bound. Needs root. Tears the testbed down at the end, also on failure.
 """
 import argparse, json, os, subprocess, sys
 
-from common import BIN, parse_size
+from common import BIN, host_congestion, parse_size, simulate_congestion
 
 ALGOS = ["multilane", "binomial", "scatter_rd", "scatter_ring", "scatter_ring_tuned", "chain", "binary"]
 
@@ -25,9 +25,10 @@ def main():
     topo = args.topology
     subprocess.run([BIN, "testbed", "up", topo], check=True, stdout=subprocess.DEVNULL)
     rows = []
+    cc = host_congestion()
     try:
         print(f"# {topo}: measured in `gridbcast testbed` (median of {args.iterations}), "
-              f"predicted by `gridbcast simulate`")
+              f"predicted by `gridbcast simulate --congestion {simulate_congestion(cc)}` (host: {cc})")
         print(f"{'algorithm':<20}{'size':>8}{'measured s':>12}{'predicted s':>13}{'residual':>10}"
               f"{'lower bound s':>15}{'x bound':>9}")
         for size_text in args.sizes.split(","):
@@ -39,7 +40,8 @@ def main():
                     check=True, capture_output=True, text=True, timeout=900)
                 r = json.loads(out.stdout.strip().splitlines()[-1])
                 sim = subprocess.run([BIN, "simulate", topo, "--algorithm", algo, "--size", str(size),
-                                      "--json"], check=True, capture_output=True, text=True)
+                                      "--json", "--congestion", simulate_congestion(cc)],
+                                     check=True, capture_output=True, text=True)
                 p = json.loads(sim.stdout.strip().splitlines()[-1])
                 t, pred, lb = r["seconds"]["median"], p["predicted_seconds"], r["lower_bound_seconds"]
                 rows.append(dict(algorithm=algo, bytes=size, measured=t, predicted=pred, lower_bound=lb,

@@ -37,3 +37,15 @@ def emulated_grid_unavailable(tool):
         print(f"{tool}: skipped: the emulated grid needs root, ip (iproute2) and /dev/net/tun")
         return True
     return False
+
+
+def host_congestion():
+    """This host's TCP congestion control, which new network namespaces inherit."""
+    with open("/proc/sys/net/ipv4/tcp_congestion_control") as f:
+        return f.read().strip()
+
+
+def simulate_congestion(cc):
+    """The `gridbcast simulate --congestion` model for a congestion control:
+    bbr for BBR, otherwise loss-based (reno and cubic by name; others as cubic)."""
+    return cc if cc in ("reno", "cubic", "bbr") else "cubic"

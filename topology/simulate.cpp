@@ -4,8 +4,8 @@
 #include <cmath>
 #include <map>
 #include <queue>
-#include <tuple>
 #include <stdexcept>
+#include <tuple>
 #include <unordered_map>
 
 namespace gridbcast::topology {
@@ -18,11 +18,59 @@ struct Segment {
   // receiver NIC ingress, the stream bundle, and the WAN link (or -1).
   int res[4];
   double latency;
-  int ordinal = 0;               // position within its transfer
-  int pending = 0;               // dependencies not yet arrived
+  int ordinal = 0;  // position within its transfer
+  int pending = 0;  // dependencies not yet arrived
   double ready = 0;
   double arrival = 0;
-  std::vector<int> dependents;
+  std::vector<int> dependents;  // segments that need these bytes
+  int next_on_stream = -1;      // sent after this one on the same TCP stream
+};
+
+// One link (sender, receiver, lanes): its bundle resource, and the last
+// segment given to each of its streams. The executor deals a link's segments
+// round-robin over its streams and sends each stream's in order.
+struct Link {
+  int bundle = -1;
+  int count = 0;
+  std::vector<int> last_on_stream;
+};
+
+// When a resource is taken: disjoint [begin, end) intervals in time order,
+// adjacent ones merged. Segments are placed in order of readiness, so time
+// before the current segment's ready time is never offered again.
+class Busy {
+ public:
+  void forget_before(double t) {
+    size_t n = 0;
+    while (n < taken_.size() && taken_[n].second <= t) ++n;
+    if (n > 0) taken_.erase(taken_.begin(), taken_.begin() + static_cast<std::ptrdiff_t>(n));
+  }
+  // The earliest time >= t at which the resource is free for `duration`.
+  double free_from(double t, double duration) const {
+    for (const auto& [b, e] : taken_) {
+      if (e <= t) continue;
+      if (b >= t + duration) break;
+      t = e;
+    }
+    return t;
+  }
+  void take(double b, double e) {
+    auto it = std::lower_bound(taken_.begin(), taken_.end(), std::make_pair(b, e));
+    if (it != taken_.begin() && std::prev(it)->second >= b) {
+      auto prev = std::prev(it);
+      prev->second = std::max(prev->second, e);
+      it = prev;
+    } else {
+      it = taken_.insert(it, {b, e});
+    }
+    while (std::next(it) != taken_.end() && std::next(it)->first <= it->second) {
+      it->second = std::max(it->second, std::next(it)->second);
+      taken_.erase(std::next(it));
+    }
+  }
+
+ private:
+  std::vector<std::pair<double, double>> taken_;
 };
 
 // Received pieces of one rank: (offset, end, segment index), sorted by offset.
@@ -33,27 +81,41 @@ struct Piece {
 
 }  // namespace
 
+std::optional<Congestion> parse_congestion(std::string_view name) {
+  if (name == "reno" || name == "cubic") return Congestion::kLossBased;
+  if (name == "bbr") return Congestion::kBbr;
+  return std::nullopt;
+}
+
 double tcp_stream_limit(double rtt_s, double loss, const CostModel& m) {
   double limit = rtt_s > 0 ? m.tcp_window_bytes / rtt_s : 1e300;
-  if (loss > 0 && rtt_s > 0) limit = std::min(limit, m.mss_bytes * 1.22 / (rtt_s * std::sqrt(loss)));
+  if (loss > 0 && rtt_s > 0) {
+    if (m.congestion == Congestion::kLossBased)
+      limit = std::min(limit, m.mss_bytes * 1.22 / (rtt_s * std::sqrt(loss)));
+    else
+      limit *= 1 - loss;
+  }
   return limit;
 }
 
 SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
   const int p = grid.size();
   const std::uint64_t seg_bytes =
-      model.segment_bytes ? model.segment_bytes
-                          : (grid.segment_bytes ? grid.segment_bytes : automatic_segment(grid, plan.size));
+      model.segment_bytes
+          ? model.segment_bytes
+          : (grid.segment_bytes ? grid.segment_bytes : automatic_segment(grid, plan.size));
   // Resources: per node and NIC an egress and an ingress; per WAN link and direction one.
   std::vector<int> nic_base(static_cast<size_t>(p) + 1, 0);
   for (int r = 0; r < p; ++r)
     nic_base[static_cast<size_t>(r) + 1] =
-        nic_base[static_cast<size_t>(r)] + static_cast<int>(grid.nodes[static_cast<size_t>(r)].nics.size());
-  std::vector<double> free_at, capacity;  // per resource: busy until, bytes/s
+        nic_base[static_cast<size_t>(r)] +
+        static_cast<int>(grid.nodes[static_cast<size_t>(r)].nics.size());
+  std::vector<Busy> busy;        // per resource: when it is taken
+  std::vector<double> capacity;  // per resource: bytes/s
   auto add_resource = [&](double bytes_per_s) {
-    free_at.push_back(0.0);
+    busy.emplace_back();
     capacity.push_back(bytes_per_s);
-    return static_cast<int>(free_at.size() - 1);
+    return static_cast<int>(busy.size() - 1);
   };
   std::vector<int> nic_out_res, nic_in_res;
   for (const auto& node : grid.nodes)
@@ -66,7 +128,7 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
     wan_res.push_back(add_resource(l.bandwidth_bps / 8 * model.payload_efficiency));  // a -> b
     wan_res.push_back(add_resource(l.bandwidth_bps / 8 * model.payload_efficiency));  // b -> a
   }
-  std::map<std::tuple<int, int, int, int>, int> bundle_res;
+  std::map<std::tuple<int, int, int, int>, Link> links;
   std::unordered_map<const WanLink*, int> link_index;
   for (size_t i = 0; i < grid.wan.size(); ++i) link_index[&grid.wan[i]] = static_cast<int>(i);
 
@@ -77,8 +139,10 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
     const auto& dst = grid.nodes[static_cast<size_t>(t.to)];
     const int nic_out = t.lane_from % static_cast<int>(src.nics.size());
     const int nic_in = t.lane_to % static_cast<int>(dst.nics.size());
-    const int out_res = nic_out_res[static_cast<size_t>(nic_base[static_cast<size_t>(t.from)] + nic_out)];
-    const int in_res = nic_in_res[static_cast<size_t>(nic_base[static_cast<size_t>(t.to)] + nic_in)];
+    const int out_res =
+        nic_out_res[static_cast<size_t>(nic_base[static_cast<size_t>(t.from)] + nic_out)];
+    const int in_res =
+        nic_in_res[static_cast<size_t>(nic_base[static_cast<size_t>(t.to)] + nic_in)];
     double bundle_rate = 1e300;  // unlimited inside a site: the NICs decide
     double latency = model.lan_latency_s;
     int wan = -1;
@@ -97,12 +161,14 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
       for (const WanLink* l : path)
         bundle_rate = std::min(bundle_rate, l->bandwidth_bps / 8 * model.payload_efficiency);
       const WanLink* first = path.front();
-      wan = wan_res[static_cast<size_t>(2 * link_index.at(first) + (first->site_a == src.site ? 0 : 1))];
+      wan = wan_res[static_cast<size_t>(2 * link_index.at(first) +
+                                        (first->site_a == src.site ? 0 : 1))];
     }
     const auto key = std::make_tuple(t.from, t.to, t.lane_from, t.lane_to);
-    auto b = bundle_res.find(key);
-    if (b == bundle_res.end()) b = bundle_res.emplace(key, add_resource(bundle_rate)).first;
-    const int bundle = b->second;
+    Link& link = links[key];
+    if (link.bundle < 0) link.bundle = add_resource(bundle_rate);
+    link.last_on_stream.resize(static_cast<size_t>(std::max(1, t.streams)), -1);
+    const int bundle = link.bundle;
     for (std::uint64_t off = t.offset; off < t.offset + t.length; off += seg_bytes) {
       Segment s{};
       s.from = t.from;
@@ -124,6 +190,13 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
           segs[static_cast<size_t>(piece.segment)].dependents.push_back(index);
         }
       }
+      int& previous =
+          link.last_on_stream[static_cast<size_t>(link.count++) % link.last_on_stream.size()];
+      if (previous >= 0) {
+        ++s.pending;
+        segs[static_cast<size_t>(previous)].next_on_stream = index;
+      }
+      previous = index;
       segs.push_back(std::move(s));
       received[static_cast<size_t>(t.to)].push_back({off, off + segs.back().length, index});
     }
@@ -142,26 +215,45 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
     const auto [ready, ordinal, i] = queue.top();
     queue.pop();
     Segment& s = segs[static_cast<size_t>(i)];
-    double start = ready;
+    const auto bytes = static_cast<double>(s.length);
     double rate = 1e300;
     for (int r : s.res) {
       if (r < 0) continue;
-      start = std::max(start, free_at[static_cast<size_t>(r)]);
       rate = std::min(rate, capacity[static_cast<size_t>(r)]);
+      busy[static_cast<size_t>(r)].forget_before(ready);
     }
-    const auto bytes = static_cast<double>(s.length);
+    // The earliest time from `ready` at which every resource is free for its
+    // share of the segment: a later-ready segment may fill a gap an earlier
+    // one left, as TCP fills a link whenever it has data.
+    double start = ready;
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (int r : s.res)
+        if (r >= 0) {
+          const double t = busy[static_cast<size_t>(r)].free_from(
+              start, bytes / capacity[static_cast<size_t>(r)]);
+          if (t > start) {
+            start = t;
+            moved = true;
+          }
+        }
+    }
     for (int r : s.res)
-      if (r >= 0) free_at[static_cast<size_t>(r)] = start + bytes / capacity[static_cast<size_t>(r)];
+      if (r >= 0)
+        busy[static_cast<size_t>(r)].take(start, start + bytes / capacity[static_cast<size_t>(r)]);
     const double end = start + bytes / rate;
     s.arrival = end + s.latency;
     auto& fin = result.finish_s[static_cast<size_t>(s.to)];
     fin = std::max(fin, s.arrival);
     ++done;
-    for (int d : s.dependents) {
+    auto release = [&](int d, double when) {
       Segment& dep = segs[static_cast<size_t>(d)];
-      dep.ready = std::max(dep.ready, s.arrival);
+      dep.ready = std::max(dep.ready, when);
       if (--dep.pending == 0) queue.emplace(dep.ready, dep.ordinal, d);
-    }
+    };
+    for (int d : s.dependents) release(d, s.arrival);
+    // The stream's next segment goes out once this one is written.
+    if (s.next_on_stream >= 0) release(s.next_on_stream, end);
   }
   if (done != segs.size()) throw std::logic_error("simulate: the plan has a dependency cycle");
   result.segments = segs.size();

@@ -1,32 +1,49 @@
 // `gridbcast simulate`: prices a Plan with a cost model instead of a network.
 //
-// Every transfer is cut into segments as the executor cuts it. A segment is
-// ready when the bytes it carries have reached its sender; it then occupies the
-// sender's NIC (egress), the receiver's NIC (ingress) and, between sites, the
-// WAN bundle, for bytes / rate, and arrives one hop latency later. Segments are
-// served in order of readiness, each resource one at a time (list scheduling),
-// so lanes sharing a NIC share its bandwidth and a root feeding several
-// children pays for each. A WAN bundle of S streams runs at
+// Every transfer is cut into segments as the executor cuts it, and a link's
+// segments are dealt round-robin over its streams, each stream sending its own
+// in plan order. A segment is ready when the bytes it carries have reached its
+// sender and the one before it on its stream has been written; it then occupies
+// the sender's NIC (egress), the receiver's NIC (ingress) and, between sites,
+// the WAN bundle, each for bytes / that resource's rate, and arrives one hop
+// latency after the slowest of them. Segments are placed in order of readiness
+// at the earliest time every resource they need is free, also in a gap an
+// earlier segment left (list scheduling with insertion), so flows through one
+// NIC take turns at it: the fair share a fair-queueing host or switch gives
+// them, and what the emulated grid's NICs do (docs/TESTBED.md). A WAN bundle of S streams runs at
 // min(link bandwidth, S x one stream's TCP limit), where one stream is held to
-// min(window / RTT, Mathis: MSS x 1.22 / (RTT x sqrt(loss))).
+// window / RTT and, under loss-based congestion control, to the Mathis limit
+// MSS x 1.22 / (RTT x sqrt(loss)); under BBR to (1 - loss) x window / RTT.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "topology/plan/plan.hpp"
 
 namespace gridbcast::topology {
 
+// How one TCP stream reacts to random loss.
+enum class Congestion {
+  kLossBased,  // reno, cubic (Linux's default): held to the Mathis limit under loss
+  kBbr,        // BBR: paced at the measured delivery rate; random loss only costs
+               // the retransmitted share
+};
+// "reno", "cubic" -> kLossBased, "bbr" -> kBbr; nullopt for anything else.
+std::optional<Congestion> parse_congestion(std::string_view name);
+
 struct CostModel {
-  double lan_latency_s = 30e-6;              // one hop inside a site
+  Congestion congestion = Congestion::kLossBased;
+  double lan_latency_s = 30e-6;               // one hop inside a site
   double tcp_window_bytes = 4.0 * (1 << 20);  // largest window one stream reaches
   double mss_bytes = 1448;                    // for the loss limit
   // TCP payload per byte a shaper counts: 1448 of a 1514-byte Ethernet frame
   // (HTB and most NIC rates count headers).
   double payload_efficiency = 1448.0 / 1514.0;
-  std::uint64_t segment_bytes = 0;            // 0: grid's, else automatic_segment
+  std::uint64_t segment_bytes = 0;  // 0: grid's, else automatic_segment
 };
 
 struct SimResult {
@@ -38,7 +55,8 @@ struct SimResult {
 
 SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model = {});
 
-// One TCP stream's throughput limit in bytes/s under a round-trip time and loss.
+// One TCP stream's throughput limit in bytes/s under a round-trip time and loss,
+// for the model's congestion control.
 double tcp_stream_limit(double rtt_s, double loss, const CostModel& model);
 
 // The lower bound for one broadcast on a topology: the message over the

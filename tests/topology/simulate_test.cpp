@@ -56,6 +56,71 @@ TEST(Simulate, ParallelStreamsBeatTheLossLimitOfOneStream) {
   EXPECT_NEAR(tcp_stream_limit(0.02, 0.001, m), 1448 * 1.22 / (0.02 * std::sqrt(0.001)), 1.0);
 }
 
+TEST(Simulate, BbrIsNotHeldToTheLossLimit) {
+  CostModel bbr;
+  bbr.congestion = Congestion::kBbr;
+  EXPECT_NEAR(tcp_stream_limit(0.02, 0.001, bbr), bbr.tcp_window_bytes / 0.02 * 0.999, 1.0);
+  EXPECT_EQ(tcp_stream_limit(0.02, 0, bbr), tcp_stream_limit(0.02, 0, CostModel{}));
+  Grid g = make_grid({1, 1}, 1);
+  g.wan[0].latency_s = 0.010;
+  g.wan[0].loss = 0.001;
+  const auto plan = build_plan(g, Algorithm::kChain, 0, 64 << 20);
+  EXPECT_GT(simulate(g, plan).makespan_s / simulate(g, plan, bbr).makespan_s, 10.0);
+  EXPECT_EQ(parse_congestion("cubic"), Congestion::kLossBased);
+  EXPECT_EQ(parse_congestion("reno"), Congestion::kLossBased);
+  EXPECT_EQ(parse_congestion("bbr"), Congestion::kBbr);
+  EXPECT_EQ(parse_congestion("vegas"), std::nullopt);
+}
+
+// Hand-made plans with one segment per transfer (segment = H), so each
+// transfer holds its NICs for D = H / rate.
+struct OneSegmentPlans : ::testing::Test {
+  static constexpr std::uint64_t kHalf = 8 << 20;
+  Grid grid = make_grid({3}, 1, 2);  // 10 Gbit NICs, two per node
+  CostModel model;
+  double d = 0;
+  void SetUp() override {
+    model.segment_bytes = kHalf;
+    d = static_cast<double>(kHalf) / (1.25e9 * model.payload_efficiency);
+  }
+  Plan plan(std::vector<Transfer> transfers) const {
+    Plan p;
+    p.algorithm = Algorithm::kChain;
+    p.ranks = grid.size();
+    p.size = 2 * kHalf;
+    p.transfers = std::move(transfers);
+    return p;
+  }
+};
+
+// Rank 1's lane-0 NIC takes X then Y; the root's lane 1 is idle while Y waits,
+// so W, placed after Y, fills that gap instead of queueing behind Y, and V
+// follows X on lane 0: every rank is done after 2D.
+TEST_F(OneSegmentPlans, ALaterTransferFillsTheGapAnEarlierOneLeft) {
+  const auto r = simulate(grid,
+                          plan({{0, 1, 0, kHalf, 0, 0, 1},        // X
+                                {0, 1, kHalf, kHalf, 1, 0, 1},    // Y: waits for X at rank 1
+                                {0, 2, 0, kHalf, 1, 1, 1},        // W: root lane 1 is free
+                                {0, 2, kHalf, kHalf, 0, 1, 1}}),  // V: after X on lane 0
+                          model);
+  EXPECT_NEAR(r.finish_s[1], 2 * d + model.lan_latency_s, 1e-9);
+  EXPECT_NEAR(r.finish_s[2], 2 * d + model.lan_latency_s, 1e-9);
+}
+
+// One TCP stream sends in plan order: rank 1 gets its second half first, but
+// must forward the first half first, so the second waits behind it.
+TEST_F(OneSegmentPlans, AStreamSendsItsSegmentsInPlanOrder) {
+  const double lat = model.lan_latency_s;
+  const auto r = simulate(grid,
+                          plan({{0, 1, kHalf, kHalf, 0, 0, 1},    // arrives at D
+                                {0, 1, 0, kHalf, 0, 0, 1},        // arrives at 2D
+                                {1, 2, 0, kHalf, 0, 0, 1},        // from 2D
+                                {1, 2, kHalf, kHalf, 0, 0, 1}}),  // after it, not at D
+                          model);
+  EXPECT_NEAR(r.finish_s[1], 2 * d + lat, 1e-9);
+  EXPECT_NEAR(r.finish_s[2], 4 * d + 2 * lat, 1e-9);
+}
+
 TEST(Simulate, EveryAlgorithmCompletesAndZeroBytesTakeNoTime) {
   const Grid g = make_grid({5, 4, 3}, 3);
   for (const auto& a : algorithms()) {
