@@ -43,6 +43,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "mpi/provider/placement.hpp"
@@ -61,6 +62,9 @@ namespace {
 #endif
 
 enum class Transport { kMpi, kLanes };
+
+// How long a failing MPI_Bcast waits after printing why, before its error handler runs.
+constexpr std::chrono::milliseconds kErrorDrain{200};
 
 struct Config {
   Transport transport = Transport::kMpi;
@@ -492,6 +496,10 @@ GRIDBCAST_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, i
     std::fprintf(stderr,
                  "gridbcast provider: MPI_Bcast failed on rank %d (of MPI_COMM_WORLD): %s\n", rank,
                  e.what());
+    // The default error handler aborts the job; MPICH's launcher may tear its
+    // output forwarding down before it has read this line (1 run in 15 lost
+    // it), so give it a moment. Only on this failure path.
+    std::this_thread::sleep_for(kErrorDrain);
     PMPI_Comm_call_errhandler(comm, MPI_ERR_OTHER);
     return MPI_ERR_OTHER;
   }
