@@ -92,7 +92,7 @@ std::vector<std::string> fair_htb(const std::string& dev, double rate_bps, std::
   } else {
     lines.push_back(filter_prio + "handle 2: u32 divisor " + std::to_string(kFairBuckets));
     lines.push_back(filter +
-                    "ht 800:: match ip protocol 6 0xff hashkey mask 0x007e0000 at 20 link 2:");
+                    "ht 800:: match ip protocol 6 0xff hashkey mask 0x003e0000 at 20 link 2:");
     for (int b = 0; b < kFairBuckets; ++b) {
       const std::string id = child(0x100 + static_cast<unsigned>(b));
       char bucket[16];

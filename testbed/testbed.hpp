@@ -68,16 +68,17 @@ NetnsLaunch make_netns_launch(const topology::Grid& grid, const std::string& exe
 // A FIFO holding `seconds` at the rate (at least 128 KiB): a switch or router buffer.
 std::string bfifo(double rate_bps, double seconds);
 
-// Peers up to which a NIC gets one class per peer address.
-inline constexpr size_t kFairPeers = 256;
+// Peers up to which a NIC gets one class per peer address. tc slows down with
+// the classes in a namespace: a class per peer on 2 x 64 nodes took minutes.
+inline constexpr size_t kFairPeers = 64;
 // Classes TCP traffic is spread over by source port beyond that.
-inline constexpr int kFairBuckets = 64;
+inline constexpr int kFairBuckets = 32;
 
 // Egress of `dev` at `rate_bps`, shared fairly among flows: HTB at the rate,
 // split into equal child classes that borrow round-robin (HTB's deficit round
 // robin), one per peer address (`key` "dst" on a node's NIC, "src" on the
 // switch port towards it) when there are at most kFairPeers, otherwise
-// kFairBuckets chosen by bits 1-6 of the TCP source port (Linux gives bind()
+// kFairBuckets chosen by bits 1-5 of the TCP source port (Linux gives bind()
 // odd ports, so bit 0 carries nothing), plus a default class 1:2 for the rest.
 // Each child holds 10 ms at the NIC's rate. Hosts share their NIC so (fq_codel,
 // fq), and so do switches with fair queueing; this kernel has no fair-queueing

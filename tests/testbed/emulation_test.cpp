@@ -388,7 +388,7 @@ TEST(TestbedShaping, PastThePeerLimitTcpIsHashedIntoBuckets) {
   ASSERT_EQ(srv.wait(60s), 0) << srv.err();
   const auto stats = v.tc_a({"-s", "class", "show", "dev", "va"});
   ASSERT_TRUE(stats.ok()) << stats.err;
-  // "class htb 1:13f parent 1:1 leaf ...\n Sent 123 bytes ..."
+  // "class htb 1:11f parent 1:1 leaf ...\n Sent 123 bytes ..."
   std::uint64_t in_buckets = 0, in_default = 0;
   int classes = 0, busy_buckets = 0;
   std::istringstream in(stats.out);

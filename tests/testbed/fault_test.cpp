@@ -115,13 +115,13 @@ TEST_F(TestbedFaults, WanLinkDownFailsTheJobNamingAPeerAcrossIt) {
   ASSERT_EQ(ranks.size(), 8u) << job->err();
   std::this_thread::sleep_for(1500ms);
   const std::string router = guard_->state().routers.at(0);
-  const auto down = testbed::run_command(
-      {testbed::ip_path(), "netns", "exec", router, testbed::ip_path(), "link", "set", "wan0", "down"});
+  const auto down = testbed::run_command({testbed::ip_path(), "netns", "exec", router,
+                                          testbed::ip_path(), "link", "set", "wan0", "down"});
   ASSERT_TRUE(down.ok()) << down.err;
   // Ranks of site b stall waiting for data from site a (or the reverse).
   const int status = job->wait(std::chrono::seconds(3 * kTimeoutSeconds + 15));
-  testbed::run_command(
-      {testbed::ip_path(), "netns", "exec", router, testbed::ip_path(), "link", "set", "wan0", "up"});
+  testbed::run_command({testbed::ip_path(), "netns", "exec", router, testbed::ip_path(), "link",
+                        "set", "wan0", "up"});
   EXPECT_GT(status, 0) << "the launcher did not fail in time";
   EXPECT_NE(job->err().find("no progress"), std::string::npos) << job->err();
   for (const auto& n : guard_->state().nodes)

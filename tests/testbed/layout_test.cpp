@@ -167,8 +167,8 @@ TEST(TestbedShaping, AClassPerPeerOrHashedBucketsBeyondTheLimit) {
   const auto large = fair_htb("eth1", 1e9, "dst", many);
   EXPECT_EQ(count(large, "match ip dst"), 0);
   EXPECT_EQ(count(large, "class add dev eth1 parent 1:1 "), kFairBuckets + 1);
-  EXPECT_EQ(count(large, "hashkey mask 0x007e0000 at 20 link 2:"), 1);
-  EXPECT_EQ(count(large, "ht 2:3f: match u32 0 0 flowid 1:13f"), 1);
+  EXPECT_EQ(count(large, "hashkey mask 0x003e0000 at 20 link 2:"), 1);
+  EXPECT_EQ(count(large, "ht 2:1f: match u32 0 0 flowid 1:11f"), 1);
 }
 
 TEST(TestbedLayout, RejectsWhatCannotBeEmulated) {
