@@ -300,8 +300,9 @@ int main(int argc, char** argv) {
   std::string s_congestion = "cubic";
   sim_cmd
       ->add_option("--congestion", s_congestion,
-                   "the hosts' TCP congestion control (reno and cubic are held to the Mathis "
-                   "limit under loss, bbr is not); see /proc/sys/net/ipv4/tcp_congestion_control")
+                   "the hosts' default TCP congestion control, for links whose topology names "
+                   "none (reno and cubic are held to the Mathis limit under loss, bbr is not); "
+                   "see /proc/sys/net/ipv4/tcp_congestion_control")
       ->check(CLI::IsMember({"reno", "cubic", "bbr"}))
       ->capture_default_str();
   sim_cmd->add_flag("--json", s_json, "JSON lines, one per prediction");

@@ -2,6 +2,10 @@
 
 #include <netinet/tcp.h>
 
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
 namespace gridbcast::lanes {
 
 std::string endpoint_string(const tcp::endpoint& e) {
@@ -21,6 +25,40 @@ void set_stream_options(tcp::socket& s) {
   s.set_option(tcp::no_delay(true));
   // Buffer sizes are left alone: setting SO_SNDBUF/SO_RCVBUF turns off Linux's
   // autotuning, which long fat WAN pipes need.
+}
+
+namespace {
+
+std::string first_line(const char* path) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  return line.empty() ? "unknown" : line;
+}
+
+}  // namespace
+
+void set_congestion(tcp::socket& s, const std::string& name, const std::string& where) {
+  if (::setsockopt(s.native_handle(), IPPROTO_TCP, TCP_CONGESTION, name.data(),
+                   static_cast<socklen_t>(name.size())) == 0)
+    return;
+  const int err = errno;
+  std::string why = std::strerror(err);
+  if (err == ENOENT)
+    why = "this host does not have it (available: " +
+          first_line("/proc/sys/net/ipv4/tcp_available_congestion_control") + ")";
+  else if (err == EPERM)
+    why = "only root may use it here (allowed without CAP_NET_ADMIN: " +
+          first_line("/proc/sys/net/ipv4/tcp_allowed_congestion_control") + ")";
+  throw NetworkError("cannot use TCP congestion control \"" + name + "\" to reach " + where + ": " +
+                     why);
+}
+
+std::string congestion_of(tcp::socket& s) {
+  char name[32] = {};
+  socklen_t len = sizeof name - 1;
+  if (::getsockopt(s.native_handle(), IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0) return "";
+  return std::string(name, ::strnlen(name, len));
 }
 
 Listener::Listener(asio::any_io_executor ex, std::string address, Credentials creds)
@@ -152,7 +190,8 @@ asio::awaitable<void> Listener::handshake(tcp::socket socket) {
 asio::awaitable<Stream> connect_authenticated(const std::string& local_address,
                                               const tcp::endpoint& remote, Hello hello,
                                               const Credentials& creds, Clock::time_point deadline,
-                                              const std::string& peer_name, const TlsPeer* tls) {
+                                              const std::string& peer_name, const TlsPeer* tls,
+                                              const std::string& congestion) {
   auto ex = co_await asio::this_coro::executor;
   const std::string where = peer_name + " at " + endpoint_string(remote);
   std::chrono::milliseconds backoff{10};
@@ -160,6 +199,7 @@ asio::awaitable<Stream> connect_authenticated(const std::string& local_address,
     tcp::socket socket(ex);
     asio::error_code ec;
     socket.open(remote.protocol(), ec);
+    if (!ec && !congestion.empty()) set_congestion(socket, congestion, where);
     if (!ec && !local_address.empty()) socket.bind(make_endpoint(local_address, 0), ec);
     if (ec)
       throw NetworkError("cannot bind to local address " + local_address + " to reach " + where +

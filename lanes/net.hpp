@@ -108,7 +108,8 @@ struct TlsPeer {
 };
 
 // Connects from `local_address` (the lane's NIC; port chosen by the kernel) to
-// the peer, retrying refused connections until `deadline`, then (with `tls`)
+// the peer, with `congestion` as its TCP congestion control (empty: the host's
+// default), retrying refused connections until `deadline`, then (with `tls`)
 // runs the TLS handshake and checks the server's certificate name, then proves
 // the job secret and checks the peer's proof. Throws NetworkError naming
 // `peer_name` and the reason. Never falls back to plain TCP.
@@ -116,7 +117,8 @@ asio::awaitable<Stream> connect_authenticated(const std::string& local_address,
                                               const tcp::endpoint& remote, Hello hello,
                                               const Credentials& creds, Clock::time_point deadline,
                                               const std::string& peer_name,
-                                              const TlsPeer* tls = nullptr);
+                                              const TlsPeer* tls = nullptr,
+                                              const std::string& congestion = {});
 
 // Runs `op` but gives up at `deadline`, cancelling it; throws NetworkError(what).
 // Pass ops that report errors as values (kAsTuple): an op that throws makes
@@ -126,6 +128,13 @@ asio::awaitable<T> before(Clock::time_point deadline, asio::awaitable<T> op,
                           const std::string& what);
 
 void set_stream_options(tcp::socket& s);
+
+// Sets the socket's TCP congestion control (TCP_CONGESTION). Throws
+// NetworkError naming `name`, `where` (the peer) and, when the kernel lacks it
+// or does not allow it without CAP_NET_ADMIN, what it has or allows.
+void set_congestion(tcp::socket& s, const std::string& name, const std::string& where);
+// The TCP congestion control a socket uses.
+std::string congestion_of(tcp::socket& s);
 
 }  // namespace gridbcast::lanes
 

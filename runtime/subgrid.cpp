@@ -30,6 +30,7 @@ topology::Grid restrict_grid(const topology::Grid& grid, const std::vector<int>&
   out.name = grid.name;
   out.source = grid.source;
   out.segment_bytes = grid.segment_bytes;
+  out.congestion = grid.congestion;
   std::vector<int> site_map(grid.sites.size(), -1);  // old site -> new site
   for (int r : ranks) {
     const int old_site = grid.site_of(r);
@@ -84,6 +85,7 @@ topology::Grid restrict_grid(const topology::Grid& grid, const std::vector<int>&
                                                : std::min(l.bandwidth_bps, hop->bandwidth_bps);
         l.streams = l.streams == 0 ? hop->streams : std::min(l.streams, hop->streams);
         l.tls = l.tls || hop->tls;
+        if (l.congestion.empty()) l.congestion = hop->congestion;
         kept *= 1.0 - hop->loss;
         l.where = hop->where;
       }

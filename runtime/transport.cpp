@@ -82,7 +82,8 @@ asio::awaitable<lanes::Stream*> Transport::outgoing(LinkKey key,
   }
   auto stream = co_await lanes::connect_authenticated(
       me.lane_nic(key.lane_from).address, remote, hello, creds_, deadline,
-      describe(key.peer, key.lane_to), tls ? &*tls : nullptr);
+      describe(key.peer, key.lane_to), tls ? &*tls : nullptr,
+      grid_.congestion_between(rank_, key.peer));
   // Another writer may have raced us to the same key only if the plan lists a
   // link twice; keep the first.
   auto [it, inserted] = out_.emplace(key, std::make_unique<lanes::Stream>(std::move(stream)));

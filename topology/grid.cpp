@@ -133,6 +133,15 @@ int Grid::streams_between(int from_rank, int to_rank) const {
   return streams;
 }
 
+std::string Grid::congestion_between(int from_rank, int to_rank) const {
+  const int a = site_of(from_rank);
+  const int b = site_of(to_rank);
+  if (a != b)
+    for (const WanLink* link : wan_path(a, b))
+      if (!link->congestion.empty()) return link->congestion;
+  return congestion;
+}
+
 int Grid::max_wan_streams() const {
   int streams = 1;
   for (const WanLink& link : wan) streams = std::max(streams, link.streams);

@@ -62,6 +62,7 @@ struct WanLink {
   double loss = 0;           // fraction in [0, 1)
   int streams = 1;           // parallel TCP streams per hop
   bool tls = false;
+  std::string congestion;  // TCP congestion control of its streams; empty: Grid's
   Location where;
 };
 
@@ -74,6 +75,7 @@ struct Grid {
   std::vector<Node> nodes;  // index == rank
   std::vector<WanLink> wan;
   std::uint64_t segment_bytes = 0;  // pipelining unit; 0 = automatic
+  std::string congestion;  // TCP congestion control (defaults.congestion); empty: the host's
 
   int size() const { return static_cast<int>(nodes.size()); }
   int site_of(int rank) const { return nodes.at(static_cast<size_t>(rank)).site; }
@@ -92,6 +94,10 @@ struct Grid {
   bool tls_between(int from_rank, int to_rank) const;
   // Whether any of this rank's possible peers is reached over TLS.
   bool needs_tls(int rank) const;
+  // The TCP congestion control for data between two ranks: between sites the
+  // first link on the WAN path that names one, otherwise (and inside a site)
+  // the grid's; empty: leave the host's default.
+  std::string congestion_between(int from_rank, int to_rank) const;
   // Largest stream count any WAN link asks for (1 when there are none).
   int max_wan_streams() const;
 };

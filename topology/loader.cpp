@@ -41,6 +41,7 @@ struct WanDefaults {
   std::optional<double> loss;
   std::optional<int> streams;
   std::optional<bool> tls;
+  std::optional<std::string> congestion;
 };
 
 std::string join(std::initializer_list<std::string_view> items) {
@@ -285,6 +286,21 @@ class Loader {
     return value;
   }
 
+  // A TCP congestion control name as Linux spells them (TCP_CA_NAME_MAX is 16
+  // with the terminating zero). Whether a host has it is checked where a rank
+  // opens its sockets, since the file may be read elsewhere.
+  std::string congestion_value(const Field& field) const {
+    const std::string expected =
+        "a TCP congestion control name such as cubic, reno or bbr "
+        "(/proc/sys/net/ipv4/tcp_available_congestion_control lists a host's)";
+    const std::string text = scalar(field, expected);
+    bool ok = !text.empty() && text.size() <= 15;
+    for (const char c : text)
+      ok = ok && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_');
+    if (!ok) fail(field, quoted(field.name) + ": expected " + expected + ", got " + quoted(text));
+    return text;
+  }
+
   std::vector<std::string> hostlist(const Field& field) const {
     const std::string text = scalar(field, "a name or hostlist such as \"n[01-16]\"");
     try {
@@ -296,18 +312,20 @@ class Loader {
 
   void load_defaults(const Field& defaults) {
     const std::vector<Field> fs =
-        fields(defaults.value, "\"defaults\"", {"nic_bandwidth", "segment", "wan"});
+        fields(defaults.value, "\"defaults\"", {"nic_bandwidth", "segment", "congestion", "wan"});
     if (const Field* f = find(fs, "nic_bandwidth")) nic_bandwidth_ = positive_bandwidth(*f);
     if (const Field* f = find(fs, "segment")) {
       grid_.segment_bytes = quantity(*f, "a size such as \"256 KiB\"", parse_size);
     }
+    if (const Field* f = find(fs, "congestion")) grid_.congestion = congestion_value(*f);
     if (const Field* f = find(fs, "wan"); f != nullptr && !f->value.IsNull()) {
       wan_defaults_ = wan_settings(f->value, "\"defaults.wan\"");
     }
   }
 
   WanDefaults wan_settings(const YAML::Node& map, std::string_view what) const {
-    return wan_settings(fields(map, what, {"latency", "bandwidth", "loss", "streams", "tls"}));
+    return wan_settings(
+        fields(map, what, {"latency", "bandwidth", "loss", "streams", "tls", "congestion"}));
   }
 
   WanDefaults wan_settings(const std::vector<Field>& fs) const {
@@ -321,6 +339,7 @@ class Loader {
     }
     if (const Field* f = find(fs, "streams")) out.streams = streams_value(*f);
     if (const Field* f = find(fs, "tls")) out.tls = bool_value(*f);
+    if (const Field* f = find(fs, "congestion")) out.congestion = congestion_value(*f);
     return out;
   }
 
@@ -469,11 +488,11 @@ class Loader {
   void load_wan(const Field& wan_field) {
     const YAML::Node& links = list(wan_field,
                                    "WAN links (maps with keys sites, latency, "
-                                   "bandwidth, loss, streams, tls)",
+                                   "bandwidth, loss, streams, tls, congestion)",
                                    false);
     for (const YAML::Node& link_node : links) {
-      std::initializer_list<std::string_view> keys = {"sites", "latency", "bandwidth",
-                                                      "loss",  "streams", "tls"};
+      std::initializer_list<std::string_view> keys = {"sites",   "latency", "bandwidth", "loss",
+                                                      "streams", "tls",     "congestion"};
       const std::vector<Field> fs = fields(link_node, "a WAN link", keys);
       const Field& sites_field =
           require(fs, "sites", link_node, "a WAN link", "the two site names it connects");
@@ -530,6 +549,7 @@ class Loader {
       link.loss = given.loss.value_or(wan_defaults_.loss.value_or(0.0));
       link.streams = given.streams.value_or(wan_defaults_.streams.value_or(1));
       link.tls = given.tls.value_or(wan_defaults_.tls.value_or(false));
+      link.congestion = given.congestion.value_or(wan_defaults_.congestion.value_or(""));
       grid_.wan.push_back(link);
     }
   }
@@ -582,9 +602,8 @@ static int second_document_line(const std::string& text) {
     const size_t end = std::min(text.find('\n', pos), text.size());
     const std::string_view line(text.data() + pos, end - pos);
     ++line_no;
-    const bool marker =
-        line.substr(0, 3) == "---" && (line.size() == 3 || line[3] == ' ' || line[3] == '\t' ||
-                                       line[3] == '\r');
+    const bool marker = line.substr(0, 3) == "---" &&
+                        (line.size() == 3 || line[3] == ' ' || line[3] == '\t' || line[3] == '\r');
     if (marker && content) return line_no;
     const auto first = line.find_first_not_of(" \t\r");
     if (!marker && first != std::string_view::npos && line[first] != '#' && line[0] != '%')

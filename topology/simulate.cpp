@@ -155,7 +155,12 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
       }
       latency += one_way;
       const double rtt = 2 * one_way + 2 * model.lan_latency_s;
-      bundle_rate = t.streams * tcp_stream_limit(rtt, 1 - loss_pass, model);
+      // The topology's congestion control for this path, else the hosts' default;
+      // names other than reno, cubic and bbr count as loss-based.
+      CostModel tcp = model;
+      if (const std::string cc = grid.congestion_between(t.from, t.to); !cc.empty())
+        tcp.congestion = parse_congestion(cc).value_or(Congestion::kLossBased);
+      bundle_rate = t.streams * tcp_stream_limit(rtt, 1 - loss_pass, tcp);
       // The first link on the path is the shared resource (per direction); the
       // narrowest link's bandwidth bounds the bundle too.
       for (const WanLink* l : path)
@@ -303,7 +308,7 @@ Grid synthetic_grid(int sites, int nodes) {
       g.nodes.push_back(std::move(node));
     }
     g.sites.push_back(std::move(site));
-    if (s > 0) g.wan.push_back(WanLink{s - 1, s, 0.010, 10e9, 0, 4, false, {}});
+    if (s > 0) g.wan.push_back(WanLink{s - 1, s, 0.010, 10e9, 0, 4, false, "", {}});
   }
   return g;
 }

@@ -36,6 +36,8 @@ enum class Congestion {
 std::optional<Congestion> parse_congestion(std::string_view name);
 
 struct CostModel {
+  // The hosts' default; a path whose topology names a congestion control
+  // (Grid::congestion_between) uses that.
   Congestion congestion = Congestion::kLossBased;
   double lan_latency_s = 30e-6;               // one hop inside a site
   double tcp_window_bytes = 4.0 * (1 << 20);  // largest window one stream reaches

@@ -45,6 +45,36 @@ TEST(Launch, EveryAlgorithmOnTheHeterogeneousGrid) {
   }
 }
 
+// Two sites on loopback whose lane sockets use the congestion control `cc`.
+std::string congestion_topology(const std::string& dir, const std::string& cc) {
+  const std::string path = dir + "/congestion.yaml";
+  std::ofstream(path)
+      << "defaults:\n"
+         "  nic_bandwidth: 10 Gbit\n"
+         "  congestion: "
+      << cc
+      << "\n"
+         "  wan: {latency: 1 ms, bandwidth: 1 Gbit, streams: 2}\n"
+         "sites:\n"
+         "  - {name: a, nodes: [{name: \"a[1-2]\", nics: [{address: \"127.0.8.[1-2]\"}]}]}\n"
+         "  - {name: b, nodes: [{name: \"b[1-2]\", nics: [{address: \"127.0.8.[3-4]\"}]}]}\n"
+         "wan: [{sites: [a, b]}]\n";
+  return path;
+}
+
+TEST(Launch, TheTopologysCongestionControlIsUsedOrTheJobFailsNamingIt) {
+  const std::string dir = temp_dir();
+  Child ok({kBin, "launch", congestion_topology(dir, "reno"), "--size", "3MiB", "--json"});
+  ASSERT_EQ(ok.wait(120s), 0) << ok.err();
+  EXPECT_NE(ok.out().find("\"verified\": true"), std::string::npos) << ok.out();
+  // No fallback to the host's default: the job stops and says why.
+  Child bad(
+      {kBin, "launch", congestion_topology(dir, "nosuchcc"), "--size", "1MiB", "--timeout", "20"});
+  EXPECT_NE(bad.wait(120s), 0);
+  EXPECT_NE(bad.err().find("TCP congestion control \"nosuchcc\""), std::string::npos) << bad.err();
+  EXPECT_NE(bad.err().find("available: "), std::string::npos) << bad.err();
+}
+
 TEST(Launch, DistributesAFileToEveryNode) {
   const std::string dir = temp_dir();
   const std::string input = dir + "/input.bin";

@@ -161,5 +161,27 @@ TEST(Connect, RefusedUntilTheDeadlineNamesThePeer) {
   }
 }
 
+// The connecting side (the sender) picks its TCP congestion control; reno is
+// built into every Linux kernel and allowed to every user.
+TEST(Connect, TheCongestionControlAskedForIsSetOnTheSocket) {
+  Server s(creds(7, "secret"));
+  auto op = [&](std::string congestion) -> asio::awaitable<std::string> {
+    auto stream = co_await connect_authenticated(
+        "127.0.0.1", make_endpoint("127.0.0.1", s.listener->port()), Hello{}, creds(7, "secret"),
+        Clock::now() + std::chrono::seconds(5), "rank 2 (n2)", nullptr, congestion);
+    co_return congestion_of(stream.socket());
+  };
+  EXPECT_EQ(run(s.io, op("reno")), "reno");
+  try {
+    run(s.io, op("nosuchcc"));
+    FAIL() << "connected with a congestion control the kernel does not have";
+  } catch (const NetworkError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("\"nosuchcc\""), std::string::npos) << what;
+    EXPECT_NE(what.find("rank 2 (n2)"), std::string::npos) << what;
+    EXPECT_NE(what.find("available: "), std::string::npos) << what;
+  }
+}
+
 }  // namespace
 }  // namespace gridbcast::lanes

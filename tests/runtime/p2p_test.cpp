@@ -212,6 +212,8 @@ TEST(Subgrid, DropsEmptySitesAndSummarisesPathsThroughThem) {
   grid.wan[0].latency_s = 0.010;
   grid.wan[1].latency_s = 0.020;
   grid.wan[1].streams = 2;
+  grid.wan[1].congestion = "bbr";
+  grid.congestion = "cubic";
   const auto sub = restrict_grid(grid, {0, 1, 5});
   ASSERT_EQ(sub.size(), 3);
   ASSERT_EQ(sub.sites.size(), 2u);
@@ -221,6 +223,8 @@ TEST(Subgrid, DropsEmptySitesAndSummarisesPathsThroughThem) {
   ASSERT_EQ(sub.wan.size(), 1u);
   EXPECT_DOUBLE_EQ(sub.wan[0].latency_s, 0.030);
   EXPECT_EQ(sub.streams_between(0, 2), 2);
+  EXPECT_EQ(sub.congestion_between(0, 2), "bbr");
+  EXPECT_EQ(sub.congestion_between(0, 1), "cubic");
   for (const auto& info : topology::algorithms())
     for (int root = 0; root < 3; ++root) {
       const auto plan = topology::build_plan(sub, info.id, root, 100003);

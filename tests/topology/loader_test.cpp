@@ -71,8 +71,7 @@ TEST(LoaderErrors, MoreThanOneDocument) {
   EXPECT_CONFIG_ERROR(yaml({"name: a", "---", "name: b"}), 2, 1,
                       "a site-config holds one YAML document");
   // A leading marker is fine; comments before it do not count as a document.
-  EXPECT_CONFIG_ERROR(yaml({"# c", "---", "name: a", "---", "x: 1"}), 4, 1,
-                      "one YAML document");
+  EXPECT_CONFIG_ERROR(yaml({"# c", "---", "name: a", "---", "x: 1"}), 4, 1, "one YAML document");
 }
 
 TEST(LoaderErrors, UnknownTopLevelKey) {
@@ -151,7 +150,7 @@ TEST(LoaderErrors, UnknownWanKey) {
                       }),
                       10, 5,
                       "unknown key \"latncy\" in a WAN link; allowed keys: sites, latency, "
-                      "bandwidth, loss, streams, tls");
+                      "bandwidth, loss, streams, tls, congestion");
 }
 
 TEST(LoaderErrors, UnknownDefaultsKeys) {
@@ -162,7 +161,7 @@ TEST(LoaderErrors, UnknownDefaultsKeys) {
                       }),
                       2, 3,
                       "unknown key \"nic_bw\" in \"defaults\"; allowed keys: nic_bandwidth, "
-                      "segment, wan");
+                      "segment, congestion, wan");
   EXPECT_CONFIG_ERROR(yaml({
                           "defaults:",      // 1
                           "  wan:",         // 2
@@ -171,7 +170,7 @@ TEST(LoaderErrors, UnknownDefaultsKeys) {
                       }),
                       3, 5,
                       "unknown key \"stream\" in \"defaults.wan\"; allowed keys: latency, "
-                      "bandwidth, loss, streams, tls");
+                      "bandwidth, loss, streams, tls, congestion");
 }
 
 TEST(LoaderErrors, DuplicateKey) {
@@ -238,6 +237,23 @@ TEST(LoaderErrors, WrongTypes) {
                           "sites: []",       // 4
                       }),
                       3, 10, "\"tls\": expected true or false, got \"maybe\"");
+}
+
+TEST(LoaderErrors, CongestionControlNamesAreLinuxNames) {
+  EXPECT_CONFIG_ERROR(yaml({
+                          "defaults:",              // 1
+                          "  congestion: Cubic 2",  // 2
+                          "sites: []",              // 3
+                      }),
+                      2, 15,
+                      "\"congestion\": expected a TCP congestion control name such as cubic");
+  EXPECT_CONFIG_ERROR(yaml({
+                          "defaults:",                            // 1
+                          "  wan:",                               // 2
+                          "    congestion: a_name_far_too_long",  // 3
+                          "sites: []",                            // 4
+                      }),
+                      3, 17, "got \"a_name_far_too_long\"");
 }
 
 TEST(LoaderErrors, BadUnits) {
@@ -515,9 +531,9 @@ TEST(LoaderErrors, NodeWithoutNics) {
   // (what() is a C string) and on one line; the entry is judged before its
   // hostlist expands (found by fuzzing).
   EXPECT_CONFIG_ERROR(yaml({
-                          "sites:",                                  // 1
-                          "  - name: tokyo",                         // 2
-                          "    nodes:",                              // 3
+                          "sites:",                               // 1
+                          "  - name: tokyo",                      // 2
+                          "    nodes:",                           // 3
                           "      - name: \"a\\0\\nb[1-99999]\"",  // 4
                       }),
                       4, 9,
@@ -741,6 +757,46 @@ TEST(Location, Formats) {
   const ConfigError e(Location{"f.yaml", 3, 7}, "bad");
   EXPECT_STREQ(e.what(), "f.yaml:3:7: bad");
   EXPECT_EQ(e.message(), "bad");
+}
+
+// defaults.congestion for the sites and for WAN paths whose links name none;
+// a link's own, or defaults.wan's, for paths through it.
+TEST(Loader, CongestionControlPerSiteDefaultAndWanLink) {
+  const Grid grid =
+      load_grid_string(yaml({
+                           "defaults:",                                  // 1
+                           "  nic_bandwidth: 1 Gbit",                    // 2
+                           "  congestion: cubic",                        // 3
+                           "  wan: {latency: 5 ms, bandwidth: 1 Gbit}",  // 4
+                           "sites:",                                     // 5
+                           "  - {name: a, nodes: [{name: a1, nics: [{address: 10.0.0.1}]}]}",
+                           "  - {name: b, nodes: [{name: b1, nics: [{address: 10.0.1.1}]}]}",
+                           "  - {name: c, nodes: [{name: c1, nics: [{address: 10.0.2.1}]}]}",
+                           "wan:",
+                           "  - sites: [a, b]",
+                           "  - sites: [b, c]",
+                           "    congestion: bbr",
+                       }),
+                       "inline.yaml");
+  EXPECT_EQ(grid.congestion, "cubic");
+  EXPECT_EQ(grid.wan[0].congestion, "");
+  EXPECT_EQ(grid.wan[1].congestion, "bbr");
+  EXPECT_EQ(grid.congestion_between(0, 0), "cubic");
+  EXPECT_EQ(grid.congestion_between(0, 1), "cubic");  // a-b names none
+  EXPECT_EQ(grid.congestion_between(1, 2), "bbr");
+  EXPECT_EQ(grid.congestion_between(2, 0), "bbr");  // c-b-a: the first link that names one
+  const Grid host =
+      load_grid_string(yaml({
+                           "defaults: {nic_bandwidth: 1 Gbit, wan: {latency: 5 ms, "
+                           "bandwidth: 1 Gbit, congestion: reno}}",
+                           "sites:",
+                           "  - {name: a, nodes: [{name: a1, nics: [{address: 10.0.0.1}]}]}",
+                           "  - {name: b, nodes: [{name: b1, nics: [{address: 10.0.1.1}]}]}",
+                           "wan: [{sites: [a, b]}]",
+                       }),
+                       "inline.yaml");
+  EXPECT_EQ(host.congestion_between(0, 0), "");  // the host's default
+  EXPECT_EQ(host.congestion_between(0, 1), "reno");
 }
 
 TEST(Loader, RanksFollowSitesThenNodeEntriesThenHostlistOrder) {

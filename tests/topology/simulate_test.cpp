@@ -70,6 +70,16 @@ TEST(Simulate, BbrIsNotHeldToTheLossLimit) {
   EXPECT_EQ(parse_congestion("reno"), Congestion::kLossBased);
   EXPECT_EQ(parse_congestion("bbr"), Congestion::kBbr);
   EXPECT_EQ(parse_congestion("vegas"), std::nullopt);
+  // A link that names its congestion control is priced with it whatever the
+  // hosts' default; one that names none follows the default.
+  Grid named = g;
+  named.wan[0].congestion = "bbr";
+  EXPECT_EQ(simulate(named, plan).makespan_s, simulate(g, plan, bbr).makespan_s);
+  named.congestion = "bbr";
+  named.wan[0].congestion = "";
+  EXPECT_EQ(simulate(named, plan).makespan_s, simulate(g, plan, bbr).makespan_s);
+  named.wan[0].congestion = "reno";
+  EXPECT_EQ(simulate(named, plan, bbr).makespan_s, simulate(g, plan).makespan_s);
 }
 
 // Hand-made plans with one segment per transfer (segment = H), so each
