@@ -28,7 +28,8 @@ def main():
     cc = host_congestion()
     try:
         print(f"# {topo}: measured in `gridbcast testbed` (median of {args.iterations}), "
-              f"predicted by `gridbcast simulate --congestion {simulate_congestion(cc)}` (host: {cc})")
+              f"predicted by `gridbcast simulate --congestion {simulate_congestion(cc)}` (host: {cc}; "
+              f"a congestion control the topology names takes precedence)")
         print(f"{'algorithm':<20}{'size':>8}{'measured s':>12}{'predicted s':>13}{'residual':>10}"
               f"{'lower bound s':>15}{'x bound':>9}")
         for size_text in args.sizes.split(","):
