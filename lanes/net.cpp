@@ -36,8 +36,9 @@ std::string first_line(const char* path) {
   return line.empty() ? "unknown" : line;
 }
 
-}  // namespace
-
+// Sets the socket's TCP congestion control (TCP_CONGESTION). Throws
+// NetworkError naming `name`, `where` (the peer) and, when the kernel lacks it
+// or does not allow it without CAP_NET_ADMIN, what it has or allows.
 void set_congestion(tcp::socket& s, const std::string& name, const std::string& where) {
   if (::setsockopt(s.native_handle(), IPPROTO_TCP, TCP_CONGESTION, name.data(),
                    static_cast<socklen_t>(name.size())) == 0)
@@ -54,12 +55,7 @@ void set_congestion(tcp::socket& s, const std::string& name, const std::string& 
                      why);
 }
 
-std::string congestion_of(tcp::socket& s) {
-  char name[32] = {};
-  socklen_t len = sizeof name - 1;
-  if (::getsockopt(s.native_handle(), IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0) return "";
-  return std::string(name, ::strnlen(name, len));
-}
+}  // namespace
 
 Listener::Listener(asio::any_io_executor ex, std::string address, Credentials creds)
     : acceptor_(ex), address_(std::move(address)), creds_(std::move(creds)) {}

@@ -129,13 +129,6 @@ asio::awaitable<T> before(Clock::time_point deadline, asio::awaitable<T> op,
 
 void set_stream_options(tcp::socket& s);
 
-// Sets the socket's TCP congestion control (TCP_CONGESTION). Throws
-// NetworkError naming `name`, `where` (the peer) and, when the kernel lacks it
-// or does not allow it without CAP_NET_ADMIN, what it has or allows.
-void set_congestion(tcp::socket& s, const std::string& name, const std::string& where);
-// The TCP congestion control a socket uses.
-std::string congestion_of(tcp::socket& s);
-
 }  // namespace gridbcast::lanes
 
 #include "lanes/net_inl.hpp"

@@ -2,6 +2,7 @@
 #include "lanes/net.hpp"
 
 #include <gtest/gtest.h>
+#include <netinet/tcp.h>
 
 #include <cstring>
 #include <optional>
@@ -159,6 +160,13 @@ TEST(Connect, RefusedUntilTheDeadlineNamesThePeer) {
   } catch (const NetworkError& e) {
     EXPECT_NE(std::string(e.what()).find("rank 9 (n9)"), std::string::npos) << e.what();
   }
+}
+
+std::string congestion_of(tcp::socket& s) {
+  char name[32] = {};
+  socklen_t len = sizeof name - 1;
+  if (::getsockopt(s.native_handle(), IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0) return "";
+  return std::string(name, ::strnlen(name, len));
 }
 
 // The connecting side (the sender) picks its TCP congestion control; reno is

@@ -17,11 +17,32 @@
 namespace gridbcast::testing {
 namespace {
 
-// Removes testbeds of crashed earlier runs before anything starts.
+constexpr const char* kVethPrefixA = "gbfq-a-";
+constexpr const char* kVethPrefixB = "gbfq-b-";
+
+// Removes the VethPair namespaces of earlier runs whose process is gone.
+void remove_stale_veth_pairs() {
+  const auto list = testbed::run_command({testbed::ip_path(), "netns", "list"});
+  std::istringstream in(list.out);
+  for (std::string name; in >> name;) {
+    std::string rest;
+    for (const char* prefix : {kVethPrefixA, kVethPrefixB})
+      if (name.rfind(std::string(prefix) + kTestIdPrefix, 0) == 0)
+        rest = name.substr(std::string(prefix).size() + std::string(kTestIdPrefix).size());
+    if (rest.empty()) continue;
+    const pid_t owner = static_cast<pid_t>(std::atoi(rest.c_str()));
+    if (owner <= 0 || owner == ::getpid() || ::kill(owner, 0) == 0) continue;
+    testbed::run_command({testbed::ip_path(), "netns", "del", name});
+  }
+}
+
+// Removes testbeds (and veth pairs) of crashed earlier runs before anything starts.
 class StaleTestbeds : public ::testing::Environment {
  public:
   void SetUp() override {
-    if (why_no_namespaces().empty()) remove_stale_test_testbeds();
+    if (!why_no_namespaces().empty()) return;
+    remove_stale_test_testbeds();
+    remove_stale_veth_pairs();
   }
 };
 const auto* const kStale = ::testing::AddGlobalTestEnvironment(new StaleTestbeds);
@@ -318,13 +339,14 @@ TEST_F(TestbedEmulation, TwoFlowsIntoOneNicShareItEvenly) {
 }
 
 // Two namespaces joined by a veth pair (va 10.9.0.1 -- vb 10.9.0.2), removed
-// by the destructor also when the test fails.
+// by the destructor also when the test fails, and by StaleTestbeds in a later
+// run when this one crashed.
 class VethPair {
  public:
   VethPair() {
-    const std::string tag = std::to_string(::getpid()) + "-" + unique_test_id().substr(6);
-    a_ = "gbfq-a-" + tag;
-    b_ = "gbfq-b-" + tag;
+    const std::string tag = unique_test_id();  // gtest-<pid>-...
+    a_ = std::string(kVethPrefixA) + tag;
+    b_ = std::string(kVethPrefixB) + tag;
     ok_ = sh({ip_, "netns", "add", a_}) && sh({ip_, "netns", "add", b_}) &&
           sh({ip_, "-n", a_, "link", "add", "va", "type", "veth", "peer", "name", "vb", "netns",
               b_}) &&
