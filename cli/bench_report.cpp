@@ -66,14 +66,14 @@ double BenchRow::bandwidth() const {
   return us > 0 ? static_cast<double>(point.bytes) / (us * 1e-6) : 0;
 }
 
-std::string describe_method(const runtime::BenchSpec& spec) {
+std::string describe_method(const job::BenchSpec& spec) {
   switch (spec.method) {
-    case runtime::BenchMethod::kAck:
+    case job::BenchMethod::kAck:
       return "ack: per rank i, the root times a broadcast until i acknowledges, minus half "
              "their round trip (OL_i)";
-    case runtime::BenchMethod::kBarrier:
+    case job::BenchMethod::kBarrier:
       return "barrier: every rank times its own broadcast call after an untimed sync";
-    case runtime::BenchMethod::kRounds:
+    case job::BenchMethod::kRounds:
       return "rounds: the root times " + std::to_string(spec.rounds) +
              " back-to-back broadcasts until every rank has reported, divided by " +
              std::to_string(spec.rounds);
@@ -108,7 +108,7 @@ void print_bench_table(std::ostream& out, const BenchContext& ctx, const std::ve
     std::snprintf(line, sizeof line, "%-12llu %12.2f %12.2f %12.2f %11d %10.2f %12.2f %8.2f  %-5s %.1f%%%s%s\n",
                   static_cast<unsigned long long>(p.bytes), p.avg_us(), p.min_us(), p.max_us(),
                   p.iterations, r.bandwidth() / 1e6, r.lower_bound_us, r.ratio(),
-                  runtime::bench_stop_name(p.stop), p.rel_stdev * 100,
+                  job::bench_stop_name(p.stop), p.rel_stdev * 100,
                   p.algorithm == "auto" ? ("  " + p.used).c_str() : "",
                   p.verified ? "" : "  NOT VERIFIED");
     out << line;
@@ -125,7 +125,7 @@ void print_bench_csv(std::ostream& out, const std::vector<BenchRow>& rows) {
     const auto& p = r.point;
     out << p.algorithm << ',' << p.used << ',' << p.bytes << ',' << num(p.avg_us()) << ','
         << num(p.min_us()) << ',' << num(p.max_us()) << ',' << p.iterations << ','
-        << num(p.rel_stdev) << ',' << runtime::bench_stop_name(p.stop) << ',' << num(p.rtt_us)
+        << num(p.rel_stdev) << ',' << job::bench_stop_name(p.stop) << ',' << num(p.rtt_us)
         << ',' << num(r.lower_bound_us) << ',' << num(r.ratio()) << ',' << num(r.bandwidth()) << ','
         << (p.verified ? "true" : "false") << '\n';
   }
@@ -135,7 +135,7 @@ void print_bench_json(std::ostream& out, const BenchContext& ctx, const std::vec
   const auto& spec = ctx.spec;
   out << "{\"topology\": \"" << topology::json_escape(ctx.topology) << "\", \"ranks\": " << ctx.ranks
       << ", \"sites\": " << ctx.sites << ", \"root\": " << ctx.root << ", \"method\": \""
-      << runtime::bench_method_name(spec.method) << "\", \"target_rel_stdev\": "
+      << job::bench_method_name(spec.method) << "\", \"target_rel_stdev\": "
       << num(spec.target_rel_stdev) << ", \"min_iterations\": " << spec.min_iterations
       << ", \"max_iterations\": " << spec.max_iterations << ", \"max_seconds_per_point\": "
       << num(spec.max_seconds) << ", \"rejected_connections\": " << ctx.rejected_connections
@@ -147,7 +147,7 @@ void print_bench_json(std::ostream& out, const BenchContext& ctx, const std::vec
         << "\", \"bytes\": " << p.bytes << ", \"avg_us\": " << num(p.avg_us())
         << ", \"min_us\": " << num(p.min_us()) << ", \"max_us\": " << num(p.max_us())
         << ", \"iterations\": " << p.iterations << ", \"rel_stdev\": " << num(p.rel_stdev)
-        << ", \"stop\": \"" << runtime::bench_stop_name(p.stop) << "\", \"rtt_us\": "
+        << ", \"stop\": \"" << job::bench_stop_name(p.stop) << "\", \"rtt_us\": "
         << num(p.rtt_us) << ", \"lower_bound_us\": " << num(r.lower_bound_us)
         << ", \"ratio_to_lower_bound\": " << num(r.ratio())
         << ", \"bandwidth_bytes_per_second\": " << num(r.bandwidth())

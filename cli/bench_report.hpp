@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/bench.hpp"
+#include "job/bench.hpp"
 
 namespace gridbcast::cli {
 
@@ -16,14 +16,14 @@ struct BenchContext {
   int ranks = 0;
   int sites = 0;
   int root = 0;
-  runtime::BenchSpec spec;
+  job::BenchSpec spec;
   std::uint64_t rejected_connections = 0;
   std::uint64_t peak_rss_bytes = 0;
 };
 
 // One measured point and the topology's lower bound for its size.
 struct BenchRow {
-  runtime::BenchPoint point;
+  job::BenchPoint point;
   double lower_bound_us = 0;
 
   double ratio() const { return lower_bound_us > 0 ? point.max_us() / lower_bound_us : 0; }
@@ -38,7 +38,7 @@ struct PlotSeries {
   bool dashed = false;
 };
 
-std::string describe_method(const runtime::BenchSpec& spec);
+std::string describe_method(const job::BenchSpec& spec);
 
 void print_bench_table(std::ostream& out, const BenchContext& ctx, const std::vector<BenchRow>& rows);
 void print_bench_csv(std::ostream& out, const std::vector<BenchRow>& rows);

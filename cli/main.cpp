@@ -11,8 +11,8 @@
 #include "cli/bench_report.hpp"
 #include "lanes/certs.hpp"
 #include "lanes/tls.hpp"
-#include "runtime/launcher.hpp"
-#include "runtime/rank.hpp"
+#include "job/launcher.hpp"
+#include "job/rank.hpp"
 #include "testbed/cli.hpp"
 #include "testbed/testbed.hpp"
 #include "topology/loader.hpp"
@@ -131,8 +131,8 @@ void add_run_options(CLI::App* cmd, RunOptions& r) {
 
 // Fills the launch options `r` decides and returns the backend that starts the
 // ranks (`command`: what each rank runs; empty: `gridbcast rank`).
-std::unique_ptr<runtime::Backend> make_backend(CLI::App* cmd, RunOptions& r,
-                                               runtime::LaunchOptions& o,
+std::unique_ptr<job::Backend> make_backend(CLI::App* cmd, RunOptions& r,
+                                               job::LaunchOptions& o,
                                                std::vector<std::string> command = {}) {
   o.params.segment_bytes = parse_size_option(r.segment, "--segment");
   if (!r.cert_dir.empty()) o.params.cert_dir = std::filesystem::absolute(r.cert_dir).string();
@@ -150,9 +150,9 @@ std::unique_ptr<runtime::Backend> make_backend(CLI::App* cmd, RunOptions& r,
   if (program && r.backend == "netns")
     throw CLI::ValidationError("--backend",
                                "netns does not run programs yet (launch -- PROGRAM); use local");
-  if (r.backend == "local") return runtime::make_local_backend(command);
-  if (r.backend == "ssh") return runtime::make_ssh_backend(r.ssh, command);
-  if (r.backend == "external") return runtime::make_external_backend();
+  if (r.backend == "local") return job::make_local_backend(command);
+  if (r.backend == "ssh") return job::make_ssh_backend(r.ssh, command);
+  if (r.backend == "external") return job::make_external_backend();
   if (r.backend == "netns") {
     auto netns = testbed::make_netns_launch(o.grid, exe);
     if (!cmd->count("--listen")) o.listen_address = netns.listen_address;
@@ -319,7 +319,7 @@ int main(int argc, char** argv) {
   int b_root = 0;
   bool b_json = false, b_csv = false;
   RunOptions b_run;
-  runtime::BenchSpec b_spec;
+  job::BenchSpec b_spec;
   bench_cmd->add_option("TOPOLOGY", b_topology, "site-config YAML (default: the embedded default)");
   bench_cmd
       ->add_option("--sizes,-s", b_sizes,
@@ -534,7 +534,7 @@ int main(int argc, char** argv) {
     }
     if (*bench_cmd) {
       Loaded l = load(b_topology);
-      runtime::LaunchOptions o;
+      job::LaunchOptions o;
       if (b_root < 0 || b_root >= l.grid.size())
         throw CLI::ValidationError("--root", "rank " + std::to_string(b_root) + " is outside 0.." +
                                                  std::to_string(l.grid.size() - 1));
@@ -548,7 +548,7 @@ int main(int argc, char** argv) {
           b_spec.algorithms.push_back(n);
         }
       }
-      b_spec.method = runtime::parse_bench_method(b_method);
+      b_spec.method = job::parse_bench_method(b_method);
       {
         const bool percent = !b_target.empty() && b_target.back() == '%';
         double t = 0;
@@ -575,15 +575,15 @@ int main(int argc, char** argv) {
       std::vector<cli::BenchRow> rows;
       const size_t total = b_spec.sizes.size() * b_spec.algorithms.size();
       const bool progress = ::isatty(2);
-      o.on_bench_point = [&](const runtime::BenchPoint& p) {
+      o.on_bench_point = [&](const job::BenchPoint& p) {
         rows.push_back({p, topology::lower_bound_seconds(l.grid, b_root, p.bytes) * 1e6});
         if (progress)
           std::cerr << "\r  " << rows.size() << "/" << total << " " << p.algorithm << " "
                     << topology::format_bytes(p.bytes) << "            " << std::flush;
       };
-      runtime::LaunchOptions::BenchOutcome outcome;
+      job::LaunchOptions::BenchOutcome outcome;
       o.bench_outcome = &outcome;
-      const int status = runtime::launch(o, *backend, std::cout, std::cerr);
+      const int status = job::launch(o, *backend, std::cout, std::cerr);
       if (progress) std::cerr << "\r" << std::string(60, ' ') << "\r";
       if (status != 0) return status;
       cli::BenchContext ctx = base;
@@ -604,7 +604,7 @@ int main(int argc, char** argv) {
       }
       return 0;
     }
-    if (*rank_cmd) return runtime::run_rank(std::cin, std::cerr);
+    if (*rank_cmd) return job::run_rank(std::cin, std::cerr);
     if (*certs_init) {
       lanes::CertOptions o;
       o.not_after = std::chrono::hours(24) * ci_days;
@@ -639,7 +639,7 @@ int main(int argc, char** argv) {
     if (testbed_cmd.selected()) return testbed_cmd.run();
     if (*launch_cmd) {
       Loaded l = load(l_topology);
-      runtime::LaunchOptions o;
+      job::LaunchOptions o;
       o.params.algorithm = l_algorithm;
       if (l_algorithm != "auto" && l_algorithm != "random")
         (void)resolve_algorithm(l_algorithm, l.grid, 0);
@@ -680,7 +680,7 @@ int main(int argc, char** argv) {
       auto backend = make_backend(launch_cmd, l_run, o, l_program);
       // An MPI program waits as long as its peers compute: no progress deadline unless asked.
       if (o.params.program && !launch_cmd->count("--timeout")) o.params.timeout_ms = 0;
-      return runtime::launch(o, *backend, std::cout, std::cerr);
+      return job::launch(o, *backend, std::cout, std::cerr);
     }
   } catch (const CLI::ParseError& e) {
     return app.exit(e);

@@ -780,7 +780,7 @@ NetnsLaunch make_netns_launch(const topology::Grid& grid, const std::string& exe
   NetnsLaunch out;
   out.state_dir = dir;
   out.listen_address = s.mgmt_gateway;
-  out.backend = runtime::make_prefixed_backend(
+  out.backend = job::make_prefixed_backend(
       "netns",
       [ip, ns](int rank, const topology::Node&) {
         return std::vector<std::string>{ip, "netns", "exec", ns.at(static_cast<size_t>(rank))};

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/launcher.hpp"
+#include "job/launcher.hpp"
 #include "testbed/layout.hpp"
 #include "testbed/state.hpp"
 #include "topology/grid.hpp"
@@ -58,7 +58,7 @@ int exec_in_node(const topology::Grid& grid, const std::string& id, const std::s
 // bridge. The testbed is found through GRIDBCAST_TESTBED (a state directory),
 // else by the topology's name and GRIDBCAST_TESTBED_ID.
 struct NetnsLaunch {
-  std::unique_ptr<runtime::Backend> backend;
+  std::unique_ptr<job::Backend> backend;
   std::string listen_address;
   std::string state_dir;
 };

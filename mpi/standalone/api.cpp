@@ -243,7 +243,7 @@ int initialize(int required, int* provided) {
   const char* launcher = std::getenv("GRIDBCAST_LAUNCHER");
   try {
     if (launcher && *launcher) {
-      st.session = std::make_unique<runtime::Session>();
+      st.session = std::make_unique<job::Session>();
       st.session->join(&std::cin);
       if (!st.session->params().program)
         throw std::runtime_error(

@@ -1,4 +1,4 @@
-// libgridbcast_mpi's process state: the job (runtime::Session), the world
+// libgridbcast_mpi's process state: the job (job::Session), the world
 // Communicator, MPI communicators and datatypes, and error handling. Internal
 // to mpi/standalone.
 #pragma once
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "gridbcast/mpi/mpi.h"
-#include "runtime/bootstrap.hpp"
+#include "job/session.hpp"
 #include "runtime/communicator.hpp"
 #include "topology/plan/plan.hpp"
 
@@ -56,7 +56,7 @@ struct State {
   bool initialized = false;
   bool finalized = false;
   int thread_level = MPI_THREAD_SINGLE;
-  std::unique_ptr<runtime::Session> session;         // under `gridbcast launch`
+  std::unique_ptr<job::Session> session;         // under `gridbcast launch`
   std::unique_ptr<runtime::Communicator> singleton;  // started without a launcher
   runtime::Communicator* world = nullptr;
   std::string processor_name;

@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "runtime/communicator.hpp"
-#include "runtime/job.hpp"
+#include "job/params.hpp"
 
-namespace gridbcast::runtime {
+namespace gridbcast::job {
 
 class Session {
  public:
@@ -40,8 +40,8 @@ class Session {
   int rank() const;  // -1 until known
   const topology::Grid& grid() const;
   const JobParams& params() const;
-  const JobCredentials& credentials() const;
-  Communicator& communicator();
+  const runtime::JobCredentials& credentials() const;
+  runtime::Communicator& communicator();
 
   // The control channel after the rendezvous: a message is its fields, the type first.
   void send(const std::vector<std::string>& fields);
@@ -59,4 +59,4 @@ class Session {
 // Reads the job secret as described above; throws when there is none.
 std::string read_job_secret(std::istream* fallback);
 
-}  // namespace gridbcast::runtime
+}  // namespace gridbcast::job

@@ -1,4 +1,4 @@
-#include "runtime/bootstrap.hpp"
+#include "job/session.hpp"
 
 #include <unistd.h>
 
@@ -6,12 +6,12 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "runtime/control.hpp"
-#include "runtime/rank.hpp"
+#include "job/control.hpp"
+#include "job/rank.hpp"
 #include "runtime/run_until.hpp"
 #include "topology/loader.hpp"
 
-namespace gridbcast::runtime {
+namespace gridbcast::job {
 namespace {
 
 std::string env_or_empty(const char* name) {
@@ -77,13 +77,13 @@ struct Session::Impl {
   asio::io_context io{1};
   std::unique_ptr<lanes::tcp::socket> control;
   int rank = -1;
-  JobCredentials creds;
+  runtime::JobCredentials creds;
   topology::Grid grid;
   JobParams params;
-  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<runtime::Communicator> comm;
 
   Message receive(const std::string& type) {
-    Message m = run_until(io, receive_message(*control, "the launcher"));
+    Message m = runtime::run_until(io, receive_message(*control, "the launcher"));
     if (m.type() == "exit" && type != "exit")
       throw std::runtime_error("the launcher ended the job during the rendezvous");
     if (m.type() != type)
@@ -105,14 +105,14 @@ void Session::join(std::istream* secret_fallback) {
   const std::string job = env_or_empty("GRIDBCAST_JOB_ID");
   if (job.empty()) throw std::runtime_error("GRIDBCAST_JOB_ID is not set");
   im.creds.job_id = std::stoull(job, nullptr, 16);
-  im.creds.secret = from_hex(read_job_secret(secret_fallback));
+  im.creds.secret = runtime::from_hex(read_job_secret(secret_fallback));
 
   lanes::Hello hello;
   hello.rank = static_cast<std::uint32_t>(im.rank);
   hello.lane_from = hello.lane_to = lanes::kControlLane;
   const lanes::Credentials lc{im.creds.job_id, im.creds.secret};
   const auto launcher_ep = parse_host_port(launcher);
-  im.control = run_until(im.io, [&]() -> asio::awaitable<std::unique_ptr<lanes::tcp::socket>> {
+  im.control = runtime::run_until(im.io, [&]() -> asio::awaitable<std::unique_ptr<lanes::tcp::socket>> {
     // The control channel is plain TCP (docs/SECURITY.md says what that leaves open).
     auto stream = co_await lanes::connect_authenticated(
         "", launcher_ep, hello, lc, lanes::Clock::now() + std::chrono::seconds(60), "the launcher");
@@ -126,21 +126,21 @@ void Session::join(std::istream* secret_fallback) {
     throw std::runtime_error("rank " + std::to_string(im.rank) + " is outside the topology's " +
                              std::to_string(im.grid.size()) + " ranks");
 
-  CommOptions options;
+  runtime::CommOptions options;
   options.timeout =
-      im.params.timeout_ms > 0 ? std::chrono::milliseconds(im.params.timeout_ms) : kNoTimeout;
+      im.params.timeout_ms > 0 ? std::chrono::milliseconds(im.params.timeout_ms) : runtime::kNoTimeout;
   options.segment_bytes = im.params.segment_bytes;
   options.thresholds = topology::SelectionThresholds::from_environment();
   options.cert_dir = im.params.cert_dir;  // empty: this rank's GRIDBCAST_CERT_DIR
-  im.comm = std::make_unique<Communicator>(im.grid, im.rank, im.creds, options);
+  im.comm = std::make_unique<runtime::Communicator>(im.grid, im.rank, im.creds, options);
   const auto ports = im.comm->listen();
   send(make_message("endpoints", std::to_string(ports[0]), std::to_string(ports[1])).fields);
 
   const Message table_msg = im.receive("table");
-  EndpointTable table(static_cast<size_t>(im.grid.size()));
+  runtime::EndpointTable table(static_cast<size_t>(im.grid.size()));
   for (size_t i = 0; i < table.size(); ++i)
-    for (size_t l = 0; l < kLanes; ++l)
-      table[i][l] = static_cast<std::uint16_t>(std::stoul(table_msg.at(1 + i * kLanes + l)));
+    for (size_t l = 0; l < runtime::kLanes; ++l)
+      table[i][l] = static_cast<std::uint16_t>(std::stoul(table_msg.at(1 + i * runtime::kLanes + l)));
   im.comm->set_endpoints(std::move(table));
 }
 
@@ -153,11 +153,11 @@ const topology::Grid& Session::grid() const {
 const JobParams& Session::params() const {
   return impl_->params;
 }
-const JobCredentials& Session::credentials() const {
+const runtime::JobCredentials& Session::credentials() const {
   return impl_->creds;
 }
 
-Communicator& Session::communicator() {
+runtime::Communicator& Session::communicator() {
   if (!impl_->comm) throw std::logic_error("Session::communicator() before join()");
   return *impl_->comm;
 }
@@ -166,19 +166,19 @@ void Session::send(const std::vector<std::string>& fields) {
   if (!impl_->control) throw std::logic_error("Session::send() without a control channel");
   Message m;
   m.fields = fields;
-  run_until(impl_->io, send_message(*impl_->control, m));
+  runtime::run_until(impl_->io, send_message(*impl_->control, m));
 }
 
 std::vector<std::string> Session::receive() {
   if (!impl_->control) throw std::logic_error("Session::receive() without a control channel");
-  return run_until(impl_->io, receive_message(*impl_->control, "the launcher")).fields;
+  return runtime::run_until(impl_->io, receive_message(*impl_->control, "the launcher")).fields;
 }
 
 void Session::report_error(const std::string& what) noexcept {
   auto& im = *impl_;
   if (!im.control || !im.control->is_open()) return;
   try {
-    run_until(im.io, send_message(*im.control, make_message("error", what)));
+    runtime::run_until(im.io, send_message(*im.control, make_message("error", what)));
   } catch (...) {
     // The launcher is gone too; the exit status still tells.
   }
@@ -192,4 +192,4 @@ void Session::close() {
   }
 }
 
-}  // namespace gridbcast::runtime
+}  // namespace gridbcast::job

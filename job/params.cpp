@@ -1,10 +1,10 @@
-#include "runtime/job.hpp"
+#include "job/params.hpp"
 
 #include <stdexcept>
 
 #include "topology/plan/plan.hpp"
 
-namespace gridbcast::runtime {
+namespace gridbcast::job {
 namespace {
 
 std::uint64_t splitmix(std::uint64_t x) {
@@ -86,4 +86,4 @@ std::string output_path(const std::string& pattern, int rank, const std::string&
   return out;
 }
 
-}  // namespace gridbcast::runtime
+}  // namespace gridbcast::job

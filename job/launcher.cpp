@@ -1,4 +1,4 @@
-#include "runtime/launcher.hpp"
+#include "job/launcher.hpp"
 
 #include <signal.h>
 
@@ -9,7 +9,7 @@
 #include <optional>
 #include <sstream>
 
-#include "runtime/control.hpp"
+#include "job/control.hpp"
 #include "runtime/endpoints.hpp"
 #include "runtime/event.hpp"
 #include "runtime/run_until.hpp"
@@ -18,7 +18,7 @@
 #include "topology/simulate.hpp"
 #include "topology/units.hpp"
 
-namespace gridbcast::runtime {
+namespace gridbcast::job {
 
 namespace {
 
@@ -104,7 +104,7 @@ class Launcher {
   std::ostream& err_;
   const int p_;
   asio::io_context io_{1};
-  Event ev_;
+  runtime::Event ev_;
   // Installed before any rank starts, so no child's exit goes unnoticed.
   asio::signal_set signals_;
   std::vector<std::unique_ptr<lanes::tcp::socket>> sockets_;
@@ -521,8 +521,8 @@ void Launcher::report(std::ostream& out) const {
 int Launcher::run() {
   const auto creds = [] {
     // External ranks must share the secret: take it from the environment then.
-    JobCredentials c = new_credentials();
-    if (const char* s = std::getenv("GRIDBCAST_SECRET"); s && *s) c.secret = from_hex(s);
+    runtime::JobCredentials c = runtime::new_credentials();
+    if (const char* s = std::getenv("GRIDBCAST_SECRET"); s && *s) c.secret = runtime::from_hex(s);
     if (const char* j = std::getenv("GRIDBCAST_JOB_ID"); j && *j)
       c.job_id = std::stoull(j, nullptr, 16);
     return c;
@@ -576,9 +576,9 @@ int Launcher::run() {
     for (int r = 0; r < p_; ++r) {
       Backend::Env e = env;
       e.push_back({"GRIDBCAST_RANK", std::to_string(r)});
-      backend_.start(r, o_.grid.nodes[static_cast<size_t>(r)], e, to_hex(creds.secret));
+      backend_.start(r, o_.grid.nodes[static_cast<size_t>(r)], e, runtime::to_hex(creds.secret));
     }
-    run_until(io_, orchestrate());
+    runtime::run_until(io_, orchestrate());
   } catch (const std::exception& e) {
     if (failures_.empty()) failures_.push_back(e.what());
     ok = false;
@@ -620,4 +620,4 @@ int launch(const LaunchOptions& options, Backend& backend, std::ostream& out, st
   return l.run();
 }
 
-}  // namespace gridbcast::runtime
+}  // namespace gridbcast::job

@@ -11,11 +11,11 @@
 #include <map>
 #include <sstream>
 
-#include "runtime/launcher.hpp"
+#include "job/launcher.hpp"
 
 extern char** environ;
 
-namespace gridbcast::runtime {
+namespace gridbcast::job {
 namespace {
 
 std::string describe_status(int status) {
@@ -218,4 +218,4 @@ std::unique_ptr<Backend> make_prefixed_backend(std::string name, CommandPrefix p
   return std::make_unique<PrefixedBackend>(std::move(name), std::move(prefix), std::move(command));
 }
 
-}  // namespace gridbcast::runtime
+}  // namespace gridbcast::job

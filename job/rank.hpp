@@ -10,7 +10,7 @@
 #include <ostream>
 #include <string>
 
-namespace gridbcast::runtime {
+namespace gridbcast::job {
 
 // This process's rank from the environment, or nullopt.
 std::optional<int> rank_from_environment();
@@ -18,4 +18,4 @@ std::optional<int> rank_from_environment();
 // Runs the rank until the launcher says exit; returns the process exit status.
 int run_rank(std::istream& secret_in, std::ostream& err);
 
-}  // namespace gridbcast::runtime
+}  // namespace gridbcast::job

@@ -1,4 +1,4 @@
-#include "runtime/rank.hpp"
+#include "job/rank.hpp"
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -8,14 +8,14 @@
 #include <fstream>
 #include <iostream>
 
-#include "runtime/bench.hpp"
-#include "runtime/bootstrap.hpp"
+#include "job/bench.hpp"
+#include "job/session.hpp"
 #include "runtime/buffer.hpp"
 #include "runtime/communicator.hpp"
-#include "runtime/control.hpp"
-#include "runtime/job.hpp"
+#include "job/control.hpp"
+#include "job/params.hpp"
 
-namespace gridbcast::runtime {
+namespace gridbcast::job {
 namespace {
 
 std::string env_or_empty(const char* name) {
@@ -67,7 +67,7 @@ int run_rank(std::istream& secret_in, std::ostream& err) {
     const int rank = session.rank();
     const topology::Grid& grid = session.grid();
     const JobParams& params = session.params();
-    Communicator& comm = session.communicator();
+    runtime::Communicator& comm = session.communicator();
     if (params.program)
       throw std::runtime_error(
           "this job runs a program (gridbcast launch TOPOLOGY -- PROGRAM); 'gridbcast rank' has "
@@ -85,7 +85,7 @@ int run_rank(std::istream& secret_in, std::ostream& err) {
     if (!params.bench.empty()) {
       // `gridbcast bench`: the sweep; the root reports each point as it completes.
       const BenchSpec spec = BenchSpec::decode(params.bench);
-      MappedBuffer buffer = MappedBuffer::anonymous(spec.largest_size());
+      runtime::MappedBuffer buffer = runtime::MappedBuffer::anonymous(spec.largest_size());
       run_bench(
           comm, spec, params.root, buffer.data(),
           [&](const BenchPoint& p) { send(make_message("point", p.encode())); },
@@ -97,30 +97,30 @@ int run_rank(std::istream& secret_in, std::ostream& err) {
     }
 
     const auto& node = grid.nodes[static_cast<size_t>(rank)];
-    MappedBuffer buffer;
+    runtime::MappedBuffer buffer;
     bool file_mode = !params.file.empty();
     if (file_mode) {
       if (rank == params.root) {
-        buffer = MappedBuffer::read_file(params.file);
+        buffer = runtime::MappedBuffer::read_file(params.file);
         if (buffer.size() != params.size)
           throw std::runtime_error(params.file + " changed size since the launch began");
       } else {
-        buffer = MappedBuffer::create_file(output_path(params.output, rank, node.name), params.size);
+        buffer = runtime::MappedBuffer::create_file(output_path(params.output, rank, node.name), params.size);
       }
     } else {
-      buffer = MappedBuffer::anonymous(params.size);
+      buffer = runtime::MappedBuffer::anonymous(params.size);
     }
 
     for (int i = 0; i < params.iterations; ++i) {
       const Iteration it = iteration_at(params, i, grid);
-      if (!file_mode && rank == it.root) fill_pattern(buffer.data(), it.size, params.seed + static_cast<std::uint64_t>(i));
+      if (!file_mode && rank == it.root) runtime::fill_pattern(buffer.data(), it.size, params.seed + static_cast<std::uint64_t>(i));
       send(make_message("ready", std::to_string(i)));
       receive("go");
       const std::int64_t t0 = now_ns();
       const auto algo = it.algorithm == "auto" ? std::nullopt : topology::parse_algorithm(it.algorithm);
-      const BcastInfo info = comm.bcast(buffer.data(), it.size, it.root, algo);
+      const runtime::BcastInfo info = comm.bcast(buffer.data(), it.size, it.root, algo);
       const std::int64_t t1 = now_ns();
-      const std::string digest = params.verify ? sha256_hex(buffer.data(), it.size) : "";
+      const std::string digest = params.verify ? runtime::sha256_hex(buffer.data(), it.size) : "";
       send(make_message("done", std::to_string(i), std::to_string(t0), std::to_string(t1), digest,
                       topology::algorithm_name(info.algorithm), std::to_string(info.segment_bytes),
                       std::to_string(comm.rejected_connections()), std::to_string(peak_rss_bytes()),
@@ -137,4 +137,4 @@ int run_rank(std::istream& secret_in, std::ostream& err) {
   }
 }
 
-}  // namespace gridbcast::runtime
+}  // namespace gridbcast::job

@@ -10,7 +10,7 @@
 
 #include "lanes/net.hpp"
 
-namespace gridbcast::runtime {
+namespace gridbcast::job {
 
 struct Message {
   std::vector<std::string> fields;  // fields[0] is the type
@@ -39,4 +39,4 @@ asio::awaitable<void> send_message(lanes::tcp::socket& s, const Message& m);
 // Throws lanes::NetworkError on EOF, errors, or an oversized message.
 asio::awaitable<Message> receive_message(lanes::tcp::socket& s, const std::string& peer);
 
-}  // namespace gridbcast::runtime
+}  // namespace gridbcast::job

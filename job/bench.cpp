@@ -1,4 +1,4 @@
-#include "runtime/bench.hpp"
+#include "job/bench.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -14,7 +14,7 @@
 #include "runtime/buffer.hpp"
 #include "topology/plan/plan.hpp"
 
-namespace gridbcast::runtime {
+namespace gridbcast::job {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -50,7 +50,7 @@ double rel_stdev(const std::vector<double>& v) {
 // value to the root; the root then tells each whether another sample follows.
 class Sync {
  public:
-  Sync(Communicator& c, int root, std::function<void()> on_alive)
+  Sync(runtime::Communicator& c, int root, std::function<void()> on_alive)
       : c_(c), root_(root), on_alive_(std::move(on_alive)) {}
 
   // Root: every rank's value (its own at `root`); others: empty.
@@ -96,7 +96,7 @@ class Sync {
   }
 
  private:
-  Communicator& c_;
+  runtime::Communicator& c_;
   int root_;
   std::function<void()> on_alive_;
   Clock::time_point next_alive_ = Clock::now();
@@ -128,7 +128,7 @@ struct Series {
 
 class PointRunner {
  public:
-  PointRunner(Communicator& c, const BenchSpec& spec, int root, std::byte* buffer,
+  PointRunner(runtime::Communicator& c, const BenchSpec& spec, int root, std::byte* buffer,
               std::function<void()> on_alive)
       : c_(c), spec_(spec), root_(root), buffer_(buffer), sync_(c, root, std::move(on_alive)) {}
 
@@ -155,7 +155,7 @@ class PointRunner {
     }
 
     const bool ok = c_.rank() == root_ ||
-                    matches_pattern(buffer_, bytes, spec_.largest_size(), spec_.seed);
+                    runtime::matches_pattern(buffer_, bytes, spec_.largest_size(), spec_.seed);
     if (!ok)
       throw std::runtime_error("bench: rank " + std::to_string(c_.rank()) +
                                "'s copy differs from the root's data after " + point_.used + " of " +
@@ -167,7 +167,7 @@ class PointRunner {
 
  private:
   void bcast() {
-    const BcastInfo info = c_.bcast(buffer_, bytes_, root_, algorithm_);
+    const runtime::BcastInfo info = c_.bcast(buffer_, bytes_, root_, algorithm_);
     point_.used = std::string(topology::algorithm_name(info.algorithm));
   }
 
@@ -289,7 +289,7 @@ class PointRunner {
     finish_series(s);
   }
 
-  Communicator& c_;
+  runtime::Communicator& c_;
   const BenchSpec& spec_;
   const int root_;
   std::byte* const buffer_;
@@ -413,13 +413,13 @@ BenchPoint BenchPoint::decode(const std::string& text) {
   return p;
 }
 
-void run_bench(Communicator& comm, const BenchSpec& spec, int root, std::byte* buffer,
+void run_bench(runtime::Communicator& comm, const BenchSpec& spec, int root, std::byte* buffer,
                const std::function<void(const BenchPoint&)>& on_point,
                const std::function<void()>& on_alive) {
   if (root < 0 || root >= comm.size())
     throw std::invalid_argument("bench: root " + std::to_string(root) + " is outside 0.." +
                                 std::to_string(comm.size() - 1));
-  if (comm.rank() == root) fill_pattern(buffer, spec.largest_size(), spec.seed);
+  if (comm.rank() == root) runtime::fill_pattern(buffer, spec.largest_size(), spec.seed);
   PointRunner runner(comm, spec, root, buffer, on_alive);
   for (const auto& algorithm : spec.algorithms)
     for (std::uint64_t size : spec.sizes) {
@@ -428,4 +428,4 @@ void run_bench(Communicator& comm, const BenchSpec& spec, int root, std::byte* b
     }
 }
 
-}  // namespace gridbcast::runtime
+}  // namespace gridbcast::job

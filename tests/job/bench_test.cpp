@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "runtime/bench.hpp"
+#include "job/bench.hpp"
 #include "runtime/buffer.hpp"
 #include "support/grids.hpp"
 #include "support/ranks.hpp"
@@ -14,10 +14,10 @@
 namespace gridbcast::testing {
 namespace {
 
-using runtime::BenchMethod;
-using runtime::BenchPoint;
-using runtime::BenchSpec;
-using runtime::BenchStop;
+using job::BenchMethod;
+using job::BenchPoint;
+using job::BenchSpec;
+using job::BenchStop;
 
 // Runs the sweep on every rank of `grid`; returns what the root reported.
 std::vector<BenchPoint> sweep(const topology::Grid& grid, const BenchSpec& spec, int root) {
@@ -25,7 +25,7 @@ std::vector<BenchPoint> sweep(const topology::Grid& grid, const BenchSpec& spec,
   std::vector<BenchPoint> points;
   ranks.run([&](runtime::Communicator& c) {
     std::vector<std::byte> buf(std::max<std::uint64_t>(1, spec.largest_size()));
-    runtime::run_bench(c, spec, root, buf.data(), [&](const BenchPoint& p) {
+    job::run_bench(c, spec, root, buf.data(), [&](const BenchPoint& p) {
       EXPECT_EQ(c.rank(), root) << "only the root reports points";
       points.push_back(p);
     });
@@ -94,7 +94,7 @@ TEST_P(Methods, EveryPointIsMeasuredAndVerifiedInOrder) {
 INSTANTIATE_TEST_SUITE_P(Bench, Methods,
                          ::testing::Values(BenchMethod::kAck, BenchMethod::kBarrier,
                                            BenchMethod::kRounds),
-                         [](const auto& p) { return std::string(runtime::bench_method_name(p.param)); });
+                         [](const auto& p) { return std::string(job::bench_method_name(p.param)); });
 
 TEST(Bench, ACapStopsASeriesThatDoesNotSettle) {
   BenchSpec spec = small_spec(BenchMethod::kBarrier);

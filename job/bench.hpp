@@ -28,7 +28,7 @@
 
 #include "runtime/communicator.hpp"
 
-namespace gridbcast::runtime {
+namespace gridbcast::job {
 
 enum class BenchMethod { kAck, kBarrier, kRounds };
 const char* bench_method_name(BenchMethod m);
@@ -88,8 +88,8 @@ struct BenchPoint {
 // On the root, `on_alive` (if given) is called at most about once a second
 // between samples, so whoever waits for points can tell a slow point from a
 // stalled root.
-void run_bench(Communicator& comm, const BenchSpec& spec, int root, std::byte* buffer,
+void run_bench(runtime::Communicator& comm, const BenchSpec& spec, int root, std::byte* buffer,
                const std::function<void(const BenchPoint&)>& on_point,
                const std::function<void()>& on_alive = {});
 
-}  // namespace gridbcast::runtime
+}  // namespace gridbcast::job

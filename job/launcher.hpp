@@ -11,11 +11,11 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/bench.hpp"
-#include "runtime/job.hpp"
+#include "job/bench.hpp"
+#include "job/params.hpp"
 #include "topology/grid.hpp"
 
-namespace gridbcast::runtime {
+namespace gridbcast::job {
 
 // How rank processes get started. The launcher only needs these calls, so a
 // backend for network namespaces or a batch system slots in beside these.
@@ -93,4 +93,4 @@ struct LaunchOptions {
 int launch(const LaunchOptions& options, Backend& backend, std::ostream& out, std::ostream& err);
 
 
-}  // namespace gridbcast::runtime
+}  // namespace gridbcast::job

@@ -1,6 +1,6 @@
-#include "runtime/control.hpp"
+#include "job/control.hpp"
 
-namespace gridbcast::runtime {
+namespace gridbcast::job {
 namespace {
 
 void put_u32(std::string& out, std::uint32_t v) {
@@ -74,4 +74,4 @@ asio::awaitable<Message> receive_message(lanes::tcp::socket& s, const std::strin
   }
 }
 
-}  // namespace gridbcast::runtime
+}  // namespace gridbcast::job

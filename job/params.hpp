@@ -7,7 +7,7 @@
 
 #include "topology/grid.hpp"
 
-namespace gridbcast::runtime {
+namespace gridbcast::job {
 
 struct JobParams {
   std::string algorithm = "auto";  // a registry name, "auto", or "random" (per iteration)
@@ -48,4 +48,4 @@ Iteration iteration_at(const JobParams& p, int index, const topology::Grid& grid
 // Output path for a rank: {rank} and {node} substituted.
 std::string output_path(const std::string& pattern, int rank, const std::string& node);
 
-}  // namespace gridbcast::runtime
+}  // namespace gridbcast::job
