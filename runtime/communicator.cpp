@@ -132,6 +132,9 @@ struct Communicator::Impl {
     if (eo.segment_bytes == 0) eo.segment_bytes = automatic_segment(g, plan.size);
     BcastInfo info{plan.algorithm, plan.size, eo.segment_bytes, 0};
     try {
+      if (!transport.failure().empty())
+        throw lanes::NetworkError("rank " + std::to_string(rank) +
+                                  " cannot serve its links: " + transport.failure());
       drive(execute(transport, plan, sequence, static_cast<std::byte*>(buffer), eo));
     } catch (...) {
       failed = std::current_exception();
