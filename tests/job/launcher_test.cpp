@@ -95,9 +95,15 @@ TEST(Launcher, HostileControlClientsWithTheSecretAreRefusedWithoutACrash) {
   asio::io_context io;
   // Ranks outside the job: 2^31 crashed the old launcher (a signed index), and
   // 2^32-1 is -1 as an int.
+  // The handshake's decoder refuses the first two (wire protocol 2); the
+  // launcher refuses 8 after it, against the job's size.
   for (const std::uint32_t claim : {0x80000000u, 0xffffffffu, 8u}) {
-    auto s = runtime::run_until(io, connect_as(at, job, claim));
-    EXPECT_TRUE(closed_by_peer(io, *s)) << "claim " << claim << " was not refused";
+    try {
+      auto s = runtime::run_until(io, connect_as(at, job, claim));
+      EXPECT_TRUE(closed_by_peer(io, *s)) << "claim " << claim << " was not refused";
+    } catch (const lanes::NetworkError&) {
+      // refused during the handshake
+    }
     EXPECT_TRUE(alive(launcher.pid())) << "claim " << claim << " crashed the launcher";
   }
   // Rank 0 for real, then a frame whose tag is wrong: the job fails naming
@@ -107,10 +113,8 @@ TEST(Launcher, HostileControlClientsWithTheSecretAreRefusedWithoutACrash) {
   asio::write(*s, asio::buffer(frame));
   EXPECT_EQ(launcher.wait(30s), 1) << launcher.err();
   const std::string err = launcher.err();
-  EXPECT_NE(err.find("refused a control connection claiming rank 2147483648 (outside the job)"),
+  EXPECT_NE(err.find("refused a control connection claiming rank 8 (outside the job)"),
             std::string::npos)
-      << err;
-  EXPECT_NE(err.find("refused a control connection claiming rank 4294967295"), std::string::npos)
       << err;
   EXPECT_NE(err.find("FAILED: rank 0 (a1) sent a bad control message"), std::string::npos) << err;
   EXPECT_NE(err.find("authentication check"), std::string::npos) << err;
