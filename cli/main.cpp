@@ -11,6 +11,7 @@
 #include "cli/bench_report.hpp"
 #include "lanes/certs.hpp"
 #include "lanes/tls.hpp"
+#include "cli/launch_report.hpp"
 #include "job/launcher.hpp"
 #include "job/rank.hpp"
 #include "testbed/cli.hpp"
@@ -238,6 +239,7 @@ int main(int argc, char** argv) {
   RunOptions l_run;
   std::uint64_t l_seed = 1;
   bool l_json = false, l_no_verify = false, l_random_roots = false, l_random_sizes = false;
+  std::string l_progress;
   launch_cmd->add_option(
       "TOPOLOGY", l_topology,
       "site-config YAML (default: the embedded default, 2 sites x 4 nodes on loopback)");
@@ -264,7 +266,10 @@ int main(int argc, char** argv) {
   launch_cmd->add_option("--seed", l_seed, "seed for generated data and random draws")
       ->capture_default_str();
   add_run_options(launch_cmd, l_run);
-  launch_cmd->add_flag("--json", l_json, "print the summary as JSON");
+  launch_cmd->add_flag("--json", l_json, "print the summary (or the failure) as JSON");
+  launch_cmd->add_option("--progress", l_progress,
+                         "write a JSON progress record about every second to FILE (- for "
+                         "stderr) while a broadcast runs");
   launch_cmd->add_flag("--no-verify", l_no_verify, "skip the SHA-256 check of every copy");
   launch_cmd->footer(
       "Examples:\n  gridbcast launch\n  gridbcast launch site-configs/single-site-15.yaml --size "
@@ -566,6 +571,7 @@ int main(int argc, char** argv) {
         throw CLI::ValidationError("--min-iterations", "is above --max-iterations");
       o.params.root = b_root;
       o.params.size = b_spec.largest_size();
+      o.params.kind = job::JobKind::kBench;
       o.params.bench = b_spec.encode();
       const cli::BenchContext base{
           l.grid.name, l.grid.size(), static_cast<int>(l.grid.sites.size()), b_root, b_spec, 0, 0};
@@ -581,11 +587,13 @@ int main(int argc, char** argv) {
           std::cerr << "\r  " << rows.size() << "/" << total << " " << p.algorithm << " "
                     << topology::format_bytes(p.bytes) << "            " << std::flush;
       };
-      job::LaunchOptions::BenchOutcome outcome;
-      o.bench_outcome = &outcome;
-      const int status = job::launch(o, *backend, std::cout, std::cerr);
+      const job::LaunchResult result = job::launch(o, *backend, std::cerr);
       if (progress) std::cerr << "\r" << std::string(60, ' ') << "\r";
-      if (status != 0) return status;
+      if (result.status != 0) {
+        cli::print_failure(std::cerr, std::cout, result, b_json);
+        return result.status;
+      }
+      const job::BenchOutcome& outcome = *result.bench;
       cli::BenchContext ctx = base;
       ctx.rejected_connections = outcome.rejected_connections;
       ctx.peak_rss_bytes = outcome.peak_rss_bytes;
@@ -655,7 +663,7 @@ int main(int argc, char** argv) {
       if (l_program_given) {
         if (l_program.empty())
           throw CLI::ValidationError("--", "name the program every rank runs after --");
-        o.params.program = true;
+        o.params.kind = job::JobKind::kProgram;
         o.program = l_program;
       }
       if (!l_file.empty()) {
@@ -674,13 +682,44 @@ int main(int argc, char** argv) {
       }
       o.grid = std::move(l.grid);
       o.yaml_text = std::move(l.yaml);
-      o.json = l_json;
-      // A progress line on a terminal (stderr, so stdout stays the summary).
-      o.progress = ::isatty(2) && ::isatty(1);
+      // Progress: a line on a terminal (stderr, so stdout stays the summary),
+      // and with --progress one JSON record a second to a file or stderr.
+      const bool progress_line = ::isatty(2) && ::isatty(1) && !l_json;
+      std::unique_ptr<std::ofstream> progress_file;
+      if (!l_progress.empty() && l_progress != "-") {
+        progress_file = std::make_unique<std::ofstream>(l_progress, std::ios::app);
+        if (!*progress_file)
+          throw CLI::ValidationError("--progress", l_progress + ": cannot open for writing");
+      }
+      bool line_shown = false;
+      if (progress_line || !l_progress.empty())
+        o.on_progress = [&](const job::ProgressSample& s) {
+          if (progress_line) {
+            std::cerr << cli::progress_line(s) << std::flush;
+            line_shown = true;
+          }
+          if (!l_progress.empty()) {
+            std::ostream& to = progress_file ? *progress_file : std::cerr;
+            to << cli::progress_json(s) << std::endl;
+          }
+        };
       auto backend = make_backend(launch_cmd, l_run, o, l_program);
-      // An MPI program waits as long as its peers compute: no progress deadline unless asked.
-      if (o.params.program && !launch_cmd->count("--timeout")) o.params.timeout_ms = 0;
-      return job::launch(o, *backend, std::cout, std::cerr);
+      // An MPI program waits as long as its peers compute: no progress deadline
+      // unless asked (a rank that stops or dies is still noticed: heartbeats).
+      if (o.params.program() && !launch_cmd->count("--timeout")) o.params.timeout_ms = 0;
+      const job::LaunchResult result = job::launch(o, *backend, std::cerr);
+      if (line_shown) std::cerr << "\r" << std::string(100, ' ') << "\r" << std::flush;
+      if (result.status != 0) {
+        cli::print_failure(std::cerr, std::cout, result, l_json);
+        return result.status;
+      }
+      if (result.broadcast) {
+        if (l_json)
+          cli::print_broadcast_json(std::cout, *result.broadcast);
+        else
+          cli::print_broadcast_text(std::cout, *result.broadcast);
+      }
+      return 0;
     }
   } catch (const CLI::ParseError& e) {
     return app.exit(e);

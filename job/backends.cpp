@@ -11,7 +11,7 @@
 #include <map>
 #include <sstream>
 
-#include "job/launcher.hpp"
+#include "job/backend.hpp"
 
 extern char** environ;
 
@@ -53,8 +53,11 @@ class ProcessBackend : public Backend {
     return exits;
   }
   int running() const override { return static_cast<int>(pids_.size()); }
+  // Each rank leads its own process group (set in the child and here, so
+  // neither order of fork's return races the other).
   void signal_all(int signo) override {
-    for (const auto& [pid, rank] : pids_) ::kill(pid, signo);
+    for (const auto& [pid, rank] : pids_)
+      if (::kill(-pid, signo) != 0) ::kill(pid, signo);
   }
 
  protected:
@@ -85,6 +88,7 @@ class ProcessBackend : public Backend {
         "gridbcast: cannot execute " + argv.at(0) + " for rank " + std::to_string(rank) + ": ";
 
     const pid_t parent = ::getpid();
+    const bool stdin_is_terminal = ::isatty(0) == 1;
     const pid_t pid = ::fork();
     if (pid < 0) {
       ::close(fds[0]);
@@ -92,6 +96,7 @@ class ProcessBackend : public Backend {
       throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
     }
     if (pid == 0) {
+      ::setpgid(0, 0);
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != parent) ::_exit(127);
       // Nothing of the launcher's crosses exec but the standard streams and the
@@ -103,7 +108,10 @@ class ProcessBackend : public Backend {
         ::dup2(fds[0], 0);
       } else {
         ::fcntl(fds[0], F_SETFD, 0);  // inherited across exec
-        if (rank != 0) {
+        // In a process group of its own a rank reading the terminal would be
+        // stopped (SIGTTIN): rank 0 keeps standard input only when it is a
+        // file or a pipe.
+        if (rank != 0 || stdin_is_terminal) {
           const int null = ::open("/dev/null", O_RDONLY);
           if (null >= 0 && null != 0) {
             ::dup2(null, 0);
@@ -116,6 +124,7 @@ class ProcessBackend : public Backend {
       [[maybe_unused]] auto n = ::write(2, msg.data(), msg.size());
       ::_exit(127);
     }
+    ::setpgid(pid, pid);  // EACCES once the child has exec'd: it did it itself
     ::close(fds[0]);
     const std::string line = secret_hex + "\n";
     [[maybe_unused]] auto n = ::write(fds[1], line.data(), line.size());
@@ -167,11 +176,22 @@ class SshBackend : public ProcessBackend {
   std::string name() const override { return "ssh"; }
   void start(int rank, const topology::Node& node, const Env& env,
              const std::string& secret) override {
+    const std::string host = node.host.empty() ? node.name : node.host;
+    // ssh reads a word starting with '-' as an option, wherever it stands
+    // before the host (e.g. -oProxyCommand=... runs a local command).
+    if (host.empty() || host[0] == '-' ||
+        host.find_first_of(" \t\r\n'\"\\;&|`$") != std::string::npos)
+      throw std::runtime_error("rank " + std::to_string(rank) + " (" + node.name + "): host \"" +
+                               host + "\" is not a host name ssh can be given");
     std::vector<std::string> argv = ssh_;
-    argv.push_back(node.host.empty() ? node.name : node.host);
-    argv.push_back("env");
-    for (const auto& [k, v] : env) argv.push_back(k + "=" + v);
-    argv.insert(argv.end(), command_.begin(), command_.end());
+    argv.push_back("--");
+    argv.push_back(host);
+    // ssh joins its arguments with spaces for the remote shell: one string,
+    // every word quoted, so arguments reach the program as they were given.
+    std::string remote = "exec env";
+    for (const auto& [k, v] : env) remote += " " + shell_quote(k + "=" + v);
+    for (const auto& a : command_) remote += " " + shell_quote(a);
+    argv.push_back(remote);
     spawn(rank, argv, {}, secret, SecretVia::kStdin);
   }
 
@@ -191,6 +211,18 @@ class ExternalBackend : public Backend {
 };
 
 }  // namespace
+
+std::string shell_quote(const std::string& word) {
+  std::string q = "'";
+  for (const char c : word) {
+    if (c == '\'') {
+      q += "'\\''";
+    } else {
+      q += c;
+    }
+  }
+  return q + "'";
+}
 
 std::unique_ptr<Backend> make_local_backend(std::string exe) {
   return make_local_backend(std::vector<std::string>{std::move(exe), "rank"});

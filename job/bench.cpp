@@ -149,17 +149,23 @@ class PointRunner {
     if (c_.size() == 1) bcast();  // nothing to time, but say what would run
 
     switch (spec_.method) {
-      case BenchMethod::kAck: run_ack(); break;
-      case BenchMethod::kBarrier: run_barrier(); break;
-      case BenchMethod::kRounds: run_rounds(); break;
+      case BenchMethod::kAck:
+        run_ack();
+        break;
+      case BenchMethod::kBarrier:
+        run_barrier();
+        break;
+      case BenchMethod::kRounds:
+        run_rounds();
+        break;
     }
 
     const bool ok = c_.rank() == root_ ||
                     runtime::matches_pattern(buffer_, bytes, spec_.largest_size(), spec_.seed);
     if (!ok)
       throw std::runtime_error("bench: rank " + std::to_string(c_.rank()) +
-                               "'s copy differs from the root's data after " + point_.used + " of " +
-                               std::to_string(bytes) + " bytes");
+                               "'s copy differs from the root's data after " + point_.used +
+                               " of " + std::to_string(bytes) + " bytes");
     sync_.step(1, true);  // every rank checked its copy
     point_.verified = true;
     return point_;
@@ -266,7 +272,8 @@ class PointRunner {
     }
     if (!is_root) return;
     for (int r = 0; r < c_.size(); ++r)
-      if (r != root_) point_.rank_us[static_cast<size_t>(r)] = mean(per_rank[static_cast<size_t>(r)]) * 1e6;
+      if (r != root_)
+        point_.rank_us[static_cast<size_t>(r)] = mean(per_rank[static_cast<size_t>(r)]) * 1e6;
     finish_series(slowest);
   }
 
@@ -310,9 +317,12 @@ std::string number(double v) {
 
 const char* bench_method_name(BenchMethod m) {
   switch (m) {
-    case BenchMethod::kAck: return "ack";
-    case BenchMethod::kBarrier: return "barrier";
-    case BenchMethod::kRounds: return "rounds";
+    case BenchMethod::kAck:
+      return "ack";
+    case BenchMethod::kBarrier:
+      return "barrier";
+    case BenchMethod::kRounds:
+      return "rounds";
   }
   return "?";
 }
@@ -325,9 +335,12 @@ BenchMethod parse_bench_method(const std::string& name) {
 
 const char* bench_stop_name(BenchStop s) {
   switch (s) {
-    case BenchStop::kStdev: return "stdev";
-    case BenchStop::kCap: return "cap";
-    case BenchStop::kTime: return "time";
+    case BenchStop::kStdev:
+      return "stdev";
+    case BenchStop::kCap:
+      return "cap";
+    case BenchStop::kTime:
+      return "time";
   }
   return "?";
 }
@@ -375,7 +388,9 @@ std::vector<double> others(const BenchPoint& p) {
 }
 }  // namespace
 
-double BenchPoint::avg_us() const { return mean(others(*this)); }
+double BenchPoint::avg_us() const {
+  return mean(others(*this));
+}
 
 double BenchPoint::min_us() const {
   const auto v = others(*this);
@@ -389,9 +404,9 @@ double BenchPoint::max_us() const {
 
 std::string BenchPoint::encode() const {
   std::ostringstream o;
-  o << algorithm << ' ' << used << ' ' << bytes << ' ' << root << ' ' << iterations << ' ' << number(rel_stdev)
-    << ' ' << bench_stop_name(stop) << ' ' << number(rtt_us) << ' ' << (verified ? 1 : 0) << ' '
-    << rank_us.size();
+  o << algorithm << ' ' << used << ' ' << bytes << ' ' << root << ' ' << iterations << ' '
+    << number(rel_stdev) << ' ' << bench_stop_name(stop) << ' ' << number(rtt_us) << ' '
+    << (verified ? 1 : 0) << ' ' << rank_us.size();
   for (double v : rank_us) o << ' ' << number(v);
   return o.str();
 }
@@ -402,9 +417,10 @@ BenchPoint BenchPoint::decode(const std::string& text) {
   std::string stop;
   int verified = 0;
   size_t n = 0;
-  in >> p.algorithm >> p.used >> p.bytes >> p.root >> p.iterations >> p.rel_stdev >> stop >> p.rtt_us >>
-      verified >> n;
-  if (!in || n > (1u << 20)) throw std::runtime_error("bench result is malformed: \"" + text + "\"");
+  in >> p.algorithm >> p.used >> p.bytes >> p.root >> p.iterations >> p.rel_stdev >> stop >>
+      p.rtt_us >> verified >> n;
+  if (!in || n > (1u << 20))
+    throw std::runtime_error("bench result is malformed: \"" + text + "\"");
   p.verified = verified == 1;
   p.stop = stop == "cap" ? BenchStop::kCap : stop == "time" ? BenchStop::kTime : BenchStop::kStdev;
   p.rank_us.resize(n);

@@ -39,15 +39,15 @@ struct BenchSpec {
   std::vector<std::uint64_t> sizes;
   std::vector<std::string> algorithms;  // registry names or "auto"
   BenchMethod method = BenchMethod::kAck;
-  int warmup = 1;               // untimed broadcasts before each series
-  int min_iterations = 5;       // samples per series before the stdev may stop it
-  int max_iterations = 100;     // the cap per series
+  int warmup = 1;            // untimed broadcasts before each series
+  int min_iterations = 5;    // samples per series before the stdev may stop it
+  int max_iterations = 100;  // the cap per series
   double target_rel_stdev = 0.03;
-  double max_seconds = 10;      // per point (algorithm x size), all series together
-  int rounds = 10;              // broadcasts per sample with the rounds method
-  std::uint64_t seed = 1;       // the root's data
+  double max_seconds = 10;  // per point (algorithm x size), all series together
+  int rounds = 10;          // broadcasts per sample with the rounds method
+  std::uint64_t seed = 1;   // the root's data
 
-  std::string encode() const;  // one line, for the control channel
+  std::string encode() const;                        // one line, for the control channel
   static BenchSpec decode(const std::string& text);  // throws std::runtime_error
   std::uint64_t largest_size() const;
 };
@@ -60,16 +60,16 @@ const char* bench_stop_name(BenchStop s);
 // the mean of that rank's samples (ack: OL_i; barrier: its own call; rounds:
 // one value for the whole job, stored for every non-root rank).
 struct BenchPoint {
-  std::string algorithm;   // as requested ("auto" included)
-  std::string used;        // what ran (auto resolved)
+  std::string algorithm;  // as requested ("auto" included)
+  std::string used;       // what ran (auto resolved)
   std::uint64_t bytes = 0;
   int root = 0;
-  std::vector<double> rank_us;  // per rank; the root's entry is 0
-  int iterations = 0;           // samples in the longest series
-  double rel_stdev = 0;         // the worst series' standard deviation / mean
+  std::vector<double> rank_us;         // per rank; the root's entry is 0
+  int iterations = 0;                  // samples in the longest series
+  double rel_stdev = 0;                // the worst series' standard deviation / mean
   BenchStop stop = BenchStop::kStdev;  // the worst series' reason
-  double rtt_us = 0;            // ack: the largest round trip subtracted (halved)
-  bool verified = false;        // every rank's copy matched the root's data
+  double rtt_us = 0;                   // ack: the largest round trip subtracted (halved)
+  bool verified = false;               // every rank's copy matched the root's data
 
   // Over the non-root ranks (a single rank: all 0).
   double avg_us() const;

@@ -1,42 +1,32 @@
 // The control channel between the launcher and its ranks: an authenticated TCP
-// connection (the lanes handshake, lane kControlLane) carrying small messages,
-// each a type and string fields:
-//   u32 total length | u32 field count | (u32 length, bytes) per field
-// Field 0 is the type. Internal to runtime.
+// connection (the lanes handshake, lane kControlLane) carrying the sealed
+// frames of job/protocol.hpp. Internal to job/ (Asio in the interface).
 #pragma once
 
+#include <memory>
 #include <string>
-#include <vector>
 
+#include "job/protocol.hpp"
 #include "lanes/net.hpp"
 
-namespace gridbcast::job {
+namespace gridbcast::job::control {
 
-struct Message {
-  std::vector<std::string> fields;  // fields[0] is the type
-  const std::string& type() const { return fields.at(0); }
-  const std::string& at(size_t i) const;  // throws a clear error when absent
+// One end of a control connection: the socket and its Sealer. Writes must not
+// overlap (one writer per socket), nor reads.
+struct Channel {
+  lanes::tcp::socket socket;
+  Sealer sealer;
+  Direction out;     // the direction of what this end sends
+  std::string peer;  // "the launcher", "rank 3 (a4)"
+
+  Direction in() const {
+    return out == Direction::kToRank ? Direction::kToLauncher : Direction::kToRank;
+  }
 };
 
-// Builds a message without an initializer_list (GCC 12 miscompiles those as
-// temporaries inside coroutines: "array used as initializer").
-template <typename... Fields>
-Message make_message(std::string type, Fields&&... fields) {
-  Message m;
-  m.fields.reserve(1 + sizeof...(fields));
-  m.fields.push_back(std::move(type));
-  (m.fields.push_back(std::string(std::forward<Fields>(fields))), ...);
-  return m;
-}
+asio::awaitable<void> send_body(Channel& c, const std::string& body);
+// The next frame's body, its tag checked. Throws lanes::NetworkError on end of
+// file or a socket error, ProtocolError on a frame over kMaxFrameBytes or a bad tag.
+asio::awaitable<std::string> receive_body(Channel& c);
 
-inline constexpr std::uint32_t kMaxControlMessage = 64u << 20;
-
-std::string encode_message(const Message& m);
-// Throws std::runtime_error on a malformed body.
-Message decode_message_body(const std::string& body);
-
-asio::awaitable<void> send_message(lanes::tcp::socket& s, const Message& m);
-// Throws lanes::NetworkError on EOF, errors, or an oversized message.
-asio::awaitable<Message> receive_message(lanes::tcp::socket& s, const std::string& peer);
-
-}  // namespace gridbcast::job
+}  // namespace gridbcast::job::control

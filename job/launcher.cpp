@@ -1,238 +1,328 @@
 #include "job/launcher.hpp"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <deque>
-#include <iomanip>
 #include <optional>
 #include <sstream>
+#include <variant>
 
 #include "job/control.hpp"
-#include "runtime/endpoints.hpp"
+#include "job/session.hpp"
 #include "runtime/event.hpp"
 #include "runtime/run_until.hpp"
-#include "topology/plan/format.hpp"
-#include "topology/plan/plan.hpp"
 #include "topology/simulate.hpp"
-#include "topology/units.hpp"
 
 namespace gridbcast::job {
 
 namespace {
 
 using lanes::Clock;
+using namespace std::chrono_literals;
 
-struct RankResult {
-  std::int64_t t0 = 0, t1 = 0;
-  std::string digest, algorithm;
-  std::uint64_t segment = 0, rejected = 0, peak_rss = 0, rss = 0;
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+std::string seconds_text(std::chrono::milliseconds ms) {
+  std::ostringstream o;
+  o << static_cast<double>(ms.count()) / 1000.0;
+  return o.str();
+}
+
+// Why the job failed, ranked: the headline is the most telling cause, earliest
+// first within a rank. A rank's own report explains its exit; a process that
+// died or stopped without a word explains what its peers report about it.
+enum class Cause {
+  kAbort = 0,     // MPI_Abort
+  kDeath = 1,     // a rank process died or exited before its time, unexplained
+  kSilence = 2,   // a rank sent nothing for the silence limit (stopped?)
+  kReported = 3,  // a rank's own error report
+  kOther = 4,     // what followed, or the launcher's own findings
 };
 
-// What the root of a bench job sends while the sweep runs, and at its end.
-const std::vector<std::string> kPointOrAlive{"point", "alive"};
-const std::vector<std::string> kDoneOrAlive{"bench_done", "alive"};
-
-struct IterationResult {
-  Iteration it;
-  double seconds = 0;
-  std::vector<RankResult> ranks;
+struct Failure {
+  Cause cause;
+  std::string what;
+  Clock::time_point when;
 };
+
+// Thrown inside the drivers to unwind once the job has failed.
+struct JobFailed {};
+
+struct RankState {
+  std::unique_ptr<control::Channel> channel;
+  std::deque<std::string> outbox;  // sealed when written, one writer
+  bool writing = false;
+  std::deque<control::ToLauncher> inbox;  // messages of substance, in order
+  Clock::time_point last_heard{};
+  std::optional<Clock::time_point> exited_ok;
+  bool exited = false;
+  bool closed = false;          // its control connection ended
+  bool finished = false;        // MPI_Finalize
+  bool reported_error = false;  // sent Error: its exit is explained
+  // The current broadcast, as the rank last reported it.
+  std::uint64_t bytes_in = 0, bytes_out = 0;
+  bool done = false;
+};
+
+class Launcher;
+
+struct BroadcastDriver {
+  asio::awaitable<void> run(Launcher& l);
+};
+struct BenchDriver {
+  asio::awaitable<void> run(Launcher& l);
+};
+struct ProgramDriver {
+  asio::awaitable<void> run(Launcher& l);
+};
+using Driver = std::variant<BroadcastDriver, BenchDriver, ProgramDriver>;
+
+Driver driver_for(JobKind kind) {
+  switch (kind) {
+    case JobKind::kBench:
+      return BenchDriver{};
+    case JobKind::kProgram:
+      return ProgramDriver{};
+    case JobKind::kBroadcast:
+      break;
+  }
+  return BroadcastDriver{};
+}
 
 class Launcher {
  public:
-  Launcher(const LaunchOptions& o, Backend& b, std::ostream& out, std::ostream& err)
+  Launcher(const LaunchOptions& o, Backend& b, std::ostream& err)
       : o_(o),
         backend_(b),
-        out_(out),
         err_(err),
         p_(o.grid.size()),
         ev_(io_.get_executor()),
         signals_(io_, SIGCHLD, SIGINT, SIGTERM),
-        sockets_(static_cast<size_t>(p_)),
-        inbox_(static_cast<size_t>(p_)),
-        finished_(static_cast<size_t>(p_), false),
-        exited_(static_cast<size_t>(p_)) {}
+        ranks_(static_cast<size_t>(p_)),
+        heartbeat_(heartbeat_interval(o.params.timeout_ms)) {}
 
-  int run();
+  LaunchResult run();
 
- private:
+  // --- for the drivers ---
+  const LaunchOptions& options() const { return o_; }
+  const JobParams& params() const { return o_.params; }
+  int size() const { return p_; }
+  RankState& rank(int r) { return ranks_[static_cast<size_t>(r)]; }
   std::string who(int r) const {
     const auto& n = o_.grid.nodes[static_cast<size_t>(r)];
     return "rank " + std::to_string(r) + " (" + n.name + ")";
   }
-  void fail(const std::string& what) {
-    failures_.push_back(what);
+  void fail(Cause c, const std::string& what) {
+    failures_.push_back({c, what, Clock::now()});
     ev_.notify_all();
   }
-  // A rank process that died is the likely root cause of what its peers report.
-  void fail_death(const std::string& what) {
-    if (death_failure_.empty()) death_failure_ = what;
-    fail(what);
-  }
   void check() const {
-    if (!failures_.empty()) throw std::runtime_error(failures_.front());
+    if (!failures_.empty()) throw JobFailed{};
   }
-  asio::awaitable<void> read_loop(int r);
-  asio::awaitable<Message> next(int r, const std::string& type, Clock::time_point deadline);
-  // The next message of r, which must be one of `types`.
-  // (`types` must outlive the call: GCC 12 miscompiles initializer lists in coroutines.)
-  asio::awaitable<Message> next_of(int r, const std::vector<std::string>& types,
-                                   Clock::time_point deadline);
-  asio::awaitable<void> send_all(const Message& m);
-  asio::awaitable<void> orchestrate();
-  asio::awaitable<void> run_program();
-  asio::awaitable<void> run_bench();
+  asio::awaitable<void> wait() { co_await ev_.wait(); }
+  void send(int r, const control::ToRank& m);
+  void send_all(const control::ToRank& m) {
+    for (int r = 0; r < p_; ++r) send(r, m);
+  }
+  // The next message of substance from r, which must be a T.
+  template <typename T>
+  asio::awaitable<T> next(int r);
+  asio::awaitable<control::ToLauncher> next_any(int r);
   asio::awaitable<void> finish();
-  bool program() const { return o_.params.program; }
-  bool bench() const { return !o_.params.bench.empty(); }
-  // A failed program-mode job exits with this status (the first failure's).
   void set_exit_code(int code) {
     if (exit_code_ == 0) exit_code_ = (code & 0xff) != 0 ? (code & 0xff) : 1;
   }
+  // The broadcast being watched for progress (-1: none).
+  void begin_broadcast(int iteration);
+  void end_broadcast() { broadcast_iteration_ = -1; }
+  bool finishing() const { return finishing_; }
+
+  LaunchResult result;
+
+ private:
+  asio::awaitable<void> rendezvous();
+  asio::awaitable<void> read_loop(int r);
+  asio::awaitable<void> write_loop(int r);
   asio::awaitable<void> watch_signals();
-  // On a terminal: a line that says how long the current broadcast has run and
-  // how many ranks hold the data, refreshed while it lasts over a second.
-  asio::awaitable<void> show_progress(int iteration, std::shared_ptr<bool> running);
-  void report(std::ostream& out) const;
+  asio::awaitable<void> watchdog();
+  void on_message(int r, control::ToLauncher m);
+  void report_progress();
   void stop_ranks();
+  std::chrono::milliseconds silence_limit() const;
 
   const LaunchOptions& o_;
   Backend& backend_;
-  std::ostream& out_;
   std::ostream& err_;
   const int p_;
   asio::io_context io_{1};
   runtime::Event ev_;
   // Installed before any rank starts, so no child's exit goes unnoticed.
   asio::signal_set signals_;
-  std::vector<std::unique_ptr<lanes::tcp::socket>> sockets_;
-  std::vector<std::deque<Message>> inbox_;
-  std::vector<std::string> failures_;
-  std::string death_failure_;  // the first rank process that died, if any
-  std::vector<IterationResult> results_;
-  std::uint64_t rejected_ = 0;
-  std::uint64_t peak_rss_ = 0;  // largest resident set of any rank
+  std::vector<RankState> ranks_;
+  std::optional<control::Sealer> sealer_proto_;
+  runtime::JobCredentials creds_;
+  std::chrono::milliseconds heartbeat_;
+  std::vector<Failure> failures_;
   bool finishing_ = false;
-  int done_seen_ = 0;  // "done" messages received, all iterations
-  std::string root_digest_;
-  // Program mode: who sent "finished", who exited cleanly and when, MPI_Abort.
-  std::vector<bool> finished_;
-  std::vector<std::optional<Clock::time_point>> exited_;
-  std::string abort_failure_;
+  bool joined_all_ = false;
+  Clock::time_point startup_deadline_{};
   int exit_code_ = 0;
+  // Progress of the current broadcast.
+  int broadcast_iteration_ = -1;
+  Clock::time_point broadcast_start_{}, last_change_{}, last_report_{};
+  std::uint64_t last_total_ = 0;
+  std::deque<std::pair<Clock::time_point, std::uint64_t>> held_samples_;
 };
 
-asio::awaitable<void> Launcher::read_loop(int r) {
-  auto& s = *sockets_[static_cast<size_t>(r)];
-  for (;;) {
-    auto [ec, msg] = co_await [&]() -> asio::awaitable<std::tuple<std::string, Message>> {
-      try {
-        co_return std::tuple<std::string, Message>{"", co_await receive_message(s, who(r))};
-      } catch (const std::exception& e) {
-        co_return std::tuple<std::string, Message>{e.what(), Message{}};
-      }
-    }();
-    if (!ec.empty()) {
-      if (finishing_ || finished_[static_cast<size_t>(r)]) co_return;
-      // A rank that died shows as a closed connection first; give SIGCHLD a
-      // moment so the report says how it died.
-      asio::steady_timer grace(io_, std::chrono::milliseconds(300));
-      co_await grace.async_wait(lanes::kAsTuple);
-      // A program's clean exit: wait for its SIGCHLD (up to 3 s more) to say so.
-      for (int i = 0; i < 30 && program() && !backend_.external() && failures_.empty() &&
-                      !exited_[static_cast<size_t>(r)];
-           ++i) {
-        grace.expires_after(std::chrono::milliseconds(100));
-        co_await grace.async_wait(lanes::kAsTuple);
-      }
-      if (program() && exited_[static_cast<size_t>(r)] && !finishing_) {
-        set_exit_code(1);
-        fail(who(r) + " exited with status 0 without calling MPI_Finalize");
-      } else if (!finishing_) {
-        fail(who(r) + " lost its control connection: " + ec);
-      }
-      co_return;
-    }
-    if (msg.type() == "error") {
-      fail(who(r) + " failed: " + msg.at(1));
-      co_return;
-    }
-    if (msg.type() == "abort") {
-      // MPI_Abort: reported first, whatever else the ending job brings.
-      const std::string why = msg.fields.size() > 2 && !msg.at(2).empty() ? ": " + msg.at(2) : "";
-      const std::string what = who(r) + " called MPI_Abort with error code " + msg.at(1) + why;
-      if (abort_failure_.empty()) abort_failure_ = what;
-      set_exit_code(std::atoi(msg.at(1).c_str()));
-      fail(what);
-      co_return;
-    }
-    if (msg.type() == "finished") finished_[static_cast<size_t>(r)] = true;
-    if (msg.type() == "done") ++done_seen_;
-    inbox_[static_cast<size_t>(r)].push_back(std::move(msg));
-    ev_.notify_all();
+void Launcher::send(int r, const control::ToRank& m) {
+  auto& st = rank(r);
+  if (!st.channel) return;
+  st.outbox.push_back(control::encode_body(m));
+  if (!st.writing) {
+    st.writing = true;
+    asio::co_spawn(io_, write_loop(r), asio::detached);
   }
 }
 
-asio::awaitable<Message> Launcher::next(int r, const std::string& type,
-                                        Clock::time_point deadline) {
-  std::vector<std::string> types;
-  types.push_back(type);
-  co_return co_await next_of(r, types, deadline);
+asio::awaitable<void> Launcher::write_loop(int r) {
+  auto& st = rank(r);
+  while (!st.outbox.empty() && st.channel) {
+    std::string body = std::move(st.outbox.front());
+    st.outbox.pop_front();
+    try {
+      co_await control::send_body(*st.channel, body);
+    } catch (const std::exception& e) {
+      if (!finishing_ && !st.exited)
+        fail(Cause::kOther, "cannot reach " + who(r) + " on its control connection: " + e.what());
+      st.outbox.clear();
+    }
+  }
+  st.writing = false;
 }
 
-asio::awaitable<Message> Launcher::next_of(int r, const std::vector<std::string>& types,
-                                           Clock::time_point deadline) {
-  asio::steady_timer timer(io_, deadline);
-  timer.async_wait([this](asio::error_code ec) {
-    if (!ec) ev_.notify_all();
-  });
-  auto& box = inbox_[static_cast<size_t>(r)];
+template <typename T>
+asio::awaitable<T> Launcher::next(int r) {
+  control::ToLauncher m = co_await next_any(r);
+  if (auto* t = std::get_if<T>(&m)) co_return std::move(*t);
+  fail(Cause::kOther, who(r) + " sent " + control::name_of(m) + " where " +
+                          control::name_of(control::ToLauncher{T{}}) + " was expected");
+  throw JobFailed{};
+}
+
+asio::awaitable<control::ToLauncher> Launcher::next_any(int r) {
+  auto& box = rank(r).inbox;
   while (box.empty()) {
     check();
-    if (Clock::now() >= deadline)
-      throw std::runtime_error(who(r) + " did not report \"" + types.front() +
-                               "\" in time (stalled?)");
     co_await ev_.wait();
   }
-  Message m = std::move(box.front());
+  check();
+  control::ToLauncher m = std::move(box.front());
   box.pop_front();
-  if (std::find(types.begin(), types.end(), m.type()) == types.end())
-    throw std::runtime_error(who(r) + " sent \"" + m.type() + "\" where \"" + types.front() +
-                             "\" was expected");
   co_return m;
 }
 
-asio::awaitable<void> Launcher::send_all(const Message& m) {
-  for (int r = 0; r < p_; ++r) co_await send_message(*sockets_[static_cast<size_t>(r)], m);
+std::chrono::milliseconds Launcher::silence_limit() const {
+  const std::int64_t timeout = o_.params.timeout_ms;
+  std::int64_t ms = timeout > 0 ? timeout : o_.program_silence_ms;
+  if (!o_.params.program() && timeout <= 0) ms = o_.program_silence_ms;
+  // Allow two heartbeats to be late, whatever the timeout.
+  return std::chrono::milliseconds(ms) + 2 * heartbeat_;
 }
 
-asio::awaitable<void> Launcher::show_progress(int iteration, std::shared_ptr<bool> running) {
-  const int done_before = done_seen_;
-  const auto start = Clock::now();
-  asio::steady_timer tick(io_);
-  bool shown = false;
-  for (;;) {
-    tick.expires_after(std::chrono::milliseconds(500));
-    co_await tick.async_wait(lanes::kAsTuple);
-    if (!*running || finishing_) break;
-    const double s = std::chrono::duration<double>(Clock::now() - start).count();
-    if (s < 1) continue;
-    std::ostringstream line;
-    line << "\r  ";
-    if (o_.params.iterations > 1)
-      line << "iteration " << (iteration + 1) << "/" << o_.params.iterations << ": ";
-    line << "broadcasting "
-         << topology::format_bytes(iteration_at(o_.params, iteration, o_.grid).size) << ", "
-         << std::fixed << std::setprecision(1) << s << " s, " << (done_seen_ - done_before)
-         << " of " << p_ << " ranks hold the data ";
-    err_ << line.str() << std::flush;
-    shown = true;
+void Launcher::begin_broadcast(int iteration) {
+  broadcast_iteration_ = iteration;
+  broadcast_start_ = last_change_ = last_report_ = Clock::now();
+  last_total_ = 0;
+  held_samples_.clear();
+  for (auto& st : ranks_) {
+    st.bytes_in = st.bytes_out = 0;
+    st.done = false;
   }
-  // Leave the line to what follows it (the next iteration's or the summary).
-  if (shown && o_.params.iterations <= 1)
-    err_ << "\r" << std::string(72, ' ') << "\r" << std::flush;
+}
+
+void Launcher::on_message(int r, control::ToLauncher m) {
+  auto& st = rank(r);
+  st.last_heard = Clock::now();
+  if (std::holds_alternative<control::Alive>(m)) return;
+  if (auto* p = std::get_if<control::Progress>(&m)) {
+    if (p->iteration == broadcast_iteration_ && !st.done) {
+      st.bytes_in = p->bytes_in;
+      st.bytes_out = p->bytes_out;
+    }
+    return;
+  }
+  if (auto* e = std::get_if<control::Error>(&m)) {
+    st.reported_error = true;
+    fail(Cause::kReported, who(r) + " failed: " + e->what);
+    return;
+  }
+  if (auto* a = std::get_if<control::Abort>(&m)) {
+    set_exit_code(a->code);
+    fail(Cause::kAbort, who(r) + " called MPI_Abort with error code " + std::to_string(a->code) +
+                            (a->why.empty() ? "" : ": " + a->why));
+    return;
+  }
+  if (std::holds_alternative<control::Finished>(m)) {
+    st.finished = true;
+    ev_.notify_all();
+    return;
+  }
+  if (auto* d = std::get_if<control::Done>(&m); d && d->iteration == broadcast_iteration_) {
+    st.done = true;
+  }
+  // What the drivers consume comes in order and one at a time per phase: a
+  // rank that sends more than a few unasked is refused, not queued forever.
+  if (st.inbox.size() >= 64) {
+    fail(Cause::kOther, who(r) + " sent " + std::to_string(st.inbox.size()) +
+                            " control messages nobody asked for");
+    return;
+  }
+  st.inbox.push_back(std::move(m));
+  ev_.notify_all();
+}
+
+asio::awaitable<void> Launcher::read_loop(int r) {
+  auto& st = rank(r);
+  struct Closed {
+    RankState& st;
+    runtime::Event& ev;
+    ~Closed() {
+      st.closed = true;
+      ev.notify_all();
+    }
+  } closed{st, ev_};
+  for (;;) {
+    std::string error;
+    try {
+      const std::string body = co_await control::receive_body(*st.channel);
+      on_message(r, control::decode_to_launcher(body));
+      continue;
+    } catch (const control::ProtocolError& e) {
+      if (!finishing_) fail(Cause::kOther, who(r) + " sent a bad control message: " + e.what());
+      co_return;
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    if (finishing_ || st.finished || st.reported_error || !failures_.empty()) co_return;
+    // A rank that died shows as a closed connection first; give SIGCHLD a
+    // moment so the report says how it died.
+    asio::steady_timer grace(io_);
+    for (int i = 0; i < 30 && !backend_.external() && !st.exited && failures_.empty(); ++i) {
+      grace.expires_after(100ms);
+      co_await grace.async_wait(lanes::kAsTuple);
+    }
+    if (finishing_ || !failures_.empty()) co_return;
+    if (st.exited_ok && o_.params.program())
+      fail(Cause::kDeath, who(r) + " exited with status 0 without calling MPI_Finalize");
+    else if (!st.exited)
+      fail(Cause::kDeath, who(r) + " closed its control connection: " + error);
+    co_return;
+  }
 }
 
 asio::awaitable<void> Launcher::watch_signals() {
@@ -240,189 +330,280 @@ asio::awaitable<void> Launcher::watch_signals() {
     auto [ec, signo] = co_await signals_.async_wait(lanes::kAsTuple);
     if (ec) co_return;
     if (signo == SIGINT || signo == SIGTERM) {
-      fail(std::string("interrupted by ") + (signo == SIGINT ? "SIGINT" : "SIGTERM"));
+      fail(Cause::kOther,
+           std::string("interrupted by ") + (signo == SIGINT ? "SIGINT" : "SIGTERM"));
       continue;
     }
     for (const auto& e : backend_.reap()) {
-      if (program()) {
-        if (!e.success) {
-          set_exit_code(e.code > 0 ? e.code : 1);
-          fail(who(e.rank) + " " + e.status);
-        } else {
-          exited_[static_cast<size_t>(e.rank)] = Clock::now();  // judged by run_program()
-        }
+      auto& st = rank(e.rank);
+      st.exited = true;
+      if (!st.channel) {
+        // It never joined: say so now, not when the start-up time runs out.
+        set_exit_code(e.code > 0 ? e.code : 1);
+        fail(Cause::kDeath,
+             who(e.rank) + " " + e.status + " before joining the job" +
+                 (o_.params.program() ? " (a program under 'gridbcast launch --' must call "
+                                        "MPI_Init; was it built with gridbcast-cc?)"
+                                      : ""));
         continue;
       }
-      if (!finishing_ || !e.success) fail_death(who(e.rank) + " " + e.status);
+      if (e.success) {
+        st.exited_ok = Clock::now();
+        if (!o_.params.program() && !finishing_)
+          fail(Cause::kDeath, who(e.rank) + " " + e.status + " before the job ended");
+        continue;
+      }
+      if (o_.params.program()) set_exit_code(e.code > 0 ? e.code : 1);
+      if (!finishing_ || !e.success)
+        fail(st.reported_error ? Cause::kOther : Cause::kDeath, who(e.rank) + " " + e.status);
     }
     ev_.notify_all();
-    if (finishing_ && backend_.running() == 0) co_return;
   }
 }
 
-asio::awaitable<void> Launcher::orchestrate() {
-  const auto& params = o_.params;
-  const auto startup = Clock::now() + std::chrono::milliseconds(o_.startup_timeout_ms);
-  while (true) {
-    check();
-    std::vector<int> missing;
-    for (int r = 0; r < p_; ++r)
-      if (!sockets_[static_cast<size_t>(r)]) missing.push_back(r);
-    if (missing.empty()) break;
-    if (Clock::now() >= startup) {
+// Four times a second: the start-up deadline, ranks that went silent, a
+// broadcast that stopped moving, and the progress report.
+asio::awaitable<void> Launcher::watchdog() {
+  asio::steady_timer tick(io_);
+  for (;;) {
+    tick.expires_after(250ms);
+    auto [ec] = co_await tick.async_wait(lanes::kAsTuple);
+    if (ec || finishing_) co_return;
+    const auto now = Clock::now();
+    if (!joined_all_ && now >= startup_deadline_) {
+      std::vector<int> missing;
+      for (int r = 0; r < p_; ++r)
+        if (!rank(r).channel) missing.push_back(r);
       std::string list;
       for (size_t i = 0; i < missing.size() && i < 8; ++i)
         list += (i ? ", " : "") + who(missing[i]);
       if (missing.size() > 8) list += ", ...";
-      throw std::runtime_error(std::to_string(missing.size()) + " rank(s) did not connect within " +
-                               std::to_string(o_.startup_timeout_ms / 1000) + " s: " + list);
+      if (!missing.empty())
+        fail(Cause::kOther, std::to_string(missing.size()) + " rank(s) did not connect within " +
+                                std::to_string(o_.startup_timeout_ms / 1000) + " s: " + list);
     }
-    asio::steady_timer t(io_, std::min(startup, Clock::now() + std::chrono::milliseconds(200)));
-    t.async_wait([this](asio::error_code) { ev_.notify_all(); });
+    const auto limit = silence_limit();
+    for (int r = 0; r < p_; ++r) {
+      auto& st = rank(r);
+      if (!st.channel || st.exited || st.finished || st.reported_error) continue;
+      if (now - st.last_heard > limit) {
+        fail(Cause::kSilence, who(r) + " sent nothing for " + seconds_text(limit) +
+                                  " s (heartbeats are due every " + seconds_text(heartbeat_) +
+                                  " s): stopped, overloaded, or its host or network is down");
+        st.last_heard = now;  // once
+      }
+    }
+    if (broadcast_iteration_ >= 0) {
+      std::uint64_t total = 0;
+      for (const auto& st : ranks_) total += st.bytes_in + st.bytes_out + (st.done ? 1 : 0);
+      if (total != last_total_) {
+        last_total_ = total;
+        last_change_ = now;
+      }
+      // The ranks' own deadlines (no data from a peer for --timeout) name the
+      // peer; this one, a little later, catches what they cannot see.
+      const auto stall = std::chrono::milliseconds(o_.params.timeout_ms) + 4 * heartbeat_;
+      if (o_.params.timeout_ms > 0 && now - last_change_ > stall) {
+        std::string waiting;
+        int n = 0;
+        for (int r = 0; r < p_; ++r)
+          if (!rank(r).done && n++ < 8) waiting += (n > 1 ? ", " : "") + who(r);
+        fail(Cause::kOther, "no rank moved a byte for " + seconds_text(stall) + " s in iteration " +
+                                std::to_string(broadcast_iteration_) + "; waiting for " + waiting);
+        last_change_ = now;
+      }
+      if (o_.on_progress && now - last_report_ >= 1s && now - broadcast_start_ >= 1s) {
+        last_report_ = now;
+        report_progress();
+      }
+    }
+  }
+}
+
+void Launcher::report_progress() {
+  const auto now = Clock::now();
+  const Iteration it = iteration_at(o_.params, broadcast_iteration_, o_.grid);
+  ProgressSample s;
+  s.iteration = broadcast_iteration_;
+  s.iterations = o_.params.iterations;
+  s.elapsed_s = seconds_between(broadcast_start_, now);
+  s.ranks = p_;
+  s.bytes_total = it.size * static_cast<std::uint64_t>(p_ - 1);
+  for (int r = 0; r < p_; ++r) {
+    const auto& st = rank(r);
+    if (st.done) ++s.ranks_done;
+    if (r != it.root) s.bytes_held += st.done ? it.size : std::min(st.bytes_in, it.size);
+  }
+  held_samples_.emplace_back(now, s.bytes_held);
+  while (held_samples_.size() > 2 && now - held_samples_.front().first > 5s)
+    held_samples_.pop_front();
+  const auto& [t0, b0] = held_samples_.front();
+  const double dt = seconds_between(t0, now);
+  if (dt > 0 && s.bytes_held >= b0)
+    s.rate_bytes_per_s = static_cast<double>(s.bytes_held - b0) / dt;
+  if (s.rate_bytes_per_s > 0)
+    s.eta_s = static_cast<double>(s.bytes_total - std::min(s.bytes_total, s.bytes_held)) /
+              s.rate_bytes_per_s;
+  o_.on_progress(s);
+}
+
+asio::awaitable<void> Launcher::rendezvous() {
+  // Every rank connects (each is sent Config as it does), reports its ports,
+  // and gets the table of all.
+  while (true) {
+    check();
+    bool all = true;
+    for (int r = 0; r < p_; ++r) all = all && rank(r).channel != nullptr;
+    if (all) break;
     co_await ev_.wait();
   }
-
-  Message config = make_message("config", o_.yaml_text, o_.grid.source);
-  for (auto& f : params.to_fields()) config.fields.push_back(f);
-  co_await send_all(config);
-  Message table = make_message("table");
+  joined_all_ = true;
+  control::Table table;
+  table.ports.resize(static_cast<size_t>(p_));
   for (int r = 0; r < p_; ++r) {
-    const Message m = co_await next(r, "endpoints", startup);
-    table.fields.push_back(m.at(1));
-    table.fields.push_back(m.at(2));
+    const auto e = co_await next<control::Endpoints>(r);
+    table.ports[static_cast<size_t>(r)] = e.ports;
   }
-  co_await send_all(table);
-  if (program()) co_return co_await run_program();
-  if (bench()) co_return co_await run_bench();
-
-  // While a broadcast runs the ranks enforce their own progress deadline; the
-  // launcher allows that much again before calling a silent rank stalled.
-  const auto patience = std::chrono::milliseconds(params.timeout_ms) * 2 + std::chrono::seconds(5);
-  for (int i = 0; i < params.iterations; ++i) {
-    IterationResult res;
-    res.it = iteration_at(params, i, o_.grid);
-    res.ranks.resize(static_cast<size_t>(p_));
-    for (int r = 0; r < p_; ++r) co_await next(r, "ready", Clock::now() + patience);
-    co_await send_all(make_message("go", std::to_string(i)));
-    auto running = std::make_shared<bool>(true);
-    if (o_.progress && !o_.json) asio::co_spawn(io_, show_progress(i, running), asio::detached);
-    struct Stop {
-      std::shared_ptr<bool> flag;
-      ~Stop() { *flag = false; }
-    } stop_progress{running};
-    for (int r = 0; r < p_; ++r) {
-      const Message m = co_await next(r, "done", Clock::now() + patience);
-      auto& rr = res.ranks[static_cast<size_t>(r)];
-      rr.t0 = std::stoll(m.at(2));
-      rr.t1 = std::stoll(m.at(3));
-      rr.digest = m.at(4);
-      rr.algorithm = m.at(5);
-      rr.segment = std::stoull(m.at(6));
-      rr.rejected = std::stoull(m.at(7));
-      rr.peak_rss = std::stoull(m.at(8));
-      rr.rss = std::stoull(m.at(9));
-    }
-    const auto& root = res.ranks[static_cast<size_t>(res.it.root)];
-    std::int64_t end = root.t0;
-    for (int r = 0; r < p_; ++r) {
-      const auto& rr = res.ranks[static_cast<size_t>(r)];
-      end = std::max(end, rr.t1);
-      if (params.verify && rr.digest != root.digest)
-        throw std::runtime_error(who(r) + " holds a copy whose SHA-256 " + rr.digest +
-                                 " differs from the root's " + root.digest + " (iteration " +
-                                 std::to_string(i) + ")");
-    }
-    *running = false;
-    res.seconds = static_cast<double>(end - root.t0) * 1e-9;
-    root_digest_ = root.digest;
-    results_.push_back(std::move(res));
-    if (o_.progress && !o_.json && params.iterations > 1)
-      err_ << "\r  iteration " << (i + 1) << "/" << params.iterations << std::string(40, ' ')
-           << std::flush;
-  }
-  if (o_.progress && !o_.json && params.iterations > 1) err_ << "\n";
-  // Each rank reports the connections it has rejected so far: the job's count
-  // is their sum.
-  rejected_ = 0;
-  for (const auto& rr : results_.back().ranks) {
-    rejected_ += rr.rejected;
-    peak_rss_ = std::max(peak_rss_, rr.peak_rss);
-  }
-  co_await finish();
+  send_all(table);
 }
 
 // Tells every rank to exit and waits for them to do so on their own.
 asio::awaitable<void> Launcher::finish() {
   finishing_ = true;
-  co_await send_all(make_message("exit"));
-  // Wait for the ranks to exit on their own.
-  const auto deadline = Clock::now() + std::chrono::seconds(10);
-  while (backend_.running() > 0 && Clock::now() < deadline) {
+  send_all(control::Exit{});
+  const auto deadline = Clock::now() + 10s;
+  asio::steady_timer t(io_);
+  // Exit is written before anything ends (external ranks have nothing else to go by).
+  const auto writing = [this] {
+    return std::any_of(ranks_.begin(), ranks_.end(),
+                       [](const RankState& st) { return st.writing; });
+  };
+  while ((backend_.running() > 0 || writing()) && Clock::now() < deadline) {
     check();
-    asio::steady_timer t(io_, std::chrono::milliseconds(50));
-    co_await t.async_wait(asio::use_awaitable);
+    t.expires_after(50ms);
+    co_await t.async_wait(lanes::kAsTuple);
     for (const auto& e : backend_.reap())
-      if (!e.success) fail_death(who(e.rank) + " " + e.status);
+      if (!e.success) fail(Cause::kDeath, who(e.rank) + " " + e.status + " while exiting");
   }
   check();
 }
 
-// Bench mode after the rendezvous: the root reports each point as it
-// completes, then every rank says it is done.
-asio::awaitable<void> Launcher::run_bench() {
-  const auto& params = o_.params;
-  const BenchSpec spec = BenchSpec::decode(params.bench);
-  // Between samples the root says it is alive (about once a second), so a
-  // stalled root is noticed after one sample's worth of broadcasts, bounded from
-  // a generous estimate of the slowest algorithm, plus the ranks' own patience.
-  const double slow_bcast =
-      std::max(1.0, 30 * topology::lower_bound_seconds(o_.grid, params.root, spec.largest_size()));
-  const auto per_sample = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>((std::max(spec.warmup, spec.rounds) + 2) * slow_bcast));
-  const auto patience = std::chrono::milliseconds(params.timeout_ms) * 2 + std::chrono::seconds(5);
-  const size_t points = spec.sizes.size() * spec.algorithms.size();
-  LaunchOptions::BenchOutcome outcome;
-  while (outcome.points.size() < points) {
-    Message m = co_await next_of(params.root, kPointOrAlive, Clock::now() + per_sample + patience);
-    if (m.type() == "alive") continue;
-    BenchPoint p = BenchPoint::decode(m.at(1));
-    if (o_.on_bench_point) o_.on_bench_point(p);
-    outcome.points.push_back(std::move(p));
+asio::awaitable<void> BroadcastDriver::run(Launcher& l) {
+  const auto& params = l.params();
+  const auto& grid = l.options().grid;
+  const int p = l.size();
+  BroadcastSummary sum;
+  std::vector<control::Done> last(static_cast<size_t>(p));
+  for (int i = 0; i < params.iterations; ++i) {
+    const Iteration it = iteration_at(params, i, grid);
+    for (int r = 0; r < p; ++r) {
+      const auto ready = co_await l.next<control::Ready>(r);
+      if (ready.iteration != i) {
+        l.fail(Cause::kOther, l.who(r) + " is ready for iteration " +
+                                  std::to_string(ready.iteration) + " while the job is at " +
+                                  std::to_string(i));
+        l.check();
+      }
+    }
+    l.begin_broadcast(i);
+    l.send_all(control::Go{i});
+    for (int r = 0; r < p; ++r) {
+      auto d = co_await l.next<control::Done>(r);
+      if (d.iteration != i) {
+        l.fail(Cause::kOther, l.who(r) + " reported iteration " + std::to_string(d.iteration) +
+                                  " done while the job is at " + std::to_string(i));
+        l.check();
+      }
+      last[static_cast<size_t>(r)] = std::move(d);
+    }
+    l.end_broadcast();
+    const auto& root = last[static_cast<size_t>(it.root)];
+    std::int64_t end = root.t0_ns;
+    IterationSummary is{it.root, it.size, root.algorithm, 0, 0};
+    for (int r = 0; r < p; ++r) {
+      const auto& d = last[static_cast<size_t>(r)];
+      end = std::max(end, d.t1_ns);
+      is.max_rss_bytes = std::max(is.max_rss_bytes, d.rss);
+      if (params.verify && d.sha256 != root.sha256) {
+        l.fail(Cause::kOther, l.who(r) + " holds a copy whose SHA-256 " + d.sha256 +
+                                  " differs from the root's " + root.sha256 + " (iteration " +
+                                  std::to_string(i) + ")");
+        l.check();
+      }
+    }
+    is.seconds = static_cast<double>(end - root.t0_ns) * 1e-9;
+    sum.iterations.push_back(is);
+    sum.sha256 = root.sha256;
   }
-  // Ticks sent after the last point may still be queued.
-  for (int r = 0; r < p_; ++r) {
-    Message m = co_await next_of(r, kDoneOrAlive, Clock::now() + patience);
-    while (m.type() == "alive") m = co_await next_of(r, kDoneOrAlive, Clock::now() + patience);
-    outcome.rejected_connections += std::stoull(m.at(1));
-    outcome.peak_rss_bytes = std::max<std::uint64_t>(outcome.peak_rss_bytes, std::stoull(m.at(2)));
+  const auto& li = sum.iterations.back();
+  sum.algorithm = li.algorithm;
+  sum.ranks = p;
+  sum.sites = static_cast<int>(grid.sites.size());
+  sum.bytes = li.bytes;
+  sum.root = li.root;
+  sum.segment_bytes = last[0].segment_bytes;
+  sum.lower_bound_seconds = topology::lower_bound_seconds(grid, li.root, li.bytes);
+  sum.verified = params.verify;
+  const auto t0 = last[static_cast<size_t>(li.root)].t0_ns;
+  sum.slowest_per_site.resize(grid.sites.size());
+  for (int r = 0; r < p; ++r) {
+    const auto& d = last[static_cast<size_t>(r)];
+    // Each rank reports the connections it has rejected so far: the job's
+    // count is their sum.
+    sum.rejected_connections += d.rejected;
+    sum.peak_rss_bytes = std::max(sum.peak_rss_bytes, d.peak_rss);
+    const double s = static_cast<double>(d.t1_ns - t0) * 1e-9;
+    const int site = grid.site_of(r);
+    auto& sl = sum.slowest_per_site[static_cast<size_t>(site)];
+    if (sl.rank < 0 || s > sl.seconds)
+      sl = {grid.sites[static_cast<size_t>(site)].name, r, grid.nodes[static_cast<size_t>(r)].name,
+            s};
+    if (!d.path.empty()) sum.copies.push_back({r, grid.nodes[static_cast<size_t>(r)].name, d.path});
   }
-  if (o_.bench_outcome) *o_.bench_outcome = std::move(outcome);
-  co_await finish();
+  co_await l.finish();
+  l.result.broadcast = std::move(sum);
 }
 
-// Program mode after the rendezvous: the ranks run the program; wait until
-// every rank has called MPI_Finalize ("finished") and exited, with no deadline.
-asio::awaitable<void> Launcher::run_program() {
+asio::awaitable<void> BenchDriver::run(Launcher& l) {
+  const auto& params = l.params();
+  const BenchSpec spec = BenchSpec::decode(params.bench);
+  const size_t points = spec.sizes.size() * spec.algorithms.size();
+  BenchOutcome outcome;
+  while (outcome.points.size() < points) {
+    const auto m = co_await l.next<control::Point>(params.root);
+    BenchPoint p = BenchPoint::decode(m.encoded);
+    if (l.options().on_bench_point) l.options().on_bench_point(p);
+    outcome.points.push_back(std::move(p));
+  }
+  for (int r = 0; r < l.size(); ++r) {
+    const auto d = co_await l.next<control::BenchDone>(r);
+    outcome.rejected_connections += d.rejected;
+    outcome.peak_rss_bytes = std::max(outcome.peak_rss_bytes, d.peak_rss);
+  }
+  co_await l.finish();
+  l.result.bench = std::move(outcome);
+}
+
+// The ranks run the program: wait until every rank has called MPI_Finalize
+// (Finished) and exited. No deadline on the program's own time; silence,
+// deaths, aborts and errors end the job.
+asio::awaitable<void> ProgramDriver::run(Launcher& l) {
   for (;;) {
-    check();
+    l.check();
     bool all = true;
-    for (int r = 0; r < p_; ++r) {
-      const auto i = static_cast<size_t>(r);
-      const bool gone = backend_.external() || exited_[i].has_value();
-      all = all && finished_[i] && gone;
-      // A clean exit without MPI_Finalize; allow its last message time to arrive.
-      if (exited_[i] && !finished_[i] &&
-          Clock::now() > *exited_[i] + std::chrono::milliseconds(500)) {
-        set_exit_code(1);
-        fail(who(r) + " exited with status 0 without calling MPI_Finalize");
+    for (int r = 0; r < l.size(); ++r) {
+      auto& st = l.rank(r);
+      all = all && st.finished && (st.exited || st.closed);
+      // A clean exit without MPI_Finalize; its last message may still be on the way.
+      if (st.exited_ok && !st.finished && Clock::now() > *st.exited_ok + 500ms) {
+        l.set_exit_code(1);
+        l.fail(Cause::kDeath, l.who(r) + " exited with status 0 without calling MPI_Finalize");
       }
     }
     if (all) break;
-    asio::steady_timer t(io_, std::chrono::milliseconds(200));
-    t.async_wait([this](asio::error_code) { ev_.notify_all(); });
-    co_await ev_.wait();
+    co_await l.wait();
   }
-  finishing_ = true;
+  co_await l.finish();
 }
 
 void Launcher::stop_ranks() {
@@ -432,125 +613,61 @@ void Launcher::stop_ranks() {
     ::usleep(100'000);
     for (const auto& e : backend_.reap()) (void)e;
   }
+  backend_.signal_all(SIGKILL);  // what the ranks started, if they left it behind
 }
 
-std::string fmt_seconds(double s) {
-  std::ostringstream o;
-  o << std::fixed << std::setprecision(s < 0.01 ? 6 : 4) << s;
-  return o.str();
-}
-
-void Launcher::report(std::ostream& out) const {
-  const auto& g = o_.grid;
-  std::vector<double> times;
-  for (const auto& r : results_) times.push_back(r.seconds);
-  std::vector<double> sorted = times;
-  std::sort(sorted.begin(), sorted.end());
-  const double median = sorted[sorted.size() / 2];
-  const auto& last = results_.back();
-  const std::uint64_t bytes = last.it.size;
-  const double lb = topology::lower_bound_seconds(g, last.it.root, bytes);
-  const double bw = median > 0 ? static_cast<double>(bytes) / median : 0;
-  // Slowest rank per site, in the last iteration.
-  struct Slow {
-    int rank = -1;
-    double seconds = 0;
-  };
-  std::vector<Slow> slow(g.sites.size());
-  const auto t0 = last.ranks[static_cast<size_t>(last.it.root)].t0;
-  for (int r = 0; r < p_; ++r) {
-    const double s = static_cast<double>(last.ranks[static_cast<size_t>(r)].t1 - t0) * 1e-9;
-    auto& sl = slow[static_cast<size_t>(g.site_of(r))];
-    if (sl.rank < 0 || s > sl.seconds) sl = {r, s};
+LaunchResult Launcher::run() {
+  creds_ = runtime::new_credentials();
+  // External ranks must share the secret: take it from the environment then.
+  if (const char* s = std::getenv("GRIDBCAST_SECRET"); s && *s) {
+    creds_.secret = runtime::from_hex(s);
+    ::unsetenv("GRIDBCAST_SECRET");
+    if (creds_.secret.size() < 16) {
+      result.status = 1;
+      result.failure = "GRIDBCAST_SECRET has " + std::to_string(creds_.secret.size() * 8) +
+                       " bits; at least 128 are needed (e.g. `openssl rand -hex 32`)";
+      return std::move(result);
+    }
   }
-  const std::string algo = last.ranks[static_cast<size_t>(last.it.root)].algorithm;
-  if (o_.json) {
-    out << "{\"algorithm\": \"" << algo << "\", \"ranks\": " << p_
-        << ", \"sites\": " << g.sites.size() << ", \"bytes\": " << bytes
-        << ", \"root\": " << last.it.root << ", \"iterations\": " << results_.size()
-        << ", \"segment_bytes\": " << last.ranks[0].segment
-        << ", \"seconds\": {\"min\": " << sorted.front() << ", \"median\": " << median
-        << ", \"max\": " << sorted.back() << "}, \"bandwidth_bytes_per_second\": " << bw
-        << ", \"lower_bound_seconds\": " << lb
-        << ", \"ratio_to_lower_bound\": " << (lb > 0 ? median / lb : 0)
-        << ", \"verified\": " << (o_.params.verify ? "true" : "false") << ", \"sha256\": \""
-        << root_digest_ << "\", \"rejected_connections\": " << rejected_
-        << ", \"peak_rss_bytes\": " << peak_rss_ << ", \"slowest_per_site\": [";
-    for (size_t s = 0; s < slow.size(); ++s)
-      out << (s ? ", " : "") << "{\"site\": \"" << topology::json_escape(g.sites[s].name)
-          << "\", \"rank\": " << slow[s].rank << ", \"node\": \""
-          << topology::json_escape(g.nodes[static_cast<size_t>(slow[s].rank)].name)
-          << "\", \"seconds\": " << slow[s].seconds << "}";
-    out << "], \"per_iteration\": [";
-    for (size_t i = 0; i < results_.size(); ++i)
-      out << (i ? ", " : "") << "{\"root\": " << results_[i].it.root
-          << ", \"bytes\": " << results_[i].it.size << ", \"algorithm\": \""
-          << results_[i].ranks[static_cast<size_t>(results_[i].it.root)].algorithm
-          << "\", \"seconds\": " << results_[i].seconds << ", \"max_rss_bytes\": "
-          << std::max_element(
-                 results_[i].ranks.begin(), results_[i].ranks.end(),
-                 [](const RankResult& a, const RankResult& b) { return a.rss < b.rss; })
-                 ->rss
-          << "}";
-    out << "]}\n";
-    return;
-  }
-  out << "gridbcast launch: " << algo << ", " << p_ << " ranks in " << g.sites.size()
-      << " site(s), " << topology::format_bytes(bytes) << " from rank " << last.it.root << ", "
-      << results_.size() << " iteration(s), segment "
-      << topology::format_bytes(last.ranks[0].segment) << "\n";
-  out << "  time until the last rank holds the data: " << fmt_seconds(median) << " s";
-  if (results_.size() > 1)
-    out << " (median; min " << fmt_seconds(sorted.front()) << ", max " << fmt_seconds(sorted.back())
-        << ")";
-  out << "\n  effective bandwidth: " << topology::format_bandwidth(bw * 8) << " (" << std::fixed
-      << std::setprecision(1) << bw / (1 << 20) << " MiB/s)\n";
-  out << "  lower bound from the topology: " << fmt_seconds(lb) << " s";
-  if (lb > 0) out << ", ratio " << std::setprecision(2) << median / lb;
-  out << "\n  slowest rank per site:";
-  for (size_t s = 0; s < slow.size(); ++s)
-    out << (s ? "," : "") << " " << g.sites[s].name << " " << who(slow[s].rank) << " "
-        << fmt_seconds(slow[s].seconds) << " s";
-  out << "\n";
-  if (o_.params.verify)
-    out << "  verified: all " << p_ << " ranks hold the root's SHA-256 " << root_digest_ << "\n";
-  out << "  largest rank resident set: " << topology::format_bytes(peak_rss_) << "\n";
-  if (rejected_ > 0) out << "  rejected connections: " << rejected_ << "\n";
-}
-
-int Launcher::run() {
-  const auto creds = [] {
-    // External ranks must share the secret: take it from the environment then.
-    runtime::JobCredentials c = runtime::new_credentials();
-    if (const char* s = std::getenv("GRIDBCAST_SECRET"); s && *s) c.secret = runtime::from_hex(s);
-    if (const char* j = std::getenv("GRIDBCAST_JOB_ID"); j && *j)
-      c.job_id = std::stoull(j, nullptr, 16);
-    return c;
-  }();
+  if (const char* j = std::getenv("GRIDBCAST_JOB_ID"); j && *j)
+    creds_.job_id = std::stoull(j, nullptr, 16);
   std::shared_ptr<lanes::Listener> listener;
   try {
     listener = lanes::Listener::open(io_.get_executor(), o_.listen_address, o_.listen_port,
-                                     lanes::Credentials{creds.job_id, creds.secret});
+                                     lanes::Credentials{creds_.job_id, creds_.secret});
   } catch (const std::exception& e) {
-    err_ << "gridbcast launch: " << e.what() << "\n";
-    return 1;
+    result.status = 1;
+    result.failure = e.what();
+    return std::move(result);
   }
+  const control::Config config{o_.grid.name, o_.yaml_text, o_.params};
+  std::uint64_t rejected_control = 0;
   listener->start(
-      [this](lanes::Stream s, const lanes::Hello& h) {
-        const int r = static_cast<int>(h.rank);
-        if (h.lane_from != lanes::kControlLane || r >= p_ || sockets_[static_cast<size_t>(r)]) {
-          err_ << "gridbcast launch: rejected a control connection claiming rank " << r << "\n";
+      [this, &config, &rejected_control](lanes::Stream s, const lanes::Hello& h) {
+        // The claim is checked against the job before anything is indexed by it.
+        if (h.lane_from != lanes::kControlLane || h.rank >= static_cast<std::uint32_t>(p_) ||
+            rank(static_cast<int>(h.rank)).channel) {
+          if (++rejected_control <= 10)
+            err_ << "gridbcast launch: refused a control connection claiming rank " << h.rank
+                 << (h.rank < static_cast<std::uint32_t>(p_) ? " (already joined)"
+                                                             : " (outside the job)")
+                 << "\n";
           return;
         }
-        sockets_[static_cast<size_t>(r)] =
-            std::make_unique<lanes::tcp::socket>(std::move(s).release_plain());
+        const int r = static_cast<int>(h.rank);
+        auto& st = rank(r);
+        st.channel = std::make_unique<control::Channel>(control::Channel{
+            std::move(s).release_plain(), control::Sealer(creds_.secret, creds_.job_id, h.rank),
+            control::Direction::kToRank, who(r)});
+        st.last_heard = Clock::now();
+        send(r, config);
         asio::co_spawn(io_, read_loop(r), asio::detached);
         ev_.notify_all();
       },
       [this](const std::string& why) { err_ << "gridbcast launch: " << why << "\n"; });
 
   std::ostringstream job;
-  job << std::hex << creds.job_id;
+  job << std::hex << creds_.job_id;
   const std::string address = listener->address().find(':') != std::string::npos
                                   ? "[" + listener->address() + "]"
                                   : listener->address();
@@ -559,7 +676,7 @@ int Launcher::run() {
       {"GRIDBCAST_JOB_ID", job.str()}};
   if (backend_.external()) {
     std::string command = "gridbcast rank";
-    if (program()) {
+    if (o_.params.program()) {
       command.clear();
       for (const auto& a : o_.program) command += (command.empty() ? "" : " ") + a;
     }
@@ -573,50 +690,60 @@ int Launcher::run() {
   asio::co_spawn(io_, watch_signals(), asio::detached);
   bool ok = true;
   try {
+    startup_deadline_ = Clock::now() + std::chrono::milliseconds(o_.startup_timeout_ms);
     for (int r = 0; r < p_; ++r) {
       Backend::Env e = env;
       e.push_back({"GRIDBCAST_RANK", std::to_string(r)});
-      backend_.start(r, o_.grid.nodes[static_cast<size_t>(r)], e, runtime::to_hex(creds.secret));
+      backend_.start(r, o_.grid.nodes[static_cast<size_t>(r)], e, runtime::to_hex(creds_.secret));
     }
-    runtime::run_until(io_, orchestrate());
+    asio::co_spawn(io_, watchdog(), asio::detached);
+    runtime::run_until(io_, [this]() -> asio::awaitable<void> {
+      co_await rendezvous();
+      Driver d = driver_for(o_.params.kind);
+      co_await std::visit([this](auto& driver) { return driver.run(*this); }, d);
+    }());
+  } catch (const JobFailed&) {
+    ok = false;
   } catch (const std::exception& e) {
-    if (failures_.empty()) failures_.push_back(e.what());
+    fail(Cause::kOther, e.what());
     ok = false;
   }
   listener->close();
   if (!ok) {
     // Peers often report a dead rank before SIGCHLD does: give the signal a
     // moment so the headline names the rank that died, not its neighbour.
-    if (death_failure_.empty() && backend_.running() > 0) {
+    if (backend_.running() > 0) {
       io_.restart();
-      io_.run_for(std::chrono::milliseconds(300));
+      io_.run_for(300ms);
     }
     finishing_ = true;
     stop_ranks();
-    const std::string& first = !abort_failure_.empty()   ? abort_failure_
-                               : !death_failure_.empty() ? death_failure_
-                                                         : failures_.front();
-    err_ << "gridbcast launch: FAILED: " << first << "\n";
-    int shown = 0;
-    for (size_t i = 0; i < failures_.size() && shown < 5; ++i)
-      if (failures_[i] != first) {
-        err_ << "  then: " << failures_[i] << "\n";
-        ++shown;
-      }
-    return program() && exit_code_ != 0 ? exit_code_ : 1;
+    // The most telling cause first, then the rest in the order they came.
+    std::vector<Failure> sorted = failures_;
+    std::stable_sort(sorted.begin(), sorted.end(),
+                     [](const Failure& a, const Failure& b) { return a.cause < b.cause; });
+    result.failure = sorted.front().what;
+    for (const auto& f : failures_)
+      if (f.what != result.failure && result.then.size() < 5) result.then.push_back(f.what);
+    result.status = o_.params.program() && exit_code_ != 0 ? exit_code_ : 1;
+    result.broadcast.reset();
+    result.bench.reset();
+    return std::move(result);
   }
-  if (!program() && !bench()) report(out_);
-  return 0;
+  result.status = 0;
+  return std::move(result);
 }
 
 }  // namespace
 
-int launch(const LaunchOptions& options, Backend& backend, std::ostream& out, std::ostream& err) {
+LaunchResult launch(const LaunchOptions& options, Backend& backend, std::ostream& err) {
   if (options.grid.size() == 0) {
-    err << "gridbcast launch: the topology has no nodes\n";
-    return 1;
+    LaunchResult r;
+    r.status = 1;
+    r.failure = "the topology has no nodes";
+    return r;
   }
-  Launcher l(options, backend, out, err);
+  Launcher l(options, backend, err);
   return l.run();
 }
 

@@ -1,66 +1,45 @@
-// `gridbcast launch`: starts one rank per node through a backend, runs the
-// rendezvous, drives the iterations, verifies every copy and reports. If any
-// rank fails, it stops the others and names the rank. No Asio here.
+// `gridbcast launch` and `gridbcast bench`: starts one rank per node through a
+// backend, runs the rendezvous, then the driver of the job's kind (broadcast,
+// bench or program), and returns what happened as data; cli/ renders it. If
+// any rank fails, it stops the others and names the first cause. No Asio here.
+//
+// Liveness is judged by progress, not by wall-clock time: every rank reports
+// about once a second (the bytes it moved while a broadcast runs, a heartbeat
+// otherwise). A rank that sends nothing for the silence limit is called
+// stopped; a broadcast in which no rank moved a byte for --timeout (plus a
+// margin for the ranks' own, more precise, deadlines) is called stalled. A
+// broadcast that keeps moving may last hours.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "job/backend.hpp"
 #include "job/bench.hpp"
 #include "job/params.hpp"
 #include "topology/grid.hpp"
 
 namespace gridbcast::job {
 
-// How rank processes get started. The launcher only needs these calls, so a
-// backend for network namespaces or a batch system slots in beside these.
-class Backend {
- public:
-  using Env = std::vector<std::pair<std::string, std::string>>;
-  virtual ~Backend() = default;
-  virtual std::string name() const = 0;
-  // Starts `rank` on `node` with `env` (GRIDBCAST_* without the secret); the
-  // secret goes through a pipe named by GRIDBCAST_SECRET_FD (local processes)
-  // or standard input (ssh). Throws if it cannot start.
-  virtual void start(int rank, const topology::Node& node, const Env& env,
-                     const std::string& secret_hex) = 0;
-  // Children that exited since the last call: (rank, human-readable status, ok).
-  struct Exit {
-    int rank;
-    std::string status;
-    bool success;
-    int code = -1;  // the exit status, or -1 when a signal ended it
-  };
-  virtual std::vector<Exit> reap() = 0;
-  virtual int running() const = 0;
-  virtual void signal_all(int signo) = 0;
-  // True when ranks are started by someone else (external backend).
-  virtual bool external() const { return false; }
+// One progress report of a running broadcast, for a terminal line or a JSON
+// record (`launch --progress FILE`).
+struct ProgressSample {
+  int iteration = 0;
+  int iterations = 1;
+  double elapsed_s = 0;
+  std::uint64_t bytes_total = 0;  // size x receiving ranks
+  std::uint64_t bytes_held = 0;   // received by the non-root ranks so far
+  int ranks_done = 0;
+  int ranks = 0;
+  double rate_bytes_per_s = 0;  // over the last few seconds
+  double eta_s = -1;            // -1: unknown
 };
-
-// Local fork/exec of `exe rank` (loopback topologies), or of `command` (a
-// program under `gridbcast launch TOPOLOGY -- PROGRAM ARGS`; found on PATH).
-std::unique_ptr<Backend> make_local_backend(std::string exe);
-std::unique_ptr<Backend> make_local_backend(std::vector<std::string> command);
-// `ssh HOST env GRIDBCAST_...=... exe rank` (or `command`) per node;
-// `ssh_command` is split on spaces.
-std::unique_ptr<Backend> make_ssh_backend(std::string ssh_command, std::string exe);
-std::unique_ptr<Backend> make_ssh_backend(std::string ssh_command,
-                                          std::vector<std::string> command);
-// Starts nothing: ranks come from srun, mpiexec, docker compose or by hand.
-std::unique_ptr<Backend> make_external_backend();
-// Starts `prefix(rank, node)... exe rank` locally, e.g. `ip netns exec NS` for
-// the emulated grid; `name` is what reports call it.
-using CommandPrefix = std::function<std::vector<std::string>(int rank, const topology::Node&)>;
-std::unique_ptr<Backend> make_prefixed_backend(std::string name, CommandPrefix prefix,
-                                               std::string exe);
-std::unique_ptr<Backend> make_prefixed_backend(std::string name, CommandPrefix prefix,
-                                               std::vector<std::string> command);
 
 struct LaunchOptions {
   topology::Grid grid;
@@ -69,28 +48,74 @@ struct LaunchOptions {
   std::string listen_address = "127.0.0.1";  // the control listener
   std::uint16_t listen_port = 0;
   std::int64_t startup_timeout_ms = 60'000;
-  bool json = false;
-  bool progress = false;  // a progress line on a terminal
-  // Program mode (params.program): the command every rank runs, for messages.
-  // The launcher then only runs the rendezvous and waits for each rank's
-  // "finished" (sent by MPI_Finalize) and its exit; "abort" (MPI_Abort), an
-  // "error", a non-zero exit or an exit before "finished" ends the job.
+  // Program mode: how long a rank may send nothing (no heartbeat) before the
+  // job fails naming it, when params.timeout_ms is 0 (no --timeout).
+  std::int64_t program_silence_ms = 30'000;
+  // Program mode: the command every rank runs, for messages.
   std::vector<std::string> program;
-  // Bench mode (params.bench): each point as the root reports it, then what
-  // the whole run saw. The launcher prints no summary of its own then.
+  // Called about once a second while a broadcast lasts over a second.
+  std::function<void(const ProgressSample&)> on_progress;
+  // Bench mode: each point as the root reports it.
   std::function<void(const BenchPoint&)> on_bench_point;
-  struct BenchOutcome {
-    std::vector<BenchPoint> points;
-    std::uint64_t rejected_connections = 0;
-    std::uint64_t peak_rss_bytes = 0;  // the largest rank's
-  };
-  BenchOutcome* bench_outcome = nullptr;
 };
 
-// Runs the job; returns the process exit status (0 on success). In program
-// mode a failed job exits with the failing rank's status or MPI_Abort code
-// (1 when there is none).
-int launch(const LaunchOptions& options, Backend& backend, std::ostream& out, std::ostream& err);
+struct SlowestRank {
+  std::string site;
+  int rank = -1;
+  std::string node;
+  double seconds = 0;
+};
 
+struct IterationSummary {
+  int root = 0;
+  std::uint64_t bytes = 0;
+  std::string algorithm;
+  double seconds = 0;  // from the root's start to the last rank's end
+  std::uint64_t max_rss_bytes = 0;
+};
+
+struct BroadcastSummary {
+  std::string algorithm;  // of the last iteration
+  int ranks = 0;
+  int sites = 0;
+  std::uint64_t bytes = 0;  // of the last iteration
+  int root = 0;
+  std::uint64_t segment_bytes = 0;
+  std::vector<IterationSummary> iterations;
+  double lower_bound_seconds = 0;  // for the last iteration's root and size
+  bool verified = false;
+  std::string sha256;
+  std::uint64_t rejected_connections = 0;  // summed over ranks
+  std::uint64_t peak_rss_bytes = 0;        // the largest rank's
+  std::vector<SlowestRank> slowest_per_site;
+  // --file: where each non-root rank's copy is (rank, node, path).
+  struct Copy {
+    int rank;
+    std::string node;
+    std::string path;
+  };
+  std::vector<Copy> copies;
+};
+
+struct BenchOutcome {
+  std::vector<BenchPoint> points;
+  std::uint64_t rejected_connections = 0;
+  std::uint64_t peak_rss_bytes = 0;  // the largest rank's
+};
+
+struct LaunchResult {
+  // 0 on success. A failed program job exits with the failing rank's status or
+  // MPI_Abort code (1 when there is none); any other failure is 1.
+  int status = 0;
+  // On failure: the first cause, then what followed (at most a few).
+  std::string failure;
+  std::vector<std::string> then;
+  std::optional<BroadcastSummary> broadcast;
+  std::optional<BenchOutcome> bench;
+};
+
+// Runs the job; `err` gets only what must be said while it runs (the
+// external backend's instructions, rejected control connections).
+LaunchResult launch(const LaunchOptions& options, Backend& backend, std::ostream& err);
 
 }  // namespace gridbcast::job

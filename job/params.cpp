@@ -16,46 +16,16 @@ std::uint64_t splitmix(std::uint64_t x) {
 
 }  // namespace
 
-std::vector<std::string> JobParams::to_fields() const {
-  return {algorithm,
-          std::to_string(root),
-          std::to_string(size),
-          std::to_string(iterations),
-          random_roots ? "1" : "0",
-          random_sizes ? "1" : "0",
-          std::to_string(seed),
-          std::to_string(segment_bytes),
-          std::to_string(timeout_ms),
-          file,
-          output,
-          verify ? "1" : "0",
-          program ? "1" : "0",
-          bench,
-          cert_dir};
-}
-
-JobParams JobParams::from_fields(const std::vector<std::string>& f, size_t first) {
-  if (f.size() < first + 12) throw std::runtime_error("job parameters incomplete");
-  JobParams p;
-  size_t i = first;
-  p.algorithm = f[i++];
-  p.root = std::stoi(f[i++]);
-  p.size = std::stoull(f[i++]);
-  p.iterations = std::stoi(f[i++]);
-  p.random_roots = f[i++] == "1";
-  p.random_sizes = f[i++] == "1";
-  p.seed = std::stoull(f[i++]);
-  p.segment_bytes = std::stoull(f[i++]);
-  p.timeout_ms = std::stoll(f[i++]);
-  p.file = f[i++];
-  p.output = f[i++];
-  p.verify = f[i++] == "1";
-  p.program = i < f.size() && f[i] == "1";
-  ++i;
-  if (i < f.size()) p.bench = f[i];
-  ++i;
-  if (i < f.size()) p.cert_dir = f[i];
-  return p;
+std::string job_kind_name(JobKind kind) {
+  switch (kind) {
+    case JobKind::kBroadcast:
+      return "broadcast";
+    case JobKind::kBench:
+      return "bench";
+    case JobKind::kProgram:
+      return "program";
+  }
+  return "kind " + std::to_string(static_cast<int>(kind));
 }
 
 Iteration iteration_at(const JobParams& p, int index, const topology::Grid& grid) {

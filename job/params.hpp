@@ -9,7 +9,17 @@
 
 namespace gridbcast::job {
 
+// What every rank does once the rendezvous is over; the launcher runs the
+// matching driver (job/launcher.cpp), and so does each rank.
+enum class JobKind : std::uint8_t {
+  kBroadcast = 0,  // `gridbcast launch`: iterations of one broadcast (data or --file)
+  kBench = 1,      // `gridbcast bench`: a sweep of sizes x algorithms
+  kProgram = 2,    // `gridbcast launch -- PROGRAM`: an MPI program on every rank
+};
+std::string job_kind_name(JobKind kind);
+
 struct JobParams {
+  JobKind kind = JobKind::kBroadcast;
   std::string algorithm = "auto";  // a registry name, "auto", or "random" (per iteration)
   int root = 0;
   std::uint64_t size = 0;  // bytes; with random_sizes, the largest size
@@ -19,21 +29,25 @@ struct JobParams {
   std::uint64_t seed = 1;
   std::uint64_t segment_bytes = 0;  // 0: topology's or automatic
   std::int64_t timeout_ms = 30'000;
-  std::string file;    // the root's input file; empty: generated data
+  std::string file;    // the root's input file (absolute); empty: generated data
   std::string output;  // where other ranks write it; {rank} and {node} are replaced
-  bool verify = true;  // SHA-256 of every copy against the root's
-  // The ranks run a user program (`gridbcast launch TOPOLOGY -- PROGRAM`, an MPI
-  // program on libgridbcast_mpi) instead of the broadcast job above.
-  bool program = false;
-  // `gridbcast bench`: a BenchSpec (runtime/bench.hpp), encoded; the ranks run
-  // the sweep instead of the iterations above. Empty: not a bench job.
+  // The source file as the launcher saw it on the root's host, so a rank can
+  // refuse a destination that is the source and give its copy the same mode and
+  // modification time.
+  std::uint32_t file_mode = 0;     // permission bits of st_mode
+  std::int64_t file_mtime_ns = 0;  // since the epoch
+  std::uint64_t source_dev = 0;
+  std::uint64_t source_ino = 0;
+  std::uint64_t window_bytes = 0;  // file streaming window per rank; 0: the default
+  bool resume = false;             // keep chunks a destination already holds
+  bool verify = true;              // SHA-256 of every copy against the root's
+  // kBench: a BenchSpec (job/bench.hpp), encoded.
   std::string bench;
   // Where every rank finds its TLS certificates (`launch --cert-dir`); empty:
   // each rank's GRIDBCAST_CERT_DIR. A path, never a secret: keys stay in files.
   std::string cert_dir;
 
-  std::vector<std::string> to_fields() const;
-  static JobParams from_fields(const std::vector<std::string>& fields, size_t first);
+  bool program() const { return kind == JobKind::kProgram; }
 };
 
 struct Iteration {

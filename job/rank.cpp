@@ -9,11 +9,11 @@
 #include <iostream>
 
 #include "job/bench.hpp"
+#include "job/params.hpp"
+#include "job/protocol.hpp"
 #include "job/session.hpp"
 #include "runtime/buffer.hpp"
 #include "runtime/communicator.hpp"
-#include "job/control.hpp"
-#include "job/params.hpp"
 
 namespace gridbcast::job {
 namespace {
@@ -47,88 +47,113 @@ std::int64_t now_ns() {
 }  // namespace
 
 std::optional<int> rank_from_environment() {
-  for (const char* name : {"GRIDBCAST_RANK", "SLURM_PROCID", "PMI_RANK", "OMPI_COMM_WORLD_RANK"}) {
+  for (const char* name :
+       {"GRIDBCAST_RANK", "SLURM_PROCID", "PMIX_RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK"}) {
     const std::string v = env_or_empty(name);
     if (!v.empty()) {
-      size_t used = 0;
-      const int r = std::stoi(v, &used);
-      if (used != v.size() || r < 0)
+      if (v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos)
         throw std::runtime_error(std::string(name) + " is not a rank number: \"" + v + "\"");
-      return r;
+      return std::stoi(v);
     }
   }
   return std::nullopt;
 }
 
+namespace {
+
+// The launcher's next message, which must be a T.
+template <typename T>
+T expect(Session& session) {
+  control::ToRank m = session.receive();
+  if (auto* t = std::get_if<T>(&m)) return std::move(*t);
+  throw std::runtime_error("the launcher sent " + control::name_of(m) + " where " +
+                           control::name_of(control::ToRank{T{}}) + " was expected");
+}
+
+int run_bench_rank(Session& session) {
+  const JobParams& params = session.params();
+  const BenchSpec spec = BenchSpec::decode(params.bench);
+  runtime::MappedBuffer buffer = runtime::MappedBuffer::anonymous(spec.largest_size());
+  run_bench(session.communicator(), spec, params.root, buffer.data(),
+            [&](const BenchPoint& p) { session.send(control::Point{p.encode()}); });
+  session.expect_exit();  // the launcher may answer the last report at once
+  session.send(control::BenchDone{session.communicator().rejected_connections(), peak_rss_bytes()});
+  (void)expect<control::Exit>(session);
+  return 0;
+}
+
+int run_broadcast_rank(Session& session) {
+  const int rank = session.rank();
+  const topology::Grid& grid = session.grid();
+  const JobParams& params = session.params();
+  runtime::Communicator& comm = session.communicator();
+  const auto& node = grid.nodes[static_cast<size_t>(rank)];
+  runtime::MappedBuffer buffer;
+  const bool file_mode = !params.file.empty();
+  std::string path;
+  if (file_mode) {
+    if (rank == params.root) {
+      buffer = runtime::MappedBuffer::read_file(params.file);
+      if (buffer.size() != params.size)
+        throw std::runtime_error(params.file + " changed size since the launch began");
+    } else {
+      path = output_path(params.output, rank, node.name);
+      buffer = runtime::MappedBuffer::create_file(path, params.size);
+    }
+  } else {
+    buffer = runtime::MappedBuffer::anonymous(params.size);
+  }
+
+  for (int i = 0; i < params.iterations; ++i) {
+    const Iteration it = iteration_at(params, i, grid);
+    if (!file_mode && rank == it.root)
+      runtime::fill_pattern(buffer.data(), it.size, params.seed + static_cast<std::uint64_t>(i));
+    session.send(control::Ready{i});
+    const auto go = expect<control::Go>(session);
+    if (go.iteration != i)
+      throw std::runtime_error("the launcher started iteration " + std::to_string(go.iteration) +
+                               " while this rank is at " + std::to_string(i));
+    control::Done done;
+    done.iteration = i;
+    done.t0_ns = now_ns();
+    session.report_progress(i);
+    const auto algo =
+        it.algorithm == "auto" ? std::nullopt : topology::parse_algorithm(it.algorithm);
+    const runtime::BcastInfo info = comm.bcast(buffer.data(), it.size, it.root, algo);
+    done.t1_ns = now_ns();
+    session.report_progress(-1);
+    if (params.verify) done.sha256 = runtime::sha256_hex(buffer.data(), it.size);
+    done.algorithm = topology::algorithm_name(info.algorithm);
+    done.segment_bytes = info.segment_bytes;
+    done.rejected = comm.rejected_connections();
+    done.peak_rss = peak_rss_bytes();
+    done.rss = current_rss_bytes();
+    done.path = path;
+    if (file_mode && rank != params.root && i + 1 == params.iterations) buffer.flush();
+    if (i + 1 == params.iterations) session.expect_exit();  // the answer may come at once
+    session.send(done);
+  }
+  (void)expect<control::Exit>(session);
+  return 0;
+}
+
+}  // namespace
+
 int run_rank(std::istream& secret_in, std::ostream& err) {
   Session session;
   try {
     session.join(&secret_in);
-    const int rank = session.rank();
-    const topology::Grid& grid = session.grid();
-    const JobParams& params = session.params();
-    runtime::Communicator& comm = session.communicator();
-    if (params.program)
-      throw std::runtime_error(
-          "this job runs a program (gridbcast launch TOPOLOGY -- PROGRAM); 'gridbcast rank' has "
-          "no part in it");
-    auto receive = [&](const std::string& type) {
-      Message m;
-      m.fields = session.receive();
-      if (m.type() == "exit" && type != "exit") std::exit(1);  // the launcher gave up
-      if (m.type() != type)
-        throw std::runtime_error("the launcher sent \"" + m.type() + "\", expected \"" + type + "\"");
-      return m;
-    };
-    auto send = [&](const Message& m) { session.send(m.fields); };
-
-    if (!params.bench.empty()) {
-      // `gridbcast bench`: the sweep; the root reports each point as it completes.
-      const BenchSpec spec = BenchSpec::decode(params.bench);
-      runtime::MappedBuffer buffer = runtime::MappedBuffer::anonymous(spec.largest_size());
-      run_bench(
-          comm, spec, params.root, buffer.data(),
-          [&](const BenchPoint& p) { send(make_message("point", p.encode())); },
-          [&] { send(make_message("alive")); });
-      send(make_message("bench_done", std::to_string(comm.rejected_connections()),
-                        std::to_string(peak_rss_bytes())));
-      receive("exit");
-      return 0;
+    switch (session.params().kind) {
+      case JobKind::kBench:
+        return run_bench_rank(session);
+      case JobKind::kBroadcast:
+        return run_broadcast_rank(session);
+      case JobKind::kProgram:
+        break;
     }
-
-    const auto& node = grid.nodes[static_cast<size_t>(rank)];
-    runtime::MappedBuffer buffer;
-    bool file_mode = !params.file.empty();
-    if (file_mode) {
-      if (rank == params.root) {
-        buffer = runtime::MappedBuffer::read_file(params.file);
-        if (buffer.size() != params.size)
-          throw std::runtime_error(params.file + " changed size since the launch began");
-      } else {
-        buffer = runtime::MappedBuffer::create_file(output_path(params.output, rank, node.name), params.size);
-      }
-    } else {
-      buffer = runtime::MappedBuffer::anonymous(params.size);
-    }
-
-    for (int i = 0; i < params.iterations; ++i) {
-      const Iteration it = iteration_at(params, i, grid);
-      if (!file_mode && rank == it.root) runtime::fill_pattern(buffer.data(), it.size, params.seed + static_cast<std::uint64_t>(i));
-      send(make_message("ready", std::to_string(i)));
-      receive("go");
-      const std::int64_t t0 = now_ns();
-      const auto algo = it.algorithm == "auto" ? std::nullopt : topology::parse_algorithm(it.algorithm);
-      const runtime::BcastInfo info = comm.bcast(buffer.data(), it.size, it.root, algo);
-      const std::int64_t t1 = now_ns();
-      const std::string digest = params.verify ? runtime::sha256_hex(buffer.data(), it.size) : "";
-      send(make_message("done", std::to_string(i), std::to_string(t0), std::to_string(t1), digest,
-                      topology::algorithm_name(info.algorithm), std::to_string(info.segment_bytes),
-                      std::to_string(comm.rejected_connections()), std::to_string(peak_rss_bytes()),
-                      std::to_string(current_rss_bytes())));
-    }
-    if (file_mode && rank != params.root) buffer.flush();
-    receive("exit");
-    return 0;
+    throw std::runtime_error(
+        "this job runs a program (gridbcast launch TOPOLOGY -- PROGRAM); 'gridbcast rank' has "
+        "no part in it");
   } catch (const std::exception& e) {
     const std::string what = e.what();
     err << "gridbcast rank " << session.rank() << ": " << what << std::endl;

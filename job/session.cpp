@@ -3,8 +3,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <future>
+#include <iostream>
+#include <mutex>
+#include <thread>
 
 #include "job/control.hpp"
 #include "job/rank.hpp"
@@ -25,8 +31,13 @@ lanes::tcp::endpoint parse_host_port(const std::string& hp) {
     throw std::runtime_error("GRIDBCAST_LAUNCHER must be host:port, got \"" + hp + "\"");
   std::string host = hp.substr(0, colon);
   if (host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  const int port = std::stoi(hp.substr(colon + 1));
-  if (port <= 0 || port > 65535) throw std::runtime_error("bad port in GRIDBCAST_LAUNCHER");
+  const std::string port_text = hp.substr(colon + 1);
+  if (port_text.empty() || port_text.size() > 5 ||
+      port_text.find_first_not_of("0123456789") != std::string::npos)
+    throw std::runtime_error("bad port in GRIDBCAST_LAUNCHER \"" + hp + "\"");
+  const int port = std::stoi(port_text);
+  if (port <= 0 || port > 65535)
+    throw std::runtime_error("bad port in GRIDBCAST_LAUNCHER \"" + hp + "\"");
   return lanes::make_endpoint(host, static_cast<std::uint16_t>(port));
 }
 
@@ -43,11 +54,28 @@ std::string read_line_fd(int fd) {
   return line;
 }
 
+// At least 128 bits of secret: a short one can be guessed offline from one
+// recorded handshake.
+constexpr size_t kMinSecretHexDigits = 32;
+
+std::string checked_secret(std::string secret, const std::string& from) {
+  while (!secret.empty() && (secret.back() == '\r' || secret.back() == ' ')) secret.pop_back();
+  if (secret.size() < kMinSecretHexDigits)
+    throw std::runtime_error("the job secret from " + from + " has " +
+                             std::to_string(secret.size() * 4) +
+                             " bits; at least 128 are needed (32 hex digits, e.g. from "
+                             "`openssl rand -hex 32`)");
+  return secret;
+}
+
 }  // namespace
 
 std::string read_job_secret(std::istream* fallback) {
-  std::string secret = env_or_empty("GRIDBCAST_SECRET");
-  if (!secret.empty()) return secret;
+  if (std::string secret = env_or_empty("GRIDBCAST_SECRET"); !secret.empty()) {
+    // Read once and removed, so nothing this rank starts inherits it.
+    ::unsetenv("GRIDBCAST_SECRET");
+    return checked_secret(std::move(secret), "GRIDBCAST_SECRET");
+  }
   if (const std::string fd_text = env_or_empty("GRIDBCAST_SECRET_FD"); !fd_text.empty()) {
     size_t used = 0;
     int fd = -1;
@@ -58,37 +86,181 @@ std::string read_job_secret(std::istream* fallback) {
     }
     if (used != fd_text.size() || fd < 0)
       throw std::runtime_error("GRIDBCAST_SECRET_FD is not a file descriptor: \"" + fd_text + "\"");
-    secret = read_line_fd(fd);
+    std::string secret = read_line_fd(fd);
     ::close(fd);
     ::unsetenv("GRIDBCAST_SECRET_FD");  // children of this rank must not try it again
     if (secret.empty())
       throw std::runtime_error("no job secret on descriptor " + fd_text + " (GRIDBCAST_SECRET_FD)");
-    return secret;
+    return checked_secret(std::move(secret), "GRIDBCAST_SECRET_FD");
   }
+  std::string secret;
   if (fallback) std::getline(*fallback, secret);
   if (secret.empty())
     throw std::runtime_error(
         "no job secret: set GRIDBCAST_SECRET, or GRIDBCAST_SECRET_FD, or pass it on standard "
         "input");
-  return secret;
+  return checked_secret(std::move(secret), "standard input");
+}
+
+std::chrono::milliseconds heartbeat_interval(std::int64_t timeout_ms) {
+  if (timeout_ms <= 0) return std::chrono::milliseconds(1000);
+  return std::chrono::milliseconds(std::clamp<std::int64_t>(timeout_ms / 4, 100, 1000));
 }
 
 struct Session::Impl {
   asio::io_context io{1};
-  std::unique_ptr<lanes::tcp::socket> control;
+  std::optional<control::Channel> channel;
   int rank = -1;
   runtime::JobCredentials creds;
   topology::Grid grid;
   JobParams params;
   std::unique_ptr<runtime::Communicator> comm;
 
-  Message receive(const std::string& type) {
-    Message m = runtime::run_until(io, receive_message(*control, "the launcher"));
-    if (m.type() == "exit" && type != "exit")
-      throw std::runtime_error("the launcher ended the job during the rendezvous");
-    if (m.type() != type)
-      throw std::runtime_error("the launcher sent \"" + m.type() + "\", expected \"" + type + "\"");
-    return m;
+  // The control thread: runs `io` once the rendezvous is over.
+  std::thread thread;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  std::optional<asio::steady_timer> heartbeat;
+
+  // Frames to write, sealed in the order they are written (one writer).
+  struct Outgoing {
+    control::ToLauncher message;
+    std::shared_ptr<std::promise<void>> written;  // null for heartbeats
+  };
+  std::deque<Outgoing> outbox;
+  bool writing = false;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<control::ToRank> inbox;
+  std::string lost;  // why the launcher is gone; empty while it is there
+  bool closing = false;
+  bool exit_expected = false;
+  int progress_iteration = -1;                    // under mu
+  runtime::Communicator::Progress progress_base;  // under mu: totals when it began
+  std::function<void(const std::string&)> on_lost;
+
+  ~Impl() {
+    {
+      std::unique_lock lock(mu);
+      closing = true;
+    }
+    stop_thread();
+  }
+
+  void stop_thread() {
+    if (!thread.joinable()) return;
+    asio::post(io, [this] {
+      if (heartbeat) heartbeat->cancel();
+      asio::error_code ignored;
+      if (channel) {
+        channel->socket.shutdown(lanes::tcp::socket::shutdown_both, ignored);
+        channel->socket.close(ignored);
+      }
+      work.reset();
+    });
+    thread.join();
+  }
+
+  // During the rendezvous, on the caller's thread.
+  control::ToRank receive_now() {
+    const std::string body = runtime::run_until(io, control::receive_body(*channel));
+    return control::decode_to_rank(body, static_cast<std::uint32_t>(grid.size()));
+  }
+  void send_now(const control::ToLauncher& m) {
+    runtime::run_until(io, control::send_body(*channel, control::encode_body(m)));
+  }
+
+  void start_thread() {
+    work.emplace(io.get_executor());
+    heartbeat.emplace(io);
+    asio::co_spawn(io, read_loop(), asio::detached);
+    asio::co_spawn(io, beat(), asio::detached);
+    if (io.stopped()) io.restart();
+    thread = std::thread([this] { io.run(); });
+  }
+
+  // On the control thread.
+  void enqueue(Outgoing o) {
+    outbox.push_back(std::move(o));
+    if (!writing) {
+      writing = true;
+      asio::co_spawn(io, write_loop(), asio::detached);
+    }
+  }
+
+  asio::awaitable<void> write_loop() {
+    while (!outbox.empty()) {
+      Outgoing o = std::move(outbox.front());
+      outbox.pop_front();
+      try {
+        co_await control::send_body(*channel, control::encode_body(o.message));
+        if (o.written) o.written->set_value();
+      } catch (...) {
+        if (o.written) o.written->set_exception(std::current_exception());
+      }
+    }
+    writing = false;
+  }
+
+  asio::awaitable<void> beat() {
+    const auto interval = heartbeat_interval(params.timeout_ms);
+    for (;;) {
+      heartbeat->expires_after(interval);
+      auto [ec] = co_await heartbeat->async_wait(lanes::kAsTuple);
+      if (ec) co_return;
+      int it = -1;
+      runtime::Communicator::Progress base;
+      {
+        std::unique_lock lock(mu);
+        it = progress_iteration;
+        base = progress_base;
+      }
+      if (it >= 0 && comm) {
+        const auto p = comm->progress();
+        enqueue({control::Progress{it, p.bytes_in - base.bytes_in, p.bytes_out - base.bytes_out},
+                 nullptr});
+      } else {
+        enqueue({control::Alive{}, nullptr});
+      }
+    }
+  }
+
+  asio::awaitable<void> read_loop() {
+    std::string why;
+    bool ended_by_launcher = false;
+    try {
+      for (;;) {
+        const std::string body = co_await control::receive_body(*channel);
+        control::ToRank m = control::decode_to_rank(body, static_cast<std::uint32_t>(grid.size()));
+        const bool is_exit = std::holds_alternative<control::Exit>(m);
+        std::unique_lock lock(mu);
+        if (is_exit && !exit_expected && !closing) {
+          why = "the launcher ended the job";
+          ended_by_launcher = true;
+          break;
+        }
+        inbox.push_back(std::move(m));
+        cv.notify_all();
+      }
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    std::function<void(const std::string&)> handler;
+    {
+      std::unique_lock lock(mu);
+      lost = why.empty() ? "the launcher closed the control connection" : why;
+      cv.notify_all();
+      if (closing) co_return;
+      handler = on_lost;
+    }
+    if (heartbeat) heartbeat->cancel();
+    const std::string what = ended_by_launcher ? why : "lost the launcher: " + lost;
+    if (handler) {
+      handler(what);
+    } else {
+      std::cerr << "gridbcast rank " << rank << ": " << what << "; exiting" << std::endl;
+      ::_exit(1);
+    }
   }
 };
 
@@ -103,7 +275,9 @@ void Session::join(std::istream* secret_fallback) {
   const std::string launcher = env_or_empty("GRIDBCAST_LAUNCHER");
   if (launcher.empty()) throw std::runtime_error("GRIDBCAST_LAUNCHER is not set");
   const std::string job = env_or_empty("GRIDBCAST_JOB_ID");
-  if (job.empty()) throw std::runtime_error("GRIDBCAST_JOB_ID is not set");
+  if (job.empty() || job.size() > 16 ||
+      job.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
+    throw std::runtime_error("GRIDBCAST_JOB_ID is not a job id (hex): \"" + job + "\"");
   im.creds.job_id = std::stoull(job, nullptr, 16);
   im.creds.secret = runtime::from_hex(read_job_secret(secret_fallback));
 
@@ -112,36 +286,49 @@ void Session::join(std::istream* secret_fallback) {
   hello.lane_from = hello.lane_to = lanes::kControlLane;
   const lanes::Credentials lc{im.creds.job_id, im.creds.secret};
   const auto launcher_ep = parse_host_port(launcher);
-  im.control = runtime::run_until(im.io, [&]() -> asio::awaitable<std::unique_ptr<lanes::tcp::socket>> {
-    // The control channel is plain TCP (docs/SECURITY.md says what that leaves open).
-    auto stream = co_await lanes::connect_authenticated(
-        "", launcher_ep, hello, lc, lanes::Clock::now() + std::chrono::seconds(60), "the launcher");
-    co_return std::make_unique<lanes::tcp::socket>(std::move(stream).release_plain());
-  }());
+  auto socket =
+      runtime::run_until(im.io, [&]() -> asio::awaitable<std::unique_ptr<lanes::tcp::socket>> {
+        auto stream = co_await lanes::connect_authenticated(
+            "", launcher_ep, hello, lc, lanes::Clock::now() + std::chrono::seconds(60),
+            "the launcher");
+        co_return std::make_unique<lanes::tcp::socket>(std::move(stream).release_plain());
+      }());
+  im.channel.emplace(control::Channel{
+      std::move(*socket),
+      control::Sealer(im.creds.secret, im.creds.job_id, static_cast<std::uint32_t>(im.rank)),
+      control::Direction::kToLauncher, "the launcher"});
 
-  const Message config = im.receive("config");
-  im.grid = topology::load_grid_string(config.at(1), config.at(2));
-  im.params = JobParams::from_fields(config.fields, 3);
+  auto config_msg = im.receive_now();
+  auto* config = std::get_if<control::Config>(&config_msg);
+  if (!config)
+    throw std::runtime_error("the launcher sent " + control::name_of(config_msg) +
+                             " where Config was expected");
+  im.grid = topology::load_grid_string(config->topology_yaml, config->topology_name);
+  im.params = std::move(config->params);
   if (im.rank >= im.grid.size())
     throw std::runtime_error("rank " + std::to_string(im.rank) + " is outside the topology's " +
                              std::to_string(im.grid.size()) + " ranks");
+  if (im.params.root >= im.grid.size())
+    throw std::runtime_error("the launcher named root " + std::to_string(im.params.root) +
+                             " outside the topology's " + std::to_string(im.grid.size()) +
+                             " ranks");
 
   runtime::CommOptions options;
-  options.timeout =
-      im.params.timeout_ms > 0 ? std::chrono::milliseconds(im.params.timeout_ms) : runtime::kNoTimeout;
+  options.timeout = im.params.timeout_ms > 0 ? std::chrono::milliseconds(im.params.timeout_ms)
+                                             : runtime::kNoTimeout;
   options.segment_bytes = im.params.segment_bytes;
   options.thresholds = topology::SelectionThresholds::from_environment();
   options.cert_dir = im.params.cert_dir;  // empty: this rank's GRIDBCAST_CERT_DIR
   im.comm = std::make_unique<runtime::Communicator>(im.grid, im.rank, im.creds, options);
-  const auto ports = im.comm->listen();
-  send(make_message("endpoints", std::to_string(ports[0]), std::to_string(ports[1])).fields);
+  im.send_now(control::Endpoints{im.comm->listen()});
 
-  const Message table_msg = im.receive("table");
-  runtime::EndpointTable table(static_cast<size_t>(im.grid.size()));
-  for (size_t i = 0; i < table.size(); ++i)
-    for (size_t l = 0; l < runtime::kLanes; ++l)
-      table[i][l] = static_cast<std::uint16_t>(std::stoul(table_msg.at(1 + i * runtime::kLanes + l)));
-  im.comm->set_endpoints(std::move(table));
+  auto table_msg = im.receive_now();
+  auto* table = std::get_if<control::Table>(&table_msg);
+  if (!table)
+    throw std::runtime_error("the launcher sent " + control::name_of(table_msg) +
+                             " where Table was expected");
+  im.comm->set_endpoints(std::move(table->ports));
+  im.start_thread();
 }
 
 int Session::rank() const {
@@ -162,34 +349,71 @@ runtime::Communicator& Session::communicator() {
   return *impl_->comm;
 }
 
-void Session::send(const std::vector<std::string>& fields) {
-  if (!impl_->control) throw std::logic_error("Session::send() without a control channel");
-  Message m;
-  m.fields = fields;
-  runtime::run_until(impl_->io, send_message(*impl_->control, m));
+void Session::send(const control::ToLauncher& m) {
+  auto& im = *impl_;
+  if (!im.channel) throw std::logic_error("Session::send() without a control channel");
+  if (!im.thread.joinable()) {
+    if (im.closing) throw std::logic_error("Session::send() after close()");
+    return im.send_now(m);
+  }
+  auto written = std::make_shared<std::promise<void>>();
+  auto done = written->get_future();
+  asio::post(im.io, [&im, m, written] { im.enqueue({m, written}); });
+  done.get();
 }
 
-std::vector<std::string> Session::receive() {
-  if (!impl_->control) throw std::logic_error("Session::receive() without a control channel");
-  return runtime::run_until(impl_->io, receive_message(*impl_->control, "the launcher")).fields;
+control::ToRank Session::receive() {
+  auto& im = *impl_;
+  if (!im.channel) throw std::logic_error("Session::receive() without a control channel");
+  std::unique_lock lock(im.mu);
+  im.cv.wait(lock, [&] { return !im.inbox.empty() || !im.lost.empty(); });
+  if (im.inbox.empty()) throw std::runtime_error("lost the launcher: " + im.lost);
+  control::ToRank m = std::move(im.inbox.front());
+  im.inbox.pop_front();
+  return m;
+}
+
+void Session::expect_exit() {
+  std::unique_lock lock(impl_->mu);
+  impl_->exit_expected = true;
+}
+
+void Session::report_progress(int iteration) {
+  auto& im = *impl_;
+  const auto base = im.comm ? im.comm->progress() : runtime::Communicator::Progress{};
+  std::unique_lock lock(im.mu);
+  im.progress_iteration = iteration;
+  im.progress_base = base;
 }
 
 void Session::report_error(const std::string& what) noexcept {
   auto& im = *impl_;
-  if (!im.control || !im.control->is_open()) return;
+  if (!im.channel || !im.channel->socket.is_open()) return;
   try {
-    runtime::run_until(im.io, send_message(*im.control, make_message("error", what)));
+    send(control::Error{what});
   } catch (...) {
     // The launcher is gone too; the exit status still tells.
   }
 }
 
 void Session::close() {
-  if (impl_->control) {
-    asio::error_code ignored;
-    impl_->control->shutdown(lanes::tcp::socket::shutdown_send, ignored);
-    impl_->control->close(ignored);
+  auto& im = *impl_;
+  {
+    std::unique_lock lock(im.mu);
+    im.closing = true;
   }
+  if (im.thread.joinable()) {
+    im.stop_thread();
+  } else if (im.channel) {
+    asio::error_code ignored;
+    im.channel->socket.shutdown(lanes::tcp::socket::shutdown_send, ignored);
+    im.channel->socket.close(ignored);
+  }
+}
+
+void Session::on_launcher_lost(std::function<void(const std::string&)> handler) {
+  std::unique_lock lock(impl_->mu);
+  impl_->on_lost = std::move(handler);
 }
 
 }  // namespace gridbcast::job

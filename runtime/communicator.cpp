@@ -82,6 +82,7 @@ struct Communicator::Impl {
   std::map<std::uint64_t, Group> groups;
   std::function<void()> idle_hook;
   std::chrono::microseconds idle_interval{1000};
+  LiveCounters live;
 
   Impl(topology::Grid g, int r, JobCredentials creds, CommOptions o,
        std::shared_ptr<lanes::TlsContext> tls)
@@ -126,6 +127,7 @@ struct Communicator::Impl {
                 const topology::Grid& g, std::chrono::steady_clock::time_point start) {
     ExecOptions eo;
     eo.timeout = options.timeout;
+    eo.live = &live;
     eo.segment_bytes = options.segment_bytes ? options.segment_bytes : g.segment_bytes;
     if (eo.segment_bytes == 0) eo.segment_bytes = automatic_segment(g, plan.size);
     BcastInfo info{plan.algorithm, plan.size, eo.segment_bytes, 0};
@@ -280,6 +282,11 @@ int Communicator::size() const {
 const topology::Grid& Communicator::grid() const {
   return impl_->grid;
 }
+Communicator::Progress Communicator::progress() const {
+  return {impl_->live.bytes_in.load(std::memory_order_relaxed),
+          impl_->live.bytes_out.load(std::memory_order_relaxed)};
+}
+
 std::uint64_t Communicator::rejected_connections() const {
   return impl_->transport.rejected_connections();
 }

@@ -95,6 +95,13 @@ class Communicator {
   int size() const;
   const topology::Grid& grid() const;
   std::uint64_t rejected_connections() const;
+  // Broadcast bytes received and sent since this communicator began, all
+  // broadcasts together. Safe to call from another thread while one runs.
+  struct Progress {
+    std::uint64_t bytes_in = 0;
+    std::uint64_t bytes_out = 0;
+  };
+  Progress progress() const;
 
  private:
   struct Impl;

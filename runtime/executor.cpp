@@ -95,6 +95,7 @@ asio::awaitable<void> send_stream(Run& run, LinkKey key, const std::vector<Segme
       throw BroadcastError("sending to " + run.transport.describe(key.peer, key.lane_to) +
                            " failed: " + ec.message());
     run.stats.bytes_out += seg.length;
+    if (run.options.live) run.options.live->bytes_out.fetch_add(seg.length, std::memory_order_relaxed);
     ++run.stats.frames_out;
     run.moved();
   }
@@ -140,6 +141,8 @@ asio::awaitable<void> receive_stream(Run& run, LinkKey key, std::uint64_t frames
     if (rec) throw BroadcastError("receiving from " + peer + " failed: " + rec.message());
     run.have.add(header->offset, header->offset + header->length);
     run.stats.bytes_in += header->length;
+    if (run.options.live)
+      run.options.live->bytes_in.fetch_add(header->length, std::memory_order_relaxed);
     ++run.stats.frames_in;
     run.moved();
   }

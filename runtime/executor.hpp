@@ -3,6 +3,7 @@
 // Internal to runtime (Asio in the interface).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -18,9 +19,17 @@ class BroadcastError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Running totals another thread may read while a broadcast runs (the job
+// layer reports them to the launcher as progress).
+struct LiveCounters {
+  std::atomic<std::uint64_t> bytes_in{0};
+  std::atomic<std::uint64_t> bytes_out{0};
+};
+
 struct ExecOptions {
   std::uint64_t segment_bytes = 0;             // 0 = automatic_segment(size)
   std::chrono::milliseconds timeout{30'000};   // longest time without progress
+  LiveCounters* live = nullptr;                // added to as bytes move; optional
 };
 
 using topology::automatic_segment;

@@ -245,7 +245,7 @@ int initialize(int required, int* provided) {
     if (launcher && *launcher) {
       st.session = std::make_unique<job::Session>();
       st.session->join(&std::cin);
-      if (!st.session->params().program)
+      if (!st.session->params().program())
         throw std::runtime_error(
             "this launcher runs the built-in broadcast job; start MPI programs with "
             "'gridbcast launch TOPOLOGY -- PROGRAM'");
@@ -330,7 +330,7 @@ void abort_process(int code, const std::string& why) {
   std::fflush(stderr);
   if (st.session) {
     try {
-      st.session->send({"abort", std::to_string(code), why});
+      st.session->send(job::control::Abort{code, why});
     } catch (...) {
       // The launcher is gone; the exit status still tells.
     }
@@ -385,7 +385,7 @@ GRIDBCAST_EXPORT int PMPI_Finalize(void) {
     // Collective: nobody closes its connections while a peer still needs them.
     barrier(st.comms.at(MPI_COMM_WORLD));
     if (st.session) {
-      st.session->send({"finished"});
+      st.session->send(gridbcast::job::control::Finished{});
       st.session->close();
     }
   });

@@ -240,13 +240,15 @@ TEST(Launch, SshBackendRunsRanksThroughTheSshCommandWithTheSecretOffArgv) {
   const std::string fake = dir + "/fake-ssh";
   {
     std::ofstream f(fake);
-    f << "#!/bin/sh\necho \"$@\" >> " << dir << "/argv.log\nshift\nexec \"$@\"\n";
+    // Like ssh: options up to "--", the host, then one string for the remote shell.
+    f << "#!/bin/sh\necho \"$@\" >> " << dir
+      << "/argv.log\nwhile [ \"$1\" != \"--\" ]; do shift; done\nshift 2\nexec sh -c \"$*\"\n";
   }
   ::chmod(fake.c_str(), 0755);
   Child c({kBin, "launch", "--backend", "ssh", "--ssh-command", fake, "--size", "2MiB"});
   ASSERT_EQ(c.wait(120s), 0) << c.err();
   const std::string log = slurp(dir + "/argv.log");
-  for (const char* host : {"a1 env", "a4 env", "b1 env", "b4 env"})
+  for (const char* host : {"-- a1 exec env", "-- a4 exec env", "-- b1 exec env", "-- b4 exec env"})
     EXPECT_NE(log.find(host), std::string::npos) << log;
   EXPECT_NE(log.find("GRIDBCAST_LAUNCHER="), std::string::npos) << log;
   EXPECT_EQ(log.find("SECRET"), std::string::npos) << "the secret leaked into argv: " << log;

@@ -1,0 +1,162 @@
+#include "cli/launch_report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <sstream>
+
+#include "topology/plan/format.hpp"
+#include "topology/units.hpp"
+
+namespace gridbcast::cli {
+namespace {
+
+std::string fmt_seconds(double s) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(s < 0.01 ? 6 : 4) << s;
+  return o.str();
+}
+
+// A JSON number: finite, or null.
+std::string num(double v) {
+  if (!std::isfinite(v)) return "null";
+  std::ostringstream o;
+  o << std::setprecision(12) << v;
+  return o.str();
+}
+
+std::string str(const std::string& s) {
+  return "\"" + topology::json_escape(s) + "\"";
+}
+
+struct Times {
+  double min = 0, median = 0, max = 0;
+};
+
+Times times_of(const job::BroadcastSummary& s) {
+  std::vector<double> t;
+  for (const auto& it : s.iterations) t.push_back(it.seconds);
+  std::sort(t.begin(), t.end());
+  return {t.front(), t[t.size() / 2], t.back()};
+}
+
+std::string duration_text(double s) {
+  std::ostringstream o;
+  const auto whole = static_cast<long long>(s);
+  if (s < 60)
+    o << std::fixed << std::setprecision(1) << s << " s";
+  else if (s < 3600)
+    o << whole / 60 << " min " << whole % 60 << " s";
+  else
+    o << whole / 3600 << " h " << (whole % 3600) / 60 << " min";
+  return o.str();
+}
+
+}  // namespace
+
+void print_broadcast_text(std::ostream& out, const job::BroadcastSummary& s) {
+  const Times t = times_of(s);
+  const double bw = t.median > 0 ? static_cast<double>(s.bytes) / t.median : 0;
+  out << "gridbcast launch: " << s.algorithm << ", " << s.ranks << " ranks in " << s.sites
+      << " site(s), " << topology::format_bytes(s.bytes) << " from rank " << s.root << ", "
+      << s.iterations.size() << " iteration(s), segment " << topology::format_bytes(s.segment_bytes)
+      << "\n";
+  out << "  time until the last rank holds the data: " << fmt_seconds(t.median) << " s";
+  if (s.iterations.size() > 1)
+    out << " (median; min " << fmt_seconds(t.min) << ", max " << fmt_seconds(t.max) << ")";
+  out << "\n  effective bandwidth: " << topology::format_bandwidth(bw * 8) << " (" << std::fixed
+      << std::setprecision(1) << bw / (1 << 20) << " MiB/s)\n";
+  out << "  lower bound from the topology: " << fmt_seconds(s.lower_bound_seconds) << " s";
+  if (s.lower_bound_seconds > 0)
+    out << ", ratio " << std::setprecision(2) << t.median / s.lower_bound_seconds;
+  out << "\n  slowest rank per site:";
+  for (size_t i = 0; i < s.slowest_per_site.size(); ++i) {
+    const auto& sl = s.slowest_per_site[i];
+    out << (i ? "," : "") << " " << sl.site << " rank " << sl.rank << " (" << sl.node << ") "
+        << fmt_seconds(sl.seconds) << " s";
+  }
+  out << "\n";
+  if (s.verified)
+    out << "  verified: all " << s.ranks << " ranks hold the root's SHA-256 " << s.sha256 << "\n";
+  if (!s.copies.empty()) {
+    out << "  copies: " << s.copies.size() << " (";
+    for (size_t i = 0; i < s.copies.size() && i < 3; ++i)
+      out << (i ? ", " : "") << s.copies[i].node << ": " << s.copies[i].path;
+    if (s.copies.size() > 3) out << ", ...; --json lists all";
+    out << ")\n";
+  }
+  out << "  largest rank resident set: " << topology::format_bytes(s.peak_rss_bytes) << "\n";
+  if (s.rejected_connections > 0)
+    out << "  rejected connections: " << s.rejected_connections << "\n";
+}
+
+void print_broadcast_json(std::ostream& out, const job::BroadcastSummary& s) {
+  const Times t = times_of(s);
+  const double bw = t.median > 0 ? static_cast<double>(s.bytes) / t.median : 0;
+  out << "{\"algorithm\": " << str(s.algorithm) << ", \"ranks\": " << s.ranks
+      << ", \"sites\": " << s.sites << ", \"bytes\": " << s.bytes << ", \"root\": " << s.root
+      << ", \"iterations\": " << s.iterations.size() << ", \"segment_bytes\": " << s.segment_bytes
+      << ", \"seconds\": {\"min\": " << num(t.min) << ", \"median\": " << num(t.median)
+      << ", \"max\": " << num(t.max) << "}, \"bandwidth_bytes_per_second\": " << num(bw)
+      << ", \"lower_bound_seconds\": " << num(s.lower_bound_seconds)
+      << ", \"ratio_to_lower_bound\": "
+      << num(s.lower_bound_seconds > 0 ? t.median / s.lower_bound_seconds : 0)
+      << ", \"verified\": " << (s.verified ? "true" : "false") << ", \"sha256\": " << str(s.sha256)
+      << ", \"rejected_connections\": " << s.rejected_connections
+      << ", \"peak_rss_bytes\": " << s.peak_rss_bytes << ", \"slowest_per_site\": [";
+  for (size_t i = 0; i < s.slowest_per_site.size(); ++i) {
+    const auto& sl = s.slowest_per_site[i];
+    out << (i ? ", " : "") << "{\"site\": " << str(sl.site) << ", \"rank\": " << sl.rank
+        << ", \"node\": " << str(sl.node) << ", \"seconds\": " << num(sl.seconds) << "}";
+  }
+  out << "], \"per_iteration\": [";
+  for (size_t i = 0; i < s.iterations.size(); ++i) {
+    const auto& it = s.iterations[i];
+    out << (i ? ", " : "") << "{\"root\": " << it.root << ", \"bytes\": " << it.bytes
+        << ", \"algorithm\": " << str(it.algorithm) << ", \"seconds\": " << num(it.seconds)
+        << ", \"max_rss_bytes\": " << it.max_rss_bytes << "}";
+  }
+  out << "], \"copies\": [";
+  for (size_t i = 0; i < s.copies.size(); ++i)
+    out << (i ? ", " : "") << "{\"rank\": " << s.copies[i].rank
+        << ", \"node\": " << str(s.copies[i].node) << ", \"path\": " << str(s.copies[i].path)
+        << "}";
+  out << "]}\n";
+}
+
+void print_failure(std::ostream& err, std::ostream& out, const job::LaunchResult& r, bool json) {
+  err << "gridbcast launch: FAILED: " << r.failure << "\n";
+  for (const auto& t : r.then) err << "  then: " << t << "\n";
+  if (!json) return;
+  out << "{\"error\": " << str(r.failure) << ", \"then\": [";
+  for (size_t i = 0; i < r.then.size(); ++i) out << (i ? ", " : "") << str(r.then[i]);
+  out << "], \"status\": " << r.status << "}\n";
+}
+
+std::string progress_line(const job::ProgressSample& s) {
+  std::ostringstream line;
+  line << "\r  ";
+  if (s.iterations > 1) line << "iteration " << (s.iteration + 1) << "/" << s.iterations << ": ";
+  const double share = s.bytes_total > 0 ? 100.0 * static_cast<double>(s.bytes_held) /
+                                               static_cast<double>(s.bytes_total)
+                                         : 100.0;
+  line << topology::format_bytes(s.bytes_held) << " of " << topology::format_bytes(s.bytes_total)
+       << " held (" << std::fixed << std::setprecision(1) << share << " %), "
+       << duration_text(s.elapsed_s);
+  if (s.rate_bytes_per_s > 0) line << ", " << topology::format_bandwidth(s.rate_bytes_per_s * 8);
+  if (s.eta_s >= 0) line << ", ETA " << duration_text(s.eta_s);
+  line << ", " << s.ranks_done << "/" << s.ranks << " ranks done   ";
+  return line.str();
+}
+
+std::string progress_json(const job::ProgressSample& s) {
+  std::ostringstream o;
+  o << "{\"type\": \"progress\", \"iteration\": " << s.iteration
+    << ", \"elapsed_seconds\": " << num(s.elapsed_s) << ", \"bytes_held\": " << s.bytes_held
+    << ", \"bytes_total\": " << s.bytes_total << ", \"ranks_done\": " << s.ranks_done
+    << ", \"ranks\": " << s.ranks << ", \"rate_bytes_per_second\": " << num(s.rate_bytes_per_s)
+    << ", \"eta_seconds\": " << (s.eta_s >= 0 ? num(s.eta_s) : "null") << "}";
+  return o.str();
+}
+
+}  // namespace gridbcast::cli

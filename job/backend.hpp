@@ -1,0 +1,65 @@
+// How rank processes get started and stopped (job/backends.cpp). The launcher
+// only needs these calls, so a backend for network namespaces or a batch
+// system slots in beside these. No Asio here.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "topology/grid.hpp"
+
+namespace gridbcast::job {
+
+class Backend {
+ public:
+  using Env = std::vector<std::pair<std::string, std::string>>;
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  // Starts `rank` on `node` with `env` (GRIDBCAST_* without the secret); the
+  // secret goes through a pipe named by GRIDBCAST_SECRET_FD (local processes)
+  // or standard input (ssh). Each rank is the leader of a process group of its
+  // own, so everything it starts is stopped with it. Throws if it cannot start.
+  virtual void start(int rank, const topology::Node& node, const Env& env,
+                     const std::string& secret_hex) = 0;
+  // Children that exited since the last call: (rank, human-readable status, ok).
+  struct Exit {
+    int rank;
+    std::string status;
+    bool success;
+    int code = -1;  // the exit status, or -1 when a signal ended it
+  };
+  virtual std::vector<Exit> reap() = 0;
+  virtual int running() const = 0;
+  // Signals every running rank's process group (the rank and all it started).
+  virtual void signal_all(int signo) = 0;
+  // True when ranks are started by someone else (external backend).
+  virtual bool external() const { return false; }
+};
+
+// Local fork/exec of `exe rank` (loopback topologies), or of `command` (a
+// program under `gridbcast launch TOPOLOGY -- PROGRAM ARGS`; found on PATH).
+std::unique_ptr<Backend> make_local_backend(std::string exe);
+std::unique_ptr<Backend> make_local_backend(std::vector<std::string> command);
+// `ssh [options] -- HOST 'env GRIDBCAST_...=... exe rank'` (or `command`) per
+// node, every word quoted for the remote shell; `ssh_command` is split on
+// spaces. A host that starts with '-' is refused (ssh would read it as an option).
+std::unique_ptr<Backend> make_ssh_backend(std::string ssh_command, std::string exe);
+std::unique_ptr<Backend> make_ssh_backend(std::string ssh_command,
+                                          std::vector<std::string> command);
+// Starts nothing: ranks come from srun, mpiexec, docker compose or by hand.
+std::unique_ptr<Backend> make_external_backend();
+// Starts `prefix(rank, node)... exe rank` locally, e.g. `ip netns exec NS` for
+// the emulated grid; `name` is what reports call it.
+using CommandPrefix = std::function<std::vector<std::string>(int rank, const topology::Node&)>;
+std::unique_ptr<Backend> make_prefixed_backend(std::string name, CommandPrefix prefix,
+                                               std::string exe);
+std::unique_ptr<Backend> make_prefixed_backend(std::string name, CommandPrefix prefix,
+                                               std::vector<std::string> command);
+
+// One word for a POSIX shell: 'it''s' style quoting, safe for any bytes.
+std::string shell_quote(const std::string& word);
+
+}  // namespace gridbcast::job

@@ -1,0 +1,459 @@
+#include "job/protocol.hpp"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include <type_traits>
+
+namespace gridbcast::job::control {
+namespace {
+
+// Type bytes on the wire. New messages take new numbers; none is reused.
+enum class Type : std::uint8_t {
+  kConfig = 1,
+  kTable = 2,
+  kGo = 3,
+  kExit = 4,
+  kEndpoints = 20,
+  kReady = 21,
+  kProgress = 22,
+  kDone = 23,
+  kAlive = 24,
+  kPoint = 25,
+  kBenchDone = 26,
+  kError = 27,
+  kAbort = 28,
+  kFinished = 29,
+};
+
+class Writer {
+ public:
+  explicit Writer(Type t) { out_ += static_cast<char>(t); }
+  Writer& u8(std::uint8_t v) {
+    out_ += static_cast<char>(v);
+    return *this;
+  }
+  Writer& u16(std::uint16_t v) { return be(v, 2); }
+  Writer& u32(std::uint32_t v) { return be(v, 4); }
+  Writer& u64(std::uint64_t v) { return be(v, 8); }
+  Writer& i32(std::int32_t v) { return u32(static_cast<std::uint32_t>(v)); }
+  Writer& i64(std::int64_t v) { return u64(static_cast<std::uint64_t>(v)); }
+  Writer& flag(bool v) { return u8(v ? 1 : 0); }
+  Writer& text(const std::string& s) {
+    if (s.size() > kMaxText)
+      throw ProtocolError("a control message field of " + std::to_string(s.size()) +
+                          " bytes is over the limit of " + std::to_string(kMaxText));
+    u32(static_cast<std::uint32_t>(s.size()));
+    out_ += s;
+    return *this;
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  Writer& be(std::uint64_t v, int bytes) {
+    for (int i = bytes - 1; i >= 0; --i) out_ += static_cast<char>((v >> (8 * i)) & 0xff);
+    return *this;
+  }
+  std::string out_;
+};
+
+class Reader {
+ public:
+  Reader(const std::string& body, const char* what) : in_(body), what_(what) {}
+  std::uint8_t u8() { return static_cast<std::uint8_t>(be(1)); }
+  std::uint16_t u16() { return static_cast<std::uint16_t>(be(2)); }
+  std::uint32_t u32() { return static_cast<std::uint32_t>(be(4)); }
+  std::uint64_t u64() { return be(8); }
+  std::int64_t i64() { return static_cast<std::int64_t>(be(8)); }
+  // An int32 in [lo, hi].
+  std::int32_t i32(std::int32_t lo, std::int32_t hi, const char* field) {
+    const auto v = static_cast<std::int32_t>(u32());
+    if (v < lo || v > hi)
+      fail(std::string(field) + " " + std::to_string(v) + " is outside " + std::to_string(lo) +
+           ".." + std::to_string(hi));
+    return v;
+  }
+  bool flag(const char* field) {
+    const std::uint8_t v = u8();
+    if (v > 1) fail(std::string(field) + " is neither 0 nor 1");
+    return v == 1;
+  }
+  std::string text(const char* field) {
+    const std::uint32_t n = u32();
+    if (n > kMaxText || n > in_.size() - pos_)
+      fail(std::string(field) + " claims " + std::to_string(n) + " bytes, " +
+           std::to_string(in_.size() - pos_) + " remain");
+    std::string s = in_.substr(pos_, n);
+    pos_ += n;
+    return s;
+  }
+  void end() {
+    if (pos_ != in_.size()) fail(std::to_string(in_.size() - pos_) + " bytes after the last field");
+  }
+  [[noreturn]] void fail(const std::string& why) const {
+    throw ProtocolError(std::string("malformed ") + what_ + " message: " + why);
+  }
+
+ private:
+  std::uint64_t be(int bytes) {
+    if (in_.size() - pos_ < static_cast<size_t>(bytes)) fail("truncated");
+    std::uint64_t v = 0;
+    for (int i = 0; i < bytes; ++i) v = (v << 8) | static_cast<std::uint8_t>(in_[pos_++]);
+    return v;
+  }
+  const std::string& in_;
+  const char* what_;
+  size_t pos_ = 1;  // past the type byte
+};
+
+void write_params(Writer& w, const JobParams& p) {
+  w.u8(static_cast<std::uint8_t>(p.kind))
+      .text(p.algorithm)
+      .i32(p.root)
+      .u64(p.size)
+      .i32(p.iterations)
+      .flag(p.random_roots)
+      .flag(p.random_sizes)
+      .u64(p.seed)
+      .u64(p.segment_bytes)
+      .i64(p.timeout_ms)
+      .text(p.file)
+      .text(p.output)
+      .u32(p.file_mode)
+      .i64(p.file_mtime_ns)
+      .u64(p.source_dev)
+      .u64(p.source_ino)
+      .u64(p.window_bytes)
+      .flag(p.resume)
+      .flag(p.verify)
+      .text(p.bench)
+      .text(p.cert_dir);
+}
+
+JobParams read_params(Reader& r) {
+  JobParams p;
+  const std::uint8_t kind = r.u8();
+  if (kind > static_cast<std::uint8_t>(JobKind::kProgram))
+    r.fail("job kind " + std::to_string(kind) + " is unknown");
+  p.kind = static_cast<JobKind>(kind);
+  p.algorithm = r.text("algorithm");
+  p.root = r.i32(0, static_cast<std::int32_t>(kMaxRanks) - 1, "root");
+  p.size = r.u64();
+  p.iterations = r.i32(1, kMaxIterations, "iterations");
+  p.random_roots = r.flag("random_roots");
+  p.random_sizes = r.flag("random_sizes");
+  p.seed = r.u64();
+  p.segment_bytes = r.u64();
+  p.timeout_ms = r.i64();
+  if (p.timeout_ms < 0) r.fail("timeout " + std::to_string(p.timeout_ms) + " ms is negative");
+  p.file = r.text("file");
+  p.output = r.text("output");
+  p.file_mode = r.u32();
+  if (p.file_mode > 07777) r.fail("file mode " + std::to_string(p.file_mode) + " is not a mode");
+  p.file_mtime_ns = r.i64();
+  p.source_dev = r.u64();
+  p.source_ino = r.u64();
+  p.window_bytes = r.u64();
+  p.resume = r.flag("resume");
+  p.verify = r.flag("verify");
+  p.bench = r.text("bench");
+  p.cert_dir = r.text("cert_dir");
+  return p;
+}
+
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
+
+std::uint16_t port(Reader& r) {
+  const std::uint16_t p = r.u16();
+  if (p == 0) r.fail("a port of 0");
+  return p;
+}
+
+}  // namespace
+
+std::string name_of(const ToRank& m) {
+  return std::visit(
+      Overloaded{[](const Config&) { return "Config"; }, [](const Table&) { return "Table"; },
+                 [](const Go&) { return "Go"; }, [](const Exit&) { return "Exit"; }},
+      m);
+}
+
+std::string name_of(const ToLauncher& m) {
+  return std::visit(
+      Overloaded{[](const Endpoints&) { return "Endpoints"; }, [](const Ready&) { return "Ready"; },
+                 [](const Progress&) { return "Progress"; }, [](const Done&) { return "Done"; },
+                 [](const Alive&) { return "Alive"; }, [](const Point&) { return "Point"; },
+                 [](const BenchDone&) { return "BenchDone"; }, [](const Error&) { return "Error"; },
+                 [](const Abort&) { return "Abort"; }, [](const Finished&) { return "Finished"; }},
+      m);
+}
+
+std::string encode_body(const ToRank& m) {
+  return std::visit(
+      Overloaded{[](const Config& c) {
+                   Writer w(Type::kConfig);
+                   w.text(c.topology_name).text(c.topology_yaml);
+                   write_params(w, c.params);
+                   return w.take();
+                 },
+                 [](const Table& t) {
+                   Writer w(Type::kTable);
+                   w.u32(static_cast<std::uint32_t>(t.ports.size()));
+                   for (const auto& lanes : t.ports)
+                     for (const std::uint16_t p : lanes) w.u16(p);
+                   return w.take();
+                 },
+                 [](const Go& g) { return Writer(Type::kGo).i32(g.iteration).take(); },
+                 [](const Exit&) { return Writer(Type::kExit).take(); }},
+      m);
+}
+
+std::string encode_body(const ToLauncher& m) {
+  return std::visit(
+      Overloaded{
+          [](const Endpoints& e) {
+            Writer w(Type::kEndpoints);
+            for (const std::uint16_t p : e.ports) w.u16(p);
+            return w.take();
+          },
+          [](const Ready& r) { return Writer(Type::kReady).i32(r.iteration).take(); },
+          [](const Progress& p) {
+            return Writer(Type::kProgress).i32(p.iteration).u64(p.bytes_in).u64(p.bytes_out).take();
+          },
+          [](const Done& d) {
+            return Writer(Type::kDone)
+                .i32(d.iteration)
+                .i64(d.t0_ns)
+                .i64(d.t1_ns)
+                .text(d.sha256)
+                .text(d.algorithm)
+                .u64(d.segment_bytes)
+                .u64(d.rejected)
+                .u64(d.peak_rss)
+                .u64(d.rss)
+                .text(d.path)
+                .take();
+          },
+          [](const Alive&) { return Writer(Type::kAlive).take(); },
+          [](const Point& p) { return Writer(Type::kPoint).text(p.encoded).take(); },
+          [](const BenchDone& b) {
+            return Writer(Type::kBenchDone).u64(b.rejected).u64(b.peak_rss).take();
+          },
+          [](const Error& e) { return Writer(Type::kError).text(e.what).take(); },
+          [](const Abort& a) { return Writer(Type::kAbort).i32(a.code).text(a.why).take(); },
+          [](const Finished&) { return Writer(Type::kFinished).take(); }},
+      m);
+}
+
+ToRank decode_to_rank(const std::string& body, std::uint32_t ranks) {
+  if (body.empty()) throw ProtocolError("an empty control message");
+  const auto type = static_cast<Type>(static_cast<std::uint8_t>(body[0]));
+  ToRank out;
+  switch (type) {
+    case Type::kConfig: {
+      Reader r(body, "Config");
+      Config c;
+      c.topology_name = r.text("topology name");
+      c.topology_yaml = r.text("topology");
+      c.params = read_params(r);
+      r.end();
+      out = std::move(c);
+      break;
+    }
+    case Type::kTable: {
+      Reader r(body, "Table");
+      const std::uint32_t n = r.u32();
+      if (n == 0 || n > kMaxRanks || (ranks != 0 && n != ranks))
+        r.fail("a table of " + std::to_string(n) + " ranks" +
+               (ranks != 0 ? " for a job of " + std::to_string(ranks) : std::string()));
+      if (static_cast<std::uint64_t>(n) * runtime::kLanes * 2 != body.size() - 5)
+        r.fail("a table of " + std::to_string(n) + " ranks in " + std::to_string(body.size()) +
+               " bytes");
+      Table t;
+      t.ports.resize(n);
+      for (auto& lanes : t.ports)
+        for (auto& p : lanes) p = port(r);
+      r.end();
+      out = std::move(t);
+      break;
+    }
+    case Type::kGo: {
+      Reader r(body, "Go");
+      Go g{r.i32(0, kMaxIterations, "iteration")};
+      r.end();
+      out = g;
+      break;
+    }
+    case Type::kExit: {
+      Reader r(body, "Exit");
+      r.end();
+      out = Exit{};
+      break;
+    }
+    default:
+      throw ProtocolError("a control message of unknown type " +
+                          std::to_string(static_cast<int>(type)) + " for a rank");
+  }
+  return out;
+}
+
+ToLauncher decode_to_launcher(const std::string& body) {
+  if (body.empty()) throw ProtocolError("an empty control message");
+  const auto type = static_cast<Type>(static_cast<std::uint8_t>(body[0]));
+  ToLauncher out;
+  switch (type) {
+    case Type::kEndpoints: {
+      Reader r(body, "Endpoints");
+      Endpoints e;
+      for (auto& p : e.ports) p = port(r);
+      r.end();
+      out = e;
+      break;
+    }
+    case Type::kReady: {
+      Reader r(body, "Ready");
+      Ready m{r.i32(0, kMaxIterations, "iteration")};
+      r.end();
+      out = m;
+      break;
+    }
+    case Type::kProgress: {
+      Reader r(body, "Progress");
+      Progress p;
+      p.iteration = r.i32(0, kMaxIterations, "iteration");
+      p.bytes_in = r.u64();
+      p.bytes_out = r.u64();
+      r.end();
+      out = p;
+      break;
+    }
+    case Type::kDone: {
+      Reader r(body, "Done");
+      Done d;
+      d.iteration = r.i32(0, kMaxIterations, "iteration");
+      d.t0_ns = r.i64();
+      d.t1_ns = r.i64();
+      if (d.t1_ns < d.t0_ns) r.fail("the broadcast ended before it began");
+      d.sha256 = r.text("sha256");
+      if (!d.sha256.empty() &&
+          (d.sha256.size() != 64 ||
+           d.sha256.find_first_not_of("0123456789abcdef") != std::string::npos))
+        r.fail("sha256 is not 64 lower-case hex digits");
+      d.algorithm = r.text("algorithm");
+      d.segment_bytes = r.u64();
+      d.rejected = r.u64();
+      d.peak_rss = r.u64();
+      d.rss = r.u64();
+      d.path = r.text("path");
+      r.end();
+      out = std::move(d);
+      break;
+    }
+    case Type::kAlive: {
+      Reader r(body, "Alive");
+      r.end();
+      out = Alive{};
+      break;
+    }
+    case Type::kPoint: {
+      Reader r(body, "Point");
+      Point p{r.text("point")};
+      r.end();
+      out = std::move(p);
+      break;
+    }
+    case Type::kBenchDone: {
+      Reader r(body, "BenchDone");
+      BenchDone b;
+      b.rejected = r.u64();
+      b.peak_rss = r.u64();
+      r.end();
+      out = b;
+      break;
+    }
+    case Type::kError: {
+      Reader r(body, "Error");
+      Error e{r.text("what")};
+      r.end();
+      out = std::move(e);
+      break;
+    }
+    case Type::kAbort: {
+      Reader r(body, "Abort");
+      Abort a;
+      a.code = static_cast<std::int32_t>(r.u32());
+      a.why = r.text("why");
+      r.end();
+      out = std::move(a);
+      break;
+    }
+    case Type::kFinished: {
+      Reader r(body, "Finished");
+      r.end();
+      out = Finished{};
+      break;
+    }
+    default:
+      throw ProtocolError("a control message of unknown type " +
+                          std::to_string(static_cast<int>(type)) + " for the launcher");
+  }
+  return out;
+}
+
+namespace {
+
+void hmac(const std::uint8_t* key, size_t key_len, const std::string& msg, std::uint8_t* out) {
+  unsigned int len = 32;
+  if (!HMAC(EVP_sha256(), key, static_cast<int>(key_len),
+            reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), out, &len))
+    throw std::runtime_error("HMAC-SHA256 failed in OpenSSL");
+}
+
+std::string tag_input(Direction d, std::uint64_t seq, const std::string& body) {
+  std::string m;
+  m += static_cast<char>(d);
+  for (int i = 7; i >= 0; --i) m += static_cast<char>((seq >> (8 * i)) & 0xff);
+  return m + body;
+}
+
+}  // namespace
+
+Sealer::Sealer(const std::vector<std::uint8_t>& secret, std::uint64_t job_id, std::uint32_t rank) {
+  std::string info = "gridbcast control";
+  for (int i = 7; i >= 0; --i) info += static_cast<char>((job_id >> (8 * i)) & 0xff);
+  for (int i = 3; i >= 0; --i) info += static_cast<char>((rank >> (8 * i)) & 0xff);
+  hmac(secret.data(), secret.size(), info, key_.data());
+}
+
+std::string Sealer::seal(Direction d, const std::string& body) {
+  if (body.size() > kMaxFrameBytes)
+    throw ProtocolError("a control message of " + std::to_string(body.size()) +
+                        " bytes is over the limit of " + std::to_string(kMaxFrameBytes));
+  std::array<std::uint8_t, 32> mac{};
+  hmac(key_.data(), key_.size(), tag_input(d, sent_[static_cast<int>(d)]++, body), mac.data());
+  std::string out;
+  const auto n = static_cast<std::uint32_t>(body.size());
+  for (int i = 3; i >= 0; --i) out += static_cast<char>((n >> (8 * i)) & 0xff);
+  out += body;
+  out.append(reinterpret_cast<const char*>(mac.data()), kTagBytes);
+  return out;
+}
+
+void Sealer::open(Direction d, const std::string& body,
+                  const std::array<std::uint8_t, kTagBytes>& tag) {
+  std::array<std::uint8_t, 32> mac{};
+  hmac(key_.data(), key_.size(), tag_input(d, received_[static_cast<int>(d)], body), mac.data());
+  if (CRYPTO_memcmp(mac.data(), tag.data(), kTagBytes) != 0)
+    throw ProtocolError(
+        "a control message failed its authentication check (altered, replayed "
+        "or out of order)");
+  ++received_[static_cast<int>(d)];
+}
+
+}  // namespace gridbcast::job::control

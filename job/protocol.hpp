@@ -1,0 +1,138 @@
+// The control protocol between the launcher and its ranks: one struct per
+// message, encoded and decoded side by side (job/protocol.cpp), every field
+// range-checked on decode. No Asio here; job/control.hpp carries the frames.
+//
+//   launcher                                   rank
+//      ◄── Endpoints{ports per lane} ─────────── (after the authenticated Hello)
+//      ─── Config{topology, JobParams} ────────►   (sent first, on connect)
+//      ─── Table{ports of every rank} ─────────►
+//   broadcast:  ◄─ Ready{i} ─  ─ Go{i} ─►  ◄─ Progress{i, bytes}* ─  ◄─ Done{i, ...} ─
+//   bench:      ◄─ Point{...}* / Alive* ─  ◄─ BenchDone ─
+//   program:    ◄─ Alive* ─ (heartbeat)    ◄─ Finished ─ (MPI_Finalize) / Abort
+//      ─── Exit ───────────────────────────────►
+//   any time:   ◄─ Error{what} ─
+//
+// A frame on the wire (big-endian):
+//   u32 length | u8 type | fields... | 16-byte tag
+// where tag = HMAC-SHA256(key, direction | u64 sequence | type | fields)[0..16),
+// key = HMAC-SHA256(secret, "gridbcast control" | job id | rank), and each
+// direction numbers its frames from 0. So every control message, not only the
+// handshake, proves the secret, and none can be altered, dropped, replayed or
+// moved to another rank's connection unnoticed.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "job/params.hpp"
+#include "runtime/endpoints.hpp"
+
+namespace gridbcast::job::control {
+
+// A control message that does not decode or fails its checks.
+class ProtocolError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Bounds a decoder holds every peer to, whatever it claims.
+inline constexpr std::uint32_t kMaxFrameBytes = 64u << 20;  // a topology of ~100k nodes
+inline constexpr std::uint32_t kMaxRanks = 1u << 20;
+inline constexpr std::uint32_t kMaxText = 16u << 20;  // one string field
+inline constexpr std::int32_t kMaxIterations = 1 << 30;
+inline constexpr size_t kTagBytes = 16;
+
+// launcher → rank
+struct Config {
+  std::string topology_name;  // the file name errors mention
+  std::string topology_yaml;
+  JobParams params;
+};
+struct Table {
+  runtime::EndpointTable ports;  // one entry per rank
+};
+struct Go {
+  std::int32_t iteration = 0;
+};
+struct Exit {};
+
+// rank → launcher
+struct Endpoints {
+  std::array<std::uint16_t, runtime::kLanes> ports{};
+};
+struct Ready {
+  std::int32_t iteration = 0;
+};
+// Sent about every second while a broadcast runs: totals since the rank
+// started, so the launcher judges progress, not wall-clock time.
+struct Progress {
+  std::int32_t iteration = 0;
+  std::uint64_t bytes_in = 0;
+  std::uint64_t bytes_out = 0;
+};
+struct Done {
+  std::int32_t iteration = 0;
+  std::int64_t t0_ns = 0, t1_ns = 0;  // system clock, around the broadcast
+  std::string sha256;                 // hex, or empty without verification
+  std::string algorithm;
+  std::uint64_t segment_bytes = 0;
+  std::uint64_t rejected = 0;  // connections this rank refused so far
+  std::uint64_t peak_rss = 0, rss = 0;
+  std::string path;  // where this rank's copy of --file went; empty otherwise
+};
+struct Alive {};  // a heartbeat between messages of substance
+struct Point {
+  std::string encoded;  // a BenchPoint (job/bench.hpp)
+};
+struct BenchDone {
+  std::uint64_t rejected = 0;
+  std::uint64_t peak_rss = 0;
+};
+struct Error {
+  std::string what;
+};
+struct Abort {  // MPI_Abort
+  std::int32_t code = 0;
+  std::string why;
+};
+struct Finished {};  // MPI_Finalize
+
+using ToRank = std::variant<Config, Table, Go, Exit>;
+using ToLauncher =
+    std::variant<Endpoints, Ready, Progress, Done, Alive, Point, BenchDone, Error, Abort, Finished>;
+
+// The message's name in errors ("Done", ...).
+std::string name_of(const ToRank& m);
+std::string name_of(const ToLauncher& m);
+
+// Bodies (type and fields, without length and tag). Decoders throw
+// ProtocolError for anything out of range: an unknown type, a truncated or
+// over-long field, trailing bytes, a negative iteration, a port of 0, a table
+// whose rank count differs from `ranks` (when non-zero).
+std::string encode_body(const ToRank& m);
+std::string encode_body(const ToLauncher& m);
+ToRank decode_to_rank(const std::string& body, std::uint32_t ranks = 0);
+ToLauncher decode_to_launcher(const std::string& body);
+
+// Per-connection message authentication: the key of one rank's control
+// connection and each direction's sequence number.
+enum class Direction : std::uint8_t { kToRank = 1, kToLauncher = 2 };
+class Sealer {
+ public:
+  Sealer(const std::vector<std::uint8_t>& secret, std::uint64_t job_id, std::uint32_t rank);
+  // length | body | tag, numbered by this direction's counter.
+  std::string seal(Direction d, const std::string& body);
+  // Checks the tag of the next frame in direction d; throws ProtocolError.
+  void open(Direction d, const std::string& body, const std::array<std::uint8_t, kTagBytes>& tag);
+
+ private:
+  std::array<std::uint8_t, 32> key_{};
+  std::uint64_t sent_[3] = {0, 0, 0};
+  std::uint64_t received_[3] = {0, 0, 0};
+};
+
+}  // namespace gridbcast::job::control
