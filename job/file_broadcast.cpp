@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "job/file_source.hpp"
+#include "runtime/buffer.hpp"
 
 namespace gridbcast::job {
 namespace {
@@ -132,8 +133,10 @@ void set_bit(std::vector<std::uint8_t>& bits, std::uint64_t i) {
   bits[i / 8] = static_cast<std::uint8_t>(bits[i / 8] | (1u << (i % 8)));
 }
 
-std::unique_ptr<std::byte[]> allocate(std::uint64_t bytes) {
-  return std::unique_ptr<std::byte[]>(new std::byte[std::max<std::uint64_t>(bytes, 1)]);
+// Every page touched now (runtime::MappedBuffer::anonymous): faulting pages in
+// inside the kernel's receive path made a single-window broadcast 4x slower.
+runtime::MappedBuffer allocate(std::uint64_t bytes) {
+  return runtime::MappedBuffer::anonymous(std::max<std::uint64_t>(bytes, 1));
 }
 
 // A window's buffer: the digests of its chunks, then their bytes back to back.
@@ -165,6 +168,10 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
     try {
       source = FileSource::open(spec.source);
       h.meta = source.meta();
+      if (spec.expected_size && *spec.expected_size != h.meta.size)
+        throw std::runtime_error(spec.source + ": changed size since the launch began (" +
+                                 std::to_string(h.meta.size) + " bytes, " +
+                                 std::to_string(*spec.expected_size) + " announced)");
       h.window_bytes = spec.window_bytes ? spec.window_bytes : kDefaultWindowBytes;
       h.chunk_bytes = spec.chunk_bytes ? spec.chunk_bytes
                                        : std::max<std::uint64_t>(
@@ -177,8 +184,8 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
         auto buf = allocate(h.chunk_bytes);
         digests.resize(layout.count());
         for (std::uint64_t i = 0; i < layout.count(); ++i) {
-          source.read(layout.offset(i), buf.get(), layout.length(i));
-          digests[i] = sha256(buf.get(), layout.length(i));
+          source.read(layout.offset(i), buf.data(), layout.length(i));
+          digests[i] = sha256(buf.data(), layout.length(i));
         }
       }
     } catch (const std::exception& e) {
@@ -187,7 +194,7 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
     }
     encode(h, header_buf.data());
   }
-  comm.bcast(header_buf.data(), kHeaderBytes, root, spec.algorithm);
+  runtime::BcastInfo info = comm.bcast(header_buf.data(), kHeaderBytes, root, spec.algorithm);
   if (!is_root) h = decode_header(header_buf.data());
   if (!h.ok) {
     if (is_root) throw std::runtime_error(me + ": " + h.error);
@@ -206,12 +213,13 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
 
   // 2. Every other rank opens its copy (and with resume keeps what it holds
   // already), then tells the root it is ready and which chunks it needs.
-  const std::uint64_t per_window = std::max<std::uint64_t>(1, (h.window_bytes / 2) / h.chunk_bytes);
+  const std::uint64_t per_window = std::max<std::uint64_t>(
+      1, std::min((h.window_bytes / 2) / h.chunk_bytes, std::max<std::uint64_t>(1, count)));
   const std::uint64_t buffer_bytes = per_window * (sizeof(Digest) + h.chunk_bytes);
   FileSink sink;
   std::uint64_t kept = 0;
   std::vector<std::uint8_t> needed(bitmap_bytes, 0);
-  std::unique_ptr<std::byte[]> bufs[2];
+  runtime::MappedBuffer bufs[2];
   std::string my_error;
   try {
     bufs[0] = allocate(buffer_bytes);
@@ -227,7 +235,7 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
         const std::uint64_t off = layout.offset(i), len = layout.length(i);
         bool have = false;
         if (h.resume) {
-          std::byte* b = bufs[0].get();
+          std::byte* b = bufs[0].data();
           if (sink.reused_partial() && sink.read_partial(off, b, len) == len &&
               sha256(b, len) == digests[i]) {
             have = true;
@@ -360,17 +368,23 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
   std::future<void> io;  // declared after the buffers and the sink: joined first
   with_rank([&] {
     if (is_root && !windows.empty())
-      io = std::async(std::launch::async, [&] { fill(windows[0], bufs[0].get()); });
+      io = std::async(std::launch::async, [&] { fill(windows[0], bufs[0].data()); });
     for (size_t k = 0; k < windows.size(); ++k) {
-      std::byte* buf = bufs[k % 2].get();
+      std::byte* buf = bufs[k % 2].data();
       if (is_root) {
         io.get();
         if (k + 1 < windows.size())
           io = std::async(std::launch::async,
-                          [&, k] { fill(windows[k + 1], bufs[(k + 1) % 2].get()); });
-        comm.bcast(buf, windows[k].bytes, root, spec.algorithm);
+                          [&, k] { fill(windows[k + 1], bufs[(k + 1) % 2].data()); });
+        if (k == 0)
+          info = comm.bcast(buf, windows[k].bytes, root, spec.algorithm);
+        else
+          comm.bcast(buf, windows[k].bytes, root, spec.algorithm);
       } else {
-        comm.bcast(buf, windows[k].bytes, root, spec.algorithm);
+        if (k == 0)
+          info = comm.bcast(buf, windows[k].bytes, root, spec.algorithm);
+        else
+          comm.bcast(buf, windows[k].bytes, root, spec.algorithm);
         if (io.valid()) io.get();
         io = std::async(std::launch::async, [&, k, buf] { drain(windows[k], buf); });
       }
@@ -392,6 +406,7 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
   r.chunks_kept = kept;
   for (std::uint64_t c : todo) r.bytes_sent += layout.length(c);
   r.windows = windows.size();
+  r.algorithm = std::string(topology::algorithm_name(info.algorithm));
   r.buffer_bytes = 2 * buffer_bytes;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;

@@ -34,8 +34,11 @@ namespace gridbcast::job {
 inline constexpr std::uint64_t kDefaultWindowBytes = 64ull << 20;
 
 struct FileSpec {
-  std::string source;              // the root's: path of the file to send
-  std::string output;              // every other rank's: final path of its copy
+  std::string source;  // the root's: path of the file to send
+  std::string output;  // every other rank's: final path of its copy
+  // The root's: the size the launcher announced; a source of another size
+  // fails the job before data moves (it changed since the launch began).
+  std::optional<std::uint64_t> expected_size;
   std::uint64_t window_bytes = 0;  // memory per rank for data in flight; 0: kDefaultWindowBytes
   std::uint64_t chunk_bytes = 0;   // 0: 4 MiB, or half the window if that is smaller
   bool resume = false;             // keep verified chunks of a partial or an existing copy
@@ -63,6 +66,7 @@ struct FileResult {
   std::uint64_t chunks_kept = 0;  // this rank: held already and verified (resume)
   std::uint64_t bytes_sent = 0;   // bytes of the chunks broadcast
   std::uint64_t windows = 0;
+  std::string algorithm;           // what the broadcasts of the largest window ran
   std::uint64_t buffer_bytes = 0;  // this rank's window buffers
   double seconds = 0;
 };

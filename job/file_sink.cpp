@@ -146,6 +146,21 @@ void check_node_name_for_path(const std::string& node) {
                              "'_' and '.', and not \".\" or \"..\"");
 }
 
+void refuse_copy_over_source(const std::string& copy, const std::string& source,
+                             const FileMeta& source_meta) {
+  std::error_code ec;
+  const auto a = std::filesystem::weakly_canonical(copy, ec);
+  const auto b = std::filesystem::weakly_canonical(source, ec);
+  struct stat st {};
+  const bool same_inode = ::stat(copy.c_str(), &st) == 0 &&
+                          static_cast<std::uint64_t>(st.st_dev) == source_meta.dev &&
+                          static_cast<std::uint64_t>(st.st_ino) == source_meta.ino;
+  if ((!a.empty() && a == b) || same_inode)
+    throw std::runtime_error(copy + " is the source file " + source +
+                             (same_inode ? " (same device and inode)" : "") +
+                             "; writing it would destroy the data");
+}
+
 std::string partial_name(const std::string& name) {
   return "." + name + ".gridbcast-partial";
 }

@@ -45,6 +45,13 @@ struct SinkOptions {
 // not "." or "..". (The topology loader refuses such names too.)
 void check_node_name_for_path(const std::string& node);
 
+// The launcher's check, before any rank starts, for ranks on the root's host:
+// throws when `copy` is the source, by path (absolute, symlinks and "." resolved)
+// or by device and inode (a hard link). The ranks check device and inode again
+// before they open anything.
+void refuse_copy_over_source(const std::string& copy, const std::string& source,
+                             const FileMeta& source_meta);
+
 // The temporary name of DIR/NAME's copy in progress with resume.
 std::string partial_name(const std::string& name);
 
