@@ -10,7 +10,10 @@
 
 #include "cli/bench_report.hpp"
 #include "cli/launch_report.hpp"
+#include "job/file_sink.hpp"
+#include "job/file_source.hpp"
 #include "job/launcher.hpp"
+#include "job/params.hpp"
 #include "job/rank.hpp"
 #include "lanes/certs.hpp"
 #include "lanes/tls.hpp"
@@ -253,12 +256,23 @@ int main(int argc, char** argv) {
       "site-config YAML (default: the embedded default, 2 sites x 4 nodes on loopback)");
   launch_cmd->add_option("--size,-s", l_size, "bytes to broadcast, e.g. 1048576, \"64 MiB\"")
       ->capture_default_str();
-  launch_cmd->add_option("--file", l_file, "broadcast this file instead of generated data");
+  launch_cmd->add_option("--file", l_file,
+                         "broadcast this file instead of generated data (- reads standard "
+                         "input, spooled to $TMPDIR first; docs/FILES.md)");
   launch_cmd
       ->add_option("--output,-o", l_output,
                    "where other ranks write --file; {node} and {rank} are replaced; a trailing / "
                    "appends the file name")
       ->capture_default_str();
+  std::string l_window = "64 MiB";
+  bool l_resume = false;
+  launch_cmd
+      ->add_option("--window", l_window,
+                   "memory per rank for --file data in flight (the file may be larger)")
+      ->capture_default_str();
+  launch_cmd->add_flag("--resume", l_resume,
+                       "--file: keep the chunks each copy (or a partial copy a failed run left) "
+                       "already holds, checked against the digests; move only the rest");
   launch_cmd->add_option("--root,-r", l_root, "root rank")->capture_default_str();
   launch_cmd
       ->add_option("--algorithm,-a", l_algorithm,
@@ -283,6 +297,7 @@ int main(int argc, char** argv) {
       "Examples:\n  gridbcast launch\n  gridbcast launch site-configs/single-site-15.yaml --size "
       "256MiB --algorithm multilane\n"
       "  gridbcast launch --file big.iso --output /tmp/copies/{node}.iso\n"
+      "  tar c data | gridbcast launch --file - --output /scratch/data.tar --resume\n"
       "  gridbcast launch site-configs/default.yaml -- ./my_mpi_program ARGS   # docs/MPI.md\n"
       "  gridbcast launch site-configs/two-sites-tls.yaml --cert-dir /etc/gridbcast/certs   # "
       "docs/SECURITY.md\n"
@@ -654,6 +669,13 @@ int main(int argc, char** argv) {
     }
     if (testbed_cmd.selected()) return testbed_cmd.run();
     if (*launch_cmd) {
+      // `--file -`: the spooled copy of standard input, removed when the job ends.
+      struct Spool {
+        std::string path;
+        ~Spool() {
+          if (!path.empty()) ::unlink(path.c_str());
+        }
+      } spool;
       Loaded l = load(l_topology);
       job::LaunchOptions o;
       o.params.algorithm = l_algorithm;
@@ -675,17 +697,58 @@ int main(int argc, char** argv) {
         o.program = l_program;
       }
       if (!l_file.empty()) {
-        std::error_code ec;
-        const auto fsize = std::filesystem::file_size(l_file, ec);
-        if (ec) throw std::runtime_error("--file " + l_file + ": " + ec.message());
-        o.params.file = std::filesystem::absolute(l_file).string();
-        o.params.size = fsize;
+        if (launch_cmd->count("--size"))
+          throw CLI::ValidationError("--size",
+                                     "cannot be used with --file: the file's size is sent");
+        if (l_random_sizes)
+          throw CLI::ValidationError("--random-sizes", "cannot be used with --file");
+        if (l_random_roots)
+          throw CLI::ValidationError("--random-roots",
+                                     "cannot be used with --file: the file is on the root's host");
+        std::string source = l_file;
+        if (l_file == "-") {
+          if (l_output.empty() || l_output.back() == '/')
+            throw CLI::ValidationError("--output",
+                                       "--file - needs --output naming the copies' file, not a "
+                                       "directory");
+          // Standard input has no size in advance: spooled to a file first.
+          const char* tmp = std::getenv("TMPDIR");
+          spool.path = job::spool_to_file(0, tmp && *tmp ? tmp : "/tmp");
+          source = spool.path;
+        }
+        const job::FileMeta meta = job::stat_file(source);
+        o.params.file = std::filesystem::absolute(source).string();
+        o.params.size = meta.size;
+        o.params.file_mode = meta.mode;
+        o.params.file_mtime_ns = meta.mtime_ns;
+        o.params.source_dev = meta.dev;
+        o.params.source_ino = meta.ino;
+        o.params.window_bytes = parse_size_option(l_window, "--window");
+        if (o.params.window_bytes < 2)
+          throw CLI::ValidationError("--window", "must be at least 2 bytes");
+        o.params.resume = l_resume;
         o.params.output = l_output;
         if (!o.params.output.empty() && o.params.output.back() == '/')
           o.params.output += std::filesystem::path(l_file).filename().string();
-        if (l_random_sizes)
-          throw CLI::ValidationError("--random-sizes", "cannot be used with --file");
+        // A copy over the source destroys it: refused for every rank on the
+        // root's host (all of them with the local and netns backends) before
+        // any rank starts; the ranks check again by device and inode.
+        const bool one_host = l_run.backend == "local" || l_run.backend == "netns";
+        const auto& root_node = l.grid.nodes[static_cast<size_t>(l_root)];
+        for (int r = 0; r < l.grid.size(); ++r) {
+          const auto& node = l.grid.nodes[static_cast<size_t>(r)];
+          if (r == l_root || (!one_host && node.host != root_node.host)) continue;
+          try {
+            job::refuse_copy_over_source(job::output_path(o.params.output, r, node.name),
+                                         o.params.file, meta);
+          } catch (const std::runtime_error& e) {
+            throw CLI::ValidationError(
+                "--output", "rank " + std::to_string(r) + " (node " + node.name + "): " + e.what());
+          }
+        }
       } else {
+        for (const char* opt : {"--output", "--window", "--resume"})
+          if (launch_cmd->count(opt)) throw CLI::ValidationError(opt, "only applies to --file");
         o.params.size = parse_size_option(l_size, "--size");
       }
       o.grid = std::move(l.grid);

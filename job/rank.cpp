@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "job/bench.hpp"
+#include "job/file_broadcast.hpp"
 #include "job/params.hpp"
 #include "job/protocol.hpp"
 #include "job/session.hpp"
@@ -82,31 +83,70 @@ int run_bench_rank(Session& session) {
   return 0;
 }
 
-int run_broadcast_rank(Session& session) {
+// --file: each iteration streams the file from the root to every other rank's
+// copy (job/file_broadcast.hpp); the root digest over the chunk digests stands
+// for the SHA-256 the launcher compares.
+int run_file_rank(Session& session) {
   const int rank = session.rank();
   const topology::Grid& grid = session.grid();
   const JobParams& params = session.params();
   runtime::Communicator& comm = session.communicator();
   const auto& node = grid.nodes[static_cast<size_t>(rank)];
-  runtime::MappedBuffer buffer;
-  const bool file_mode = !params.file.empty();
-  std::string path;
-  if (file_mode) {
-    if (rank == params.root) {
-      buffer = runtime::MappedBuffer::read_file(params.file);
-      if (buffer.size() != params.size)
-        throw std::runtime_error(params.file + " changed size since the launch began");
-    } else {
-      path = output_path(params.output, rank, node.name);
-      buffer = runtime::MappedBuffer::create_file(path, params.size);
-    }
-  } else {
-    buffer = runtime::MappedBuffer::anonymous(params.size);
+  install_signal_cleanup();
+  FileSpec spec;
+  spec.source = params.file;
+  spec.expected_size = params.size;
+  if (params.output.find("{node}") != std::string::npos) check_node_name_for_path(node.name);
+  spec.output = output_path(params.output, rank, node.name);
+  spec.window_bytes = params.window_bytes;
+  spec.resume = params.resume;
+  spec.source_dev = params.source_dev;
+  spec.source_ino = params.source_ino;
+  for (int i = 0; i < params.iterations; ++i) {
+    const Iteration it = iteration_at(params, i, grid);
+    session.send(control::Ready{i});
+    const auto go = expect<control::Go>(session);
+    if (go.iteration != i)
+      throw std::runtime_error("the launcher started iteration " + std::to_string(go.iteration) +
+                               " while this rank is at " + std::to_string(i));
+    control::Done done;
+    done.iteration = i;
+    done.t0_ns = now_ns();
+    session.report_progress(i);
+    spec.algorithm =
+        it.algorithm == "auto" ? std::nullopt : topology::parse_algorithm(it.algorithm);
+    const FileResult r = broadcast_file(comm, spec, it.root);
+    done.t1_ns = now_ns();
+    session.report_progress(-1);
+    done.sha256 = r.root_digest;
+    done.algorithm = r.algorithm;
+    done.segment_bytes = r.chunk_bytes;
+    done.rejected = comm.rejected_connections();
+    done.peak_rss = peak_rss_bytes();
+    done.rss = current_rss_bytes();
+    if (rank != it.root) done.path = r.path;
+    if (rank == it.root && params.resume)
+      std::cerr << "gridbcast rank " << rank << ": resume: sent " << r.chunks_sent << " of "
+                << r.chunks << " chunks (" << r.bytes_sent
+                << " bytes); every copy held the others intact\n";
+    if (i + 1 == params.iterations) session.expect_exit();  // the answer may come at once
+    session.send(done);
   }
+  (void)expect<control::Exit>(session);
+  return 0;
+}
+
+int run_broadcast_rank(Session& session) {
+  const int rank = session.rank();
+  const topology::Grid& grid = session.grid();
+  const JobParams& params = session.params();
+  runtime::Communicator& comm = session.communicator();
+  if (!params.file.empty()) return run_file_rank(session);
+  runtime::MappedBuffer buffer = runtime::MappedBuffer::anonymous(params.size);
 
   for (int i = 0; i < params.iterations; ++i) {
     const Iteration it = iteration_at(params, i, grid);
-    if (!file_mode && rank == it.root)
+    if (rank == it.root)
       runtime::fill_pattern(buffer.data(), it.size, params.seed + static_cast<std::uint64_t>(i));
     session.send(control::Ready{i});
     const auto go = expect<control::Go>(session);
@@ -128,8 +168,6 @@ int run_broadcast_rank(Session& session) {
     done.rejected = comm.rejected_connections();
     done.peak_rss = peak_rss_bytes();
     done.rss = current_rss_bytes();
-    done.path = path;
-    if (file_mode && rank != params.root && i + 1 == params.iterations) buffer.flush();
     if (i + 1 == params.iterations) session.expect_exit();  // the answer may come at once
     session.send(done);
   }

@@ -1,0 +1,415 @@
+#include "job/file_broadcast.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <memory>
+#include <stdexcept>
+#include <vector>
+
+#include "job/file_source.hpp"
+#include "runtime/buffer.hpp"
+
+namespace gridbcast::job {
+namespace {
+
+// Messages of this module, in network byte order. The header and the plan are
+// broadcast; each rank's status goes to the root as a point-to-point message
+// in a context of its own.
+constexpr std::uint64_t kMagic = 0x4742'4649'4c45'3031ull;  // "GBFILE01"
+constexpr std::uint64_t kHeaderBytes = 1024;
+constexpr std::uint64_t kPlanBytes = 1024;                   // + the bitmap of needed chunks
+constexpr std::uint64_t kErrorBytes = 900;                   // error text carried in a message
+constexpr std::uint64_t kFileContext = 0x6762'6669'6c65ull;  // "gbfile"
+constexpr std::int64_t kStatusTag = 1;
+
+class Writer {
+ public:
+  explicit Writer(std::byte* p) : p_(p) {}
+  Writer& u32(std::uint32_t v) { return put(v, 4); }
+  Writer& u64(std::uint64_t v) { return put(v, 8); }
+  Writer& text(const std::string& s) {
+    const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(s.size(), kErrorBytes));
+    u32(n);
+    std::memcpy(p_, s.data(), n);
+    p_ += n;
+    return *this;
+  }
+  Writer& bytes(const void* d, std::uint64_t n) {
+    std::memcpy(p_, d, n);
+    p_ += n;
+    return *this;
+  }
+
+ private:
+  Writer& put(std::uint64_t v, int n) {
+    for (int i = n - 1; i >= 0; --i) *p_++ = static_cast<std::byte>(v >> (8 * i));
+    return *this;
+  }
+  std::byte* p_;
+};
+
+class Reader {
+ public:
+  Reader(const std::byte* p, std::uint64_t size) : p_(p), end_(p + size) {}
+  std::uint32_t u32() { return static_cast<std::uint32_t>(get(4)); }
+  std::uint64_t u64() { return get(8); }
+  std::string text() {
+    const std::uint32_t n = u32();
+    need(n);
+    std::string s(reinterpret_cast<const char*>(p_), n);
+    p_ += n;
+    return s;
+  }
+  void bytes(void* d, std::uint64_t n) {
+    need(n);
+    std::memcpy(d, p_, n);
+    p_ += n;
+  }
+
+ private:
+  void need(std::uint64_t n) const {
+    if (n > static_cast<std::uint64_t>(end_ - p_))
+      throw std::runtime_error("file broadcast: a message is shorter than its fields");
+  }
+  std::uint64_t get(int n) {
+    need(static_cast<std::uint64_t>(n));
+    std::uint64_t v = 0;
+    for (int i = 0; i < n; ++i) v = (v << 8) | std::to_integer<std::uint64_t>(*p_++);
+    return v;
+  }
+  const std::byte* p_;
+  const std::byte* end_;
+};
+
+struct Header {
+  bool ok = true;
+  std::string error;  // the root's, when !ok
+  FileMeta meta;
+  std::uint64_t chunk_bytes = 0;
+  std::uint64_t window_bytes = 0;
+  bool resume = false;
+};
+
+void encode(const Header& h, std::byte* out) {
+  Writer(out)
+      .u64(kMagic)
+      .u32(h.ok ? 0 : 1)
+      .u32(h.meta.mode)
+      .u64(h.meta.size)
+      .u64(static_cast<std::uint64_t>(h.meta.mtime_ns))
+      .u64(h.meta.dev)
+      .u64(h.meta.ino)
+      .u64(h.chunk_bytes)
+      .u64(h.window_bytes)
+      .u32(h.resume ? 1 : 0)
+      .text(h.error);
+}
+
+Header decode_header(const std::byte* in) {
+  Reader r(in, kHeaderBytes);
+  if (r.u64() != kMagic) throw std::runtime_error("file broadcast: the root's header is not one");
+  Header h;
+  h.ok = r.u32() == 0;
+  h.meta.mode = r.u32() & 07777;
+  h.meta.size = r.u64();
+  h.meta.mtime_ns = static_cast<std::int64_t>(r.u64());
+  h.meta.dev = r.u64();
+  h.meta.ino = r.u64();
+  h.chunk_bytes = r.u64();
+  h.window_bytes = r.u64();
+  h.resume = r.u32() == 1;
+  h.error = r.text();
+  if (h.ok && (h.chunk_bytes == 0 || h.window_bytes == 0))
+    throw std::runtime_error("file broadcast: the root's header has a chunk or window of 0 bytes");
+  return h;
+}
+
+bool test_bit(const std::vector<std::uint8_t>& bits, std::uint64_t i) {
+  return (bits[i / 8] >> (i % 8)) & 1;
+}
+void set_bit(std::vector<std::uint8_t>& bits, std::uint64_t i) {
+  bits[i / 8] = static_cast<std::uint8_t>(bits[i / 8] | (1u << (i % 8)));
+}
+
+// Every page touched now (runtime::MappedBuffer::anonymous): faulting pages in
+// inside the kernel's receive path made a single-window broadcast 4x slower.
+runtime::MappedBuffer allocate(std::uint64_t bytes) {
+  return runtime::MappedBuffer::anonymous(std::max<std::uint64_t>(bytes, 1));
+}
+
+// A window's buffer: the digests of its chunks, then their bytes back to back.
+//   [ d(c0) | d(c1) | ... | d(ck-1) | bytes of c0 | bytes of c1 | ... ]
+struct WindowLayout {
+  std::vector<std::uint64_t> chunks;  // indices into the file's chunks
+  std::uint64_t bytes = 0;            // digests + data
+};
+
+}  // namespace
+
+FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int root) {
+  const auto start = std::chrono::steady_clock::now();
+  const int rank = comm.rank();
+  const auto& nodes = comm.grid().nodes;
+  auto who = [&](int r) {
+    return "rank " + std::to_string(r) + " (node " + nodes.at(static_cast<size_t>(r)).name + ")";
+  };
+  const std::string me = who(rank);
+  const bool is_root = rank == root;
+
+  // 1. The header: the source's size, mode, mtime and identity, the chunk and
+  // window sizes everyone uses, or why the root cannot send.
+  Header h;
+  FileSource source;
+  std::vector<Digest> digests;  // per chunk; filled as chunks are read or land
+  std::vector<std::byte> header_buf(kHeaderBytes);
+  if (is_root) {
+    try {
+      source = FileSource::open(spec.source);
+      h.meta = source.meta();
+      if (spec.expected_size && *spec.expected_size != h.meta.size)
+        throw std::runtime_error(spec.source + ": changed size since the launch began (" +
+                                 std::to_string(h.meta.size) + " bytes, " +
+                                 std::to_string(*spec.expected_size) + " announced)");
+      h.window_bytes = spec.window_bytes ? spec.window_bytes : kDefaultWindowBytes;
+      h.chunk_bytes = spec.chunk_bytes ? spec.chunk_bytes
+                                       : std::max<std::uint64_t>(
+                                             1, std::min(kDefaultChunkBytes, h.window_bytes / 2));
+      h.resume = spec.resume;
+      if (h.resume) {
+        // Every chunk's digest before any data moves, so ranks can tell which
+        // chunks they hold already.
+        const ChunkLayout layout{h.meta.size, h.chunk_bytes};
+        auto buf = allocate(h.chunk_bytes);
+        digests.resize(layout.count());
+        for (std::uint64_t i = 0; i < layout.count(); ++i) {
+          source.read(layout.offset(i), buf.data(), layout.length(i));
+          digests[i] = sha256(buf.data(), layout.length(i));
+        }
+      }
+    } catch (const std::exception& e) {
+      h.ok = false;
+      h.error = e.what();
+    }
+    encode(h, header_buf.data());
+  }
+  runtime::BcastInfo info = comm.bcast(header_buf.data(), kHeaderBytes, root, spec.algorithm);
+  if (!is_root) h = decode_header(header_buf.data());
+  if (!h.ok) {
+    if (is_root) throw std::runtime_error(me + ": " + h.error);
+    throw std::runtime_error(me + ": stopped: the root, " + who(root) +
+                             ", cannot send: " + h.error);
+  }
+  const ChunkLayout layout{h.meta.size, h.chunk_bytes};
+  const std::uint64_t count = layout.count();
+  const std::uint64_t bitmap_bytes = (count + 7) / 8;
+  if (h.resume) {
+    digests.resize(count);
+    comm.bcast(digests.data(), count * sizeof(Digest), root, spec.algorithm);
+  } else {
+    digests.resize(count);
+  }
+
+  // 2. Every other rank opens its copy (and with resume keeps what it holds
+  // already), then tells the root it is ready and which chunks it needs.
+  const std::uint64_t per_window = std::max<std::uint64_t>(
+      1, std::min((h.window_bytes / 2) / h.chunk_bytes, std::max<std::uint64_t>(1, count)));
+  const std::uint64_t buffer_bytes = per_window * (sizeof(Digest) + h.chunk_bytes);
+  FileSink sink;
+  std::uint64_t kept = 0;
+  std::vector<std::uint8_t> needed(bitmap_bytes, 0);
+  runtime::MappedBuffer bufs[2];
+  std::string my_error;
+  try {
+    bufs[0] = allocate(buffer_bytes);
+    bufs[1] = allocate(buffer_bytes);
+    if (!is_root) {
+      SinkOptions so;
+      so.dir_mode = spec.dir_mode;
+      so.resume = h.resume;
+      so.source_dev = spec.source_dev || spec.source_ino ? spec.source_dev : h.meta.dev;
+      so.source_ino = spec.source_dev || spec.source_ino ? spec.source_ino : h.meta.ino;
+      sink = FileSink::open(spec.output, h.meta, so);
+      for (std::uint64_t i = 0; i < count; ++i) {
+        const std::uint64_t off = layout.offset(i), len = layout.length(i);
+        bool have = false;
+        if (h.resume) {
+          std::byte* b = bufs[0].data();
+          if (sink.reused_partial() && sink.read_partial(off, b, len) == len &&
+              sha256(b, len) == digests[i]) {
+            have = true;
+          } else if (sink.read_existing(off, b, len) == len && sha256(b, len) == digests[i]) {
+            sink.write(off, b, len);
+            have = true;
+          }
+        }
+        if (have) {
+          ++kept;
+        } else {
+          set_bit(needed, i);
+        }
+      }
+    }
+  } catch (const std::exception& e) {
+    my_error = e.what();
+  }
+
+  // 3. The plan: the chunks any rank needs, or the first rank that failed.
+  std::vector<std::byte> plan(kPlanBytes + bitmap_bytes);
+  const std::uint64_t status_bytes = 8 + bitmap_bytes + kErrorBytes;
+  if (is_root) {
+    int failed = my_error.empty() ? -1 : root;
+    std::string failure = my_error;
+    // Without resume every chunk moves (and the root digests each as it reads
+    // it, even with no other rank).
+    std::vector<std::uint8_t> all(bitmap_bytes, h.resume ? 0 : 0xff);
+    std::vector<std::byte> status(status_bytes);
+    std::vector<std::uint8_t> theirs(bitmap_bytes);
+    for (int r = 0; r < comm.size(); ++r) {
+      if (r == root) continue;
+      const runtime::Received got =
+          comm.receive(r, kFileContext, kStatusTag, status.data(), status.size());
+      Reader rd(status.data(), std::min<std::uint64_t>(got.bytes, status.size()));
+      const bool ok = rd.u32() == 0;
+      rd.bytes(theirs.data(), bitmap_bytes);
+      const std::string why = rd.text();
+      if (!ok && failed < 0) {
+        failed = r;
+        failure = why;
+      }
+      for (std::uint64_t b = 0; b < bitmap_bytes; ++b)
+        all[b] = static_cast<std::uint8_t>(all[b] | theirs[b]);
+    }
+    Writer(plan.data())
+        .u32(failed < 0 ? 0 : 1)
+        .u32(static_cast<std::uint32_t>(failed < 0 ? 0 : failed))
+        .text(failure)
+        .bytes(all.data(), bitmap_bytes);
+  } else {
+    std::vector<std::byte> status(status_bytes);
+    Writer(status.data())
+        .u32(my_error.empty() ? 0 : 1)
+        .bytes(needed.data(), bitmap_bytes)
+        .text(my_error);
+    comm.send(root, kFileContext, kStatusTag, status.data(), status.size());
+  }
+  comm.bcast(plan.data(), plan.size(), root, spec.algorithm);
+  {
+    Reader rd(plan.data(), plan.size());
+    const bool failed = rd.u32() != 0;
+    const int failed_rank = static_cast<int>(rd.u32());
+    const std::string failure = rd.text();
+    rd.bytes(needed.data(), bitmap_bytes);
+    if (!my_error.empty()) throw std::runtime_error(me + ": " + my_error);
+    if (failed)
+      throw std::runtime_error(me + ": stopped before any data moved: " + who(failed_rank) +
+                               " failed: " + failure);
+  }
+
+  // 4. The needed chunks, window by window; the disk (or the digests) of one
+  // window overlaps the network of the next.
+  std::vector<std::uint64_t> todo;
+  for (std::uint64_t i = 0; i < count; ++i)
+    if (test_bit(needed, i)) todo.push_back(i);
+  std::vector<WindowLayout> windows;
+  for (std::uint64_t first = 0; first < todo.size(); first += per_window) {
+    WindowLayout w;
+    for (std::uint64_t j = first; j < std::min<std::uint64_t>(todo.size(), first + per_window);
+         ++j) {
+      w.chunks.push_back(todo[j]);
+      w.bytes += sizeof(Digest) + layout.length(todo[j]);
+    }
+    windows.push_back(std::move(w));
+  }
+
+  auto fill = [&](const WindowLayout& w, std::byte* buf) {
+    std::byte* data = buf + w.chunks.size() * sizeof(Digest);
+    for (size_t j = 0; j < w.chunks.size(); ++j) {
+      const std::uint64_t c = w.chunks[j], len = layout.length(c);
+      source.read(layout.offset(c), data, len);
+      const Digest d = sha256(data, len);
+      if (h.resume && d != digests[c])
+        throw std::runtime_error(me + ": " + spec.source +
+                                 ": changed during the broadcast (chunk " + std::to_string(c) +
+                                 " no longer matches its digest)");
+      digests[c] = d;
+      std::memcpy(buf + j * sizeof(Digest), d.data(), sizeof(Digest));
+      data += len;
+    }
+  };
+  auto drain = [&](const WindowLayout& w, const std::byte* buf) {
+    const std::byte* data = buf + w.chunks.size() * sizeof(Digest);
+    for (size_t j = 0; j < w.chunks.size(); ++j) {
+      const std::uint64_t c = w.chunks[j], len = layout.length(c);
+      Digest sent;
+      std::memcpy(sent.data(), buf + j * sizeof(Digest), sizeof(Digest));
+      const Digest got = sha256(data, len);
+      if (got != sent || (h.resume && got != digests[c]))
+        throw std::runtime_error(
+            me + ": chunk " + std::to_string(c) + " of " + sink.final_path() + " (bytes " +
+            std::to_string(layout.offset(c)) + ".." + std::to_string(layout.offset(c) + len) +
+            ") arrived damaged: SHA-256 " + to_hex(got) + ", the root's " + to_hex(sent));
+      digests[c] = got;
+      sink.write(layout.offset(c), data, len);
+      data += len;
+    }
+  };
+  auto with_rank = [&](auto&& fn) {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      if (what.rfind("rank ", 0) == 0) throw;
+      throw std::runtime_error(me + ": " + what);
+    }
+  };
+
+  std::future<void> io;  // declared after the buffers and the sink: joined first
+  with_rank([&] {
+    if (is_root && !windows.empty())
+      io = std::async(std::launch::async, [&] { fill(windows[0], bufs[0].data()); });
+    for (size_t k = 0; k < windows.size(); ++k) {
+      std::byte* buf = bufs[k % 2].data();
+      if (is_root) {
+        io.get();
+        if (k + 1 < windows.size())
+          io = std::async(std::launch::async,
+                          [&, k] { fill(windows[k + 1], bufs[(k + 1) % 2].data()); });
+        if (k == 0)
+          info = comm.bcast(buf, windows[k].bytes, root, spec.algorithm);
+        else
+          comm.bcast(buf, windows[k].bytes, root, spec.algorithm);
+      } else {
+        if (k == 0)
+          info = comm.bcast(buf, windows[k].bytes, root, spec.algorithm);
+        else
+          comm.bcast(buf, windows[k].bytes, root, spec.algorithm);
+        if (io.valid()) io.get();
+        io = std::async(std::launch::async, [&, k, buf] { drain(windows[k], buf); });
+      }
+      if (spec.after_window) spec.after_window(k);
+    }
+    if (io.valid()) io.get();
+    if (!is_root) sink.commit();
+  });
+
+  FileResult r;
+  r.path = is_root ? spec.source : sink.final_path();
+  r.size = h.meta.size;
+  r.mode = h.meta.mode;
+  r.mtime_ns = h.meta.mtime_ns;
+  r.root_digest = to_hex(root_digest(digests));
+  r.chunk_bytes = h.chunk_bytes;
+  r.chunks = count;
+  r.chunks_sent = todo.size();
+  r.chunks_kept = kept;
+  for (std::uint64_t c : todo) r.bytes_sent += layout.length(c);
+  r.windows = windows.size();
+  r.algorithm = std::string(topology::algorithm_name(info.algorithm));
+  r.buffer_bytes = 2 * buffer_bytes;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+}  // namespace gridbcast::job

@@ -1,0 +1,79 @@
+// One file from the root to every rank, streamed in windows of chunks, with
+// no protocol of its own beyond the Communicator (the driver reports the
+// FileResult to the launcher however the control protocol does).
+//
+//   root                                   every other rank
+//   ----                                   ----------------
+//   open source, stat          header ──►  check path, open temp file (FileSink),
+//   [resume: digest every chunk] list ──►  [resume: keep chunks whose digest matches]
+//                              ◄── status  "ok" + chunks it needs, or the error
+//   union of the needs; abort  plan ───►   (any rank's error fails every rank,
+//     if any rank failed                    naming that rank, before data moves)
+//   per window of needed chunks:
+//     read + digest (window k+1) ║ bcast [digests | chunk data] (window k) ║
+//                                          check each chunk's digest, pwrite
+//                                          (window k-1)
+//   (reports its root digest)              fsync, mode, mtime, rename; root digest
+//
+// Memory per rank: two window halves of `window_bytes / 2` (double buffering:
+// the network fills one while the disk drains the other), independent of the
+// file size. The chunk size is the root's, at most half a window.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "job/chunk_digest.hpp"
+#include "job/file_sink.hpp"
+#include "runtime/communicator.hpp"
+
+namespace gridbcast::job {
+
+inline constexpr std::uint64_t kDefaultWindowBytes = 64ull << 20;
+
+struct FileSpec {
+  std::string source;  // the root's: path of the file to send
+  std::string output;  // every other rank's: final path of its copy
+  // The root's: the size the launcher announced; a source of another size
+  // fails the job before data moves (it changed since the launch began).
+  std::optional<std::uint64_t> expected_size;
+  std::uint64_t window_bytes = 0;  // memory per rank for data in flight; 0: kDefaultWindowBytes
+  std::uint64_t chunk_bytes = 0;   // 0: 4 MiB, or half the window if that is smaller
+  bool resume = false;             // keep verified chunks of a partial or an existing copy
+  std::uint32_t dir_mode = 0700;   // directories the copy's path needs
+  // The source's device and inode on the root's host (the launcher's stat);
+  // a destination that is the same file is refused. 0/0: taken from the root's
+  // header, which is enough on the root's own host.
+  std::uint64_t source_dev = 0;
+  std::uint64_t source_ino = 0;
+  std::optional<topology::Algorithm> algorithm;
+  // Called on every rank after each window (index from 0) is broadcast; tests
+  // stop a rank mid-transfer with it.
+  std::function<void(std::uint64_t window)> after_window;
+};
+
+struct FileResult {
+  std::string path;  // root: the source; other ranks: where the copy is
+  std::uint64_t size = 0;
+  std::uint32_t mode = 0;
+  std::int64_t mtime_ns = 0;
+  std::string root_digest;  // hex; equal on every rank when every copy is whole
+  std::uint64_t chunk_bytes = 0;
+  std::uint64_t chunks = 0;       // in the file
+  std::uint64_t chunks_sent = 0;  // broadcast in this run (what any rank needed)
+  std::uint64_t chunks_kept = 0;  // this rank: held already and verified (resume)
+  std::uint64_t bytes_sent = 0;   // bytes of the chunks broadcast
+  std::uint64_t windows = 0;
+  std::string algorithm;           // what the broadcasts of the largest window ran
+  std::uint64_t buffer_bytes = 0;  // this rank's window buffers
+  double seconds = 0;
+};
+
+// Every rank calls it with the same root. Throws std::runtime_error starting
+// "rank R (node N): " with the path and the errno text, or naming the rank
+// that failed first when another rank's failure stops this one.
+FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int root);
+
+}  // namespace gridbcast::job

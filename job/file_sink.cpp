@@ -1,0 +1,327 @@
+#include "job/file_sink.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <climits>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+#include <vector>
+
+#include "job/file_io.hpp"
+
+namespace gridbcast::job {
+namespace {
+
+// Temporary files a signal handler removes: fixed slots, written before they
+// are published, so the handler reads them without locks or allocation.
+struct CleanupSlot {
+  std::atomic<bool> claimed{false};
+  std::atomic<bool> ready{false};  // path holds a name the handler may remove
+  char path[PATH_MAX];
+};
+constexpr int kCleanupSlots = 64;
+CleanupSlot g_cleanup[kCleanupSlots];
+
+int register_cleanup(const std::string& path) {
+  if (path.size() >= PATH_MAX) return -1;
+  for (int i = 0; i < kCleanupSlots; ++i) {
+    bool expected = false;
+    if (!g_cleanup[i].claimed.compare_exchange_strong(expected, true)) continue;
+    std::memcpy(g_cleanup[i].path, path.c_str(), path.size() + 1);
+    g_cleanup[i].ready.store(true, std::memory_order_release);
+    return i;
+  }
+  return -1;
+}
+
+void release_cleanup(int slot) {
+  if (slot < 0) return;
+  g_cleanup[slot].ready.store(false, std::memory_order_release);
+  g_cleanup[slot].claimed.store(false, std::memory_order_release);
+}
+
+extern "C" void cleanup_on_signal(int sig) {
+  for (auto& slot : g_cleanup)
+    if (slot.ready.load(std::memory_order_acquire)) ::unlink(slot.path);
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+std::string random_suffix() {
+  unsigned char rnd[6];
+  if (::getrandom(rnd, sizeof rnd, 0) != static_cast<ssize_t>(sizeof rnd))
+    throw file_error("getrandom", "cannot draw a temporary name");
+  std::string s;
+  for (unsigned char c : rnd) {
+    s += "0123456789abcdef"[c >> 4];
+    s += "0123456789abcdef"[c & 15];
+  }
+  return s;
+}
+
+// A directory we may write into: owned by root or by us, and not open to every
+// user unless sticky (others can then neither rename nor delete our entries).
+void check_trusted_dir(int fd, const std::string& path) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw file_error(path, "cannot stat");
+  if (!S_ISDIR(st.st_mode)) throw std::runtime_error(path + ": not a directory");
+  if (st.st_uid != 0 && st.st_uid != ::geteuid())
+    throw std::runtime_error(path + ": refused: owned by uid " + std::to_string(st.st_uid) +
+                             ", not by this user (uid " + std::to_string(::geteuid()) +
+                             ") or root; another user could replace what is written there");
+  if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX))
+    throw std::runtime_error(path + ": refused: writable by every user without the sticky bit");
+}
+
+// Opens (making what is missing, with `mode`) the directory `dir`, component by
+// component from "/"; see the header for what is refused.
+int open_dir_checked(const std::filesystem::path& dir, std::uint32_t mode) {
+  int fd = ::open("/", O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw file_error("/", "cannot open");
+  std::string at = "";
+  try {
+    check_trusted_dir(fd, "/");
+    for (const auto& part : dir.relative_path()) {
+      const std::string comp = part.string();
+      if (comp.empty() || comp == ".") continue;
+      if (comp == "..")
+        throw std::runtime_error(dir.string() + ": refused: \"..\" in the output directory");
+      const std::string here = at + "/" + comp;
+      int next = ::openat(fd, comp.c_str(), O_DIRECTORY | O_NOFOLLOW | O_RDONLY | O_CLOEXEC);
+      if (next < 0 && errno == ENOENT) {
+        if (::mkdirat(fd, comp.c_str(), static_cast<mode_t>(mode)) != 0 && errno != EEXIST)
+          throw file_error(here, "cannot create the directory");
+        next = ::openat(fd, comp.c_str(), O_DIRECTORY | O_NOFOLLOW | O_RDONLY | O_CLOEXEC);
+      }
+      if (next < 0 && (errno == ELOOP || errno == ENOTDIR)) {
+        // A symlink among the directories: followed only when root or we made
+        // it (as /var/run -> /run); one another user planted is refused.
+        struct stat lst {};
+        if (::fstatat(fd, comp.c_str(), &lst, AT_SYMLINK_NOFOLLOW) != 0)
+          throw file_error(here, "cannot stat");
+        if (!S_ISLNK(lst.st_mode)) throw std::runtime_error(here + ": not a directory");
+        if (lst.st_uid != 0 && lst.st_uid != ::geteuid())
+          throw std::runtime_error(here + ": refused: a symbolic link owned by uid " +
+                                   std::to_string(lst.st_uid) + ", not by this user or root");
+        next = ::openat(fd, comp.c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+      }
+      if (next < 0) throw file_error(here, "cannot open the directory");
+      ::close(fd);
+      fd = next;
+      at = here;
+      check_trusted_dir(fd, at);
+    }
+    return fd;
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+}
+
+std::string describe_type(mode_t m) {
+  if (S_ISLNK(m)) return "a symbolic link";
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a pipe";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISCHR(m) || S_ISBLK(m)) return "a device";
+  return "not a regular file";
+}
+
+}  // namespace
+
+void check_node_name_for_path(const std::string& node) {
+  bool ok = !node.empty() && node != "." && node != "..";
+  for (char c : node)
+    ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                c == '-' || c == '_' || c == '.');
+  if (!ok)
+    throw std::runtime_error("node name \"" + node +
+                             "\" cannot be part of an output path: only letters, digits, '-', "
+                             "'_' and '.', and not \".\" or \"..\"");
+}
+
+void refuse_copy_over_source(const std::string& copy, const std::string& source,
+                             const FileMeta& source_meta) {
+  std::error_code ec;
+  const auto a = std::filesystem::weakly_canonical(copy, ec);
+  const auto b = std::filesystem::weakly_canonical(source, ec);
+  struct stat st {};
+  const bool same_inode = ::stat(copy.c_str(), &st) == 0 &&
+                          static_cast<std::uint64_t>(st.st_dev) == source_meta.dev &&
+                          static_cast<std::uint64_t>(st.st_ino) == source_meta.ino;
+  if ((!a.empty() && a == b) || same_inode)
+    throw std::runtime_error(copy + " is the source file " + source +
+                             (same_inode ? " (same device and inode)" : "") +
+                             "; writing it would destroy the data");
+}
+
+std::string partial_name(const std::string& name) {
+  return "." + name + ".gridbcast-partial";
+}
+
+FileSink FileSink::open(const std::string& final_path, const FileMeta& meta,
+                        const SinkOptions& options) {
+  const std::filesystem::path full = std::filesystem::absolute(final_path).lexically_normal();
+  FileSink s;
+  s.final_path_ = full.string();
+  s.name_ = full.filename().string();
+  s.dir_path_ = full.parent_path().string();
+  s.meta_ = meta;
+  s.resume_ = options.resume;
+  if (s.name_.empty() || s.name_ == "." || s.name_ == "..")
+    throw std::runtime_error(final_path + ": not a file name (a directory?)");
+  for (const auto& part : std::filesystem::path(final_path))
+    if (part == "..") throw std::runtime_error(final_path + ": refused: \"..\" in the output path");
+
+  s.dir_fd_ = open_dir_checked(full.parent_path(), options.dir_mode);
+
+  // What is at the final name now: nothing, or a regular file that is not the
+  // source. Checked before anything is created; rename() never follows a
+  // symlink that appears later.
+  struct stat st {};
+  if (::fstatat(s.dir_fd_, s.name_.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    if (!S_ISREG(st.st_mode))
+      throw std::runtime_error(s.final_path_ + ": refused: the destination is " +
+                               describe_type(st.st_mode) + ", not a regular file");
+    if ((options.source_dev != 0 || options.source_ino != 0) &&
+        static_cast<std::uint64_t>(st.st_dev) == options.source_dev &&
+        static_cast<std::uint64_t>(st.st_ino) == options.source_ino)
+      throw std::runtime_error(s.final_path_ +
+                               ": refused: the destination is the source file itself (same "
+                               "device and inode); writing it would destroy the data");
+    if (options.resume) {
+      s.existing_fd_ = ::openat(s.dir_fd_, s.name_.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+      if (s.existing_fd_ < 0) throw file_error(s.final_path_, "cannot open for resume");
+    }
+  } else if (errno != ENOENT) {
+    throw file_error(s.final_path_, "cannot stat");
+  }
+
+  if (options.resume) {
+    s.temp_name_ = partial_name(s.name_);
+    s.fd_ = ::openat(s.dir_fd_, s.temp_name_.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (s.fd_ >= 0) {
+      // A partial of an earlier run: ours, a regular file with no other name.
+      struct stat pst {};
+      if (::fstat(s.fd_, &pst) != 0) throw file_error(s.temp_path(), "cannot stat");
+      if (!S_ISREG(pst.st_mode) || pst.st_uid != ::geteuid() || pst.st_nlink != 1)
+        throw std::runtime_error(s.temp_path() +
+                                 ": refused: not a regular file of this user with one link; "
+                                 "remove it to start over");
+      s.reused_partial_ = true;
+    } else if (errno != ENOENT) {
+      throw file_error(s.temp_path(), "cannot open the partial copy");
+    }
+  }
+  if (s.fd_ < 0) {
+    if (!options.resume) s.temp_name_ = "." + s.name_ + ".gridbcast-" + random_suffix();
+    s.fd_ = ::openat(s.dir_fd_, s.temp_name_.c_str(),
+                     O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (s.fd_ < 0) throw file_error(s.temp_path(), "cannot create the temporary file");
+  }
+  if (!options.resume) s.cleanup_slot_ = register_cleanup(s.temp_path());
+
+  // The whole size reserved now: a full disk fails before any data moves.
+  if (meta.size > 0) {
+    if (::fallocate(s.fd_, 0, 0, static_cast<off_t>(meta.size)) != 0 && errno != EOPNOTSUPP)
+      throw file_error(s.temp_path(), "cannot reserve " + std::to_string(meta.size) + " bytes");
+  }
+  if (::ftruncate(s.fd_, static_cast<off_t>(meta.size)) != 0)
+    throw file_error(s.temp_path(), "cannot size to " + std::to_string(meta.size) + " bytes");
+  return s;
+}
+
+FileSink::FileSink(FileSink&& o) noexcept
+    : final_path_(std::move(o.final_path_)),
+      dir_path_(std::move(o.dir_path_)),
+      name_(std::move(o.name_)),
+      temp_name_(std::move(o.temp_name_)),
+      meta_(o.meta_),
+      resume_(o.resume_),
+      reused_partial_(o.reused_partial_),
+      committed_(o.committed_),
+      dir_fd_(std::exchange(o.dir_fd_, -1)),
+      fd_(std::exchange(o.fd_, -1)),
+      existing_fd_(std::exchange(o.existing_fd_, -1)),
+      cleanup_slot_(std::exchange(o.cleanup_slot_, -1)) {}
+
+FileSink& FileSink::operator=(FileSink&& o) noexcept {
+  if (this != &o) {
+    release();
+    final_path_ = std::move(o.final_path_);
+    dir_path_ = std::move(o.dir_path_);
+    name_ = std::move(o.name_);
+    temp_name_ = std::move(o.temp_name_);
+    meta_ = o.meta_;
+    resume_ = o.resume_;
+    reused_partial_ = o.reused_partial_;
+    committed_ = o.committed_;
+    dir_fd_ = std::exchange(o.dir_fd_, -1);
+    fd_ = std::exchange(o.fd_, -1);
+    existing_fd_ = std::exchange(o.existing_fd_, -1);
+    cleanup_slot_ = std::exchange(o.cleanup_slot_, -1);
+  }
+  return *this;
+}
+
+FileSink::~FileSink() {
+  release();
+}
+
+void FileSink::release() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    if (!committed_ && !resume_) ::unlinkat(dir_fd_, temp_name_.c_str(), 0);
+  }
+  release_cleanup(cleanup_slot_);
+  if (existing_fd_ >= 0) ::close(existing_fd_);
+  if (dir_fd_ >= 0) ::close(dir_fd_);
+  fd_ = dir_fd_ = existing_fd_ = cleanup_slot_ = -1;
+}
+
+void FileSink::write(std::uint64_t offset, const std::byte* data, std::uint64_t bytes) {
+  pwrite_full(fd_, temp_path(), data, bytes, offset);
+}
+
+std::uint64_t FileSink::read_partial(std::uint64_t offset, std::byte* data,
+                                     std::uint64_t bytes) const {
+  return pread_full(fd_, temp_path(), data, bytes, offset);
+}
+
+std::uint64_t FileSink::read_existing(std::uint64_t offset, std::byte* data,
+                                      std::uint64_t bytes) const {
+  return existing_fd_ < 0 ? 0 : pread_full(existing_fd_, final_path_, data, bytes, offset);
+}
+
+void FileSink::commit() {
+  const std::string tmp = temp_path();
+  // Set-user and set-group bits are not copied: a copy made by root must not
+  // become a set-uid program because the source was one.
+  if (::fchmod(fd_, static_cast<mode_t>(meta_.mode & 01777)) != 0)
+    throw file_error(tmp, "cannot set the mode");
+  const struct timespec times[2] = {{0, UTIME_OMIT},
+                                    {static_cast<time_t>(meta_.mtime_ns / 1'000'000'000),
+                                     static_cast<long>(meta_.mtime_ns % 1'000'000'000)}};
+  if (::futimens(fd_, times) != 0) throw file_error(tmp, "cannot set the modification time");
+  if (::fsync(fd_) != 0) throw file_error(tmp, "cannot fsync");
+  if (::renameat(dir_fd_, temp_name_.c_str(), dir_fd_, name_.c_str()) != 0)
+    throw file_error(final_path_, "cannot rename " + tmp + " into place");
+  committed_ = true;
+  if (::fsync(dir_fd_) != 0) throw file_error(dir_path_, "cannot fsync the directory");
+}
+
+void install_signal_cleanup() {
+  struct sigaction sa {};
+  sa.sa_handler = cleanup_on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &sa, nullptr);
+}
+
+}  // namespace gridbcast::job

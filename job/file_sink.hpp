@@ -1,0 +1,101 @@
+// The safe writer of a copy. Nothing the user had is lost and nothing looks
+// complete before it is:
+//
+//   DIR/.NAME.gridbcast-XXXXXXXXXXXX   written here (O_CREAT|O_EXCL|O_NOFOLLOW,
+//        |                             0600, in the destination directory)
+//        |  fsync, source mode and mtime
+//        v
+//   DIR/NAME                           renamed into place, then DIR fsynced
+//
+// Failure, destruction without commit() or SIGINT/SIGTERM/SIGHUP (with
+// install_signal_cleanup()) removes the temporary file and leaves an existing
+// DIR/NAME untouched. With resume, the temporary file has the fixed name
+// DIR/.NAME.gridbcast-partial and is kept on failure (never under the final
+// name), so a rerun keeps the chunks it holds.
+//
+// Directories on the way are walked from "/" one component at a time without
+// following symlinks, except a symlink owned by root or by us; each one must be
+// owned by root or by us and not world-writable unless sticky (as /tmp);
+// missing ones are made with `dir_mode` (0700 unless the user chose). An
+// existing DIR/NAME that is not a regular file (a symlink, a directory, ...) or
+// that is the source itself (same device and inode) is refused before anything
+// is created.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "job/file_source.hpp"
+
+namespace gridbcast::job {
+
+struct SinkOptions {
+  std::uint32_t dir_mode = 0700;  // for directories this sink creates
+  bool resume = false;            // keep DIR/.NAME.gridbcast-partial across runs
+  // The source on the root's host: a destination with the same device and
+  // inode is the source (this rank is on the root's host, or the file system
+  // is shared) and is refused. Both 0: unknown, not checked.
+  std::uint64_t source_dev = 0;
+  std::uint64_t source_ino = 0;
+};
+
+// Throws std::runtime_error naming the node and what is wrong when a node name
+// cannot be part of a path: only letters, digits, '-', '_' and '.', not empty,
+// not "." or "..". (The topology loader refuses such names too.)
+void check_node_name_for_path(const std::string& node);
+
+// The launcher's check, before any rank starts, for ranks on the root's host:
+// throws when `copy` is the source, by path (absolute, symlinks and "." resolved)
+// or by device and inode (a hard link). The ranks check device and inode again
+// before they open anything.
+void refuse_copy_over_source(const std::string& copy, const std::string& source,
+                             const FileMeta& source_meta);
+
+// The temporary name of DIR/NAME's copy in progress with resume.
+std::string partial_name(const std::string& name);
+
+class FileSink {
+ public:
+  // Checks the path and opens the temporary file at `meta.size` bytes (space
+  // reserved with fallocate where the file system supports it, so a full disk
+  // fails here, not in the middle). Throws naming the path and the errno text.
+  static FileSink open(const std::string& final_path, const FileMeta& meta,
+                       const SinkOptions& options);
+  FileSink() = default;
+  FileSink(FileSink&& other) noexcept;
+  FileSink& operator=(FileSink&& other) noexcept;
+  ~FileSink();  // without commit(): removes the temporary file (kept with resume)
+
+  void write(std::uint64_t offset, const std::byte* data, std::uint64_t bytes);
+  // Reads what the temporary file (resume: a partial of an earlier run) holds;
+  // returns the bytes read (fewer at its end).
+  std::uint64_t read_partial(std::uint64_t offset, std::byte* data, std::uint64_t bytes) const;
+  // Reads what an existing DIR/NAME holds (resume); 0 when there is none.
+  std::uint64_t read_existing(std::uint64_t offset, std::byte* data, std::uint64_t bytes) const;
+  bool reused_partial() const { return reused_partial_; }
+  // fsync, the source's mode and mtime, rename into place, fsync the directory.
+  void commit();
+
+  const std::string& final_path() const { return final_path_; }
+  std::string temp_path() const { return dir_path_ + "/" + temp_name_; }
+
+ private:
+  void release();
+  std::string final_path_, dir_path_, name_, temp_name_;
+  FileMeta meta_;
+  bool resume_ = false;
+  bool reused_partial_ = false;
+  bool committed_ = false;
+  int dir_fd_ = -1;
+  int fd_ = -1;
+  int existing_fd_ = -1;
+  int cleanup_slot_ = -1;
+};
+
+// Handlers for SIGINT, SIGTERM and SIGHUP that remove every temporary file of a
+// live FileSink, then end the process with the same signal. Call once per
+// process (a rank's driver), before the first FileSink.
+void install_signal_cleanup();
+
+}  // namespace gridbcast::job

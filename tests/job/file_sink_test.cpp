@@ -1,0 +1,290 @@
+// job/file_sink.cpp on real file systems: the copy is written under a
+// temporary name and renamed into place with the source's mode and mtime;
+// nothing the user had is touched on failure; what could redirect the write
+// (symlinks, directories of other users, world-writable directories, "..",
+// the source itself) is refused before anything is created; a full or
+// read-only file system fails naming the path and the errno text; a signal
+// removes the temporary file.
+#include "job/file_sink.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/process.hpp"
+#include "support/temp_dir.hpp"
+#include "support/tmpfs.hpp"
+
+namespace gridbcast::job {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::slurp;
+using testing::TempDir;
+
+void write_text(const fs::path& p, const std::string& text) {
+  std::ofstream(p, std::ios::binary) << text;
+}
+
+// Names in `dir` that are temporary files of a sink.
+std::vector<std::string> temporaries(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().find(".gridbcast-") != std::string::npos)
+      out.push_back(e.path().filename().string());
+  return out;
+}
+
+FileMeta meta_for(std::uint64_t size) {
+  FileMeta m;
+  m.size = size;
+  m.mode = 0640;
+  m.mtime_ns = 1'600'000'000'123'456'789;
+  return m;
+}
+
+const std::byte* bytes_of(const std::string& s) {
+  return reinterpret_cast<const std::byte*>(s.data());
+}
+
+// Expects `fn` to throw a std::runtime_error whose text holds every `parts`.
+template <typename Fn>
+void expect_error(Fn&& fn, const std::vector<std::string>& parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error; expected one with \"" << parts.front() << "\"";
+  } catch (const std::runtime_error& e) {
+    for (const auto& p : parts)
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
+          << "\"" << p << "\" not in: " << e.what();
+  }
+}
+
+TEST(FileSink, CopyAppearsOnlyAtCommitWithTheSourcesModeAndMtime) {
+  TempDir dir;
+  const fs::path dest = dir / "copy.bin";
+  const std::string data = "the whole file";
+  FileSink sink = FileSink::open(dest.string(), meta_for(data.size()), {});
+  EXPECT_FALSE(fs::exists(dest)) << "nothing under the final name before commit";
+  ASSERT_EQ(temporaries(dir.path()).size(), 1u);
+  struct stat st {};
+  ASSERT_EQ(::stat(sink.temp_path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u) << "the temporary file is private";
+  EXPECT_EQ(static_cast<std::uint64_t>(st.st_size), data.size());
+  sink.write(0, bytes_of(data), data.size());
+  sink.commit();
+  EXPECT_EQ(slurp(dest.string()), data);
+  EXPECT_TRUE(temporaries(dir.path()).empty());
+  ASSERT_EQ(::stat(dest.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+  EXPECT_EQ(st.st_mtim.tv_sec, 1'600'000'000);
+  EXPECT_EQ(st.st_mtim.tv_nsec, 123'456'789);
+}
+
+TEST(FileSink, WithoutCommitTheTemporaryGoesAndAnExistingCopyStays) {
+  TempDir dir;
+  const fs::path dest = dir / "copy.bin";
+  write_text(dest, "previous version");
+  {
+    FileSink sink = FileSink::open(dest.string(), meta_for(100), {});
+    sink.write(0, bytes_of(std::string(100, 'x')), 100);
+  }  // a failure: destroyed without commit
+  EXPECT_EQ(slurp(dest.string()), "previous version");
+  EXPECT_TRUE(temporaries(dir.path()).empty());
+}
+
+TEST(FileSink, SetUidBitsAreNotCopied) {
+  TempDir dir;
+  FileMeta m = meta_for(0);
+  m.mode = 04755;
+  FileSink sink = FileSink::open((dir / "prog").string(), m, {});
+  sink.commit();
+  EXPECT_EQ(fs::status(dir / "prog").permissions(), fs::perms(0755));
+}
+
+TEST(FileSink, MissingDirectoriesAreMadePrivate) {
+  TempDir dir;
+  const fs::path dest = dir / "a" / "b" / "copy.bin";
+  FileSink::open(dest.string(), meta_for(0), {}).commit();
+  EXPECT_TRUE(fs::exists(dest));
+  struct stat st {};
+  ASSERT_EQ(::stat((dir / "a").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  SinkOptions o;
+  o.dir_mode = 0750;
+  FileSink::open((dir / "c" / "copy.bin").string(), meta_for(0), o).commit();
+  ASSERT_EQ(::stat((dir / "c").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0750u & ~0022u);
+}
+
+TEST(FileSink, ASymlinkPlantedAtTheDestinationIsRefusedAndItsTargetUntouched) {
+  TempDir dir;
+  write_text(dir / "victim", "precious");
+  fs::create_symlink(dir / "victim", dir / "copy.bin");
+  expect_error([&] { FileSink::open((dir / "copy.bin").string(), meta_for(8), {}); },
+               {(dir / "copy.bin").string(), "symbolic link"});
+  EXPECT_EQ(slurp((dir / "victim").string()), "precious");
+  EXPECT_TRUE(temporaries(dir.path()).empty());
+}
+
+TEST(FileSink, TheSourceItselfIsRefusedWhateverTheSpelling) {
+  TempDir dir;
+  write_text(dir / "source.bin", "the only copy");
+  fs::create_directory(dir / "sub");
+  fs::create_hard_link(dir / "source.bin", dir / "sub" / "hardlink.bin");
+  fs::create_directory_symlink(dir.path(), dir / "via-link");
+  const FileMeta src = stat_file((dir / "source.bin").string());
+  SinkOptions o;
+  o.source_dev = src.dev;
+  o.source_ino = src.ino;
+  for (const std::string& spelling :
+       {(dir / "source.bin").string(), dir.path().string() + "/./source.bin",
+        dir.path().string() + "//source.bin", (dir / "via-link" / "source.bin").string(),
+        (dir / "sub" / "hardlink.bin").string()}) {
+    SCOPED_TRACE(spelling);
+    expect_error([&] { FileSink::open(spelling, src, o); }, {"is the source file itself"});
+  }
+  EXPECT_EQ(slurp((dir / "source.bin").string()), "the only copy");
+  EXPECT_TRUE(temporaries(dir.path()).empty());
+}
+
+TEST(FileSink, DotDotIsRefused) {
+  TempDir dir;
+  fs::create_directory(dir / "a");
+  expect_error([&] { FileSink::open((dir / "a" / ".." / "x").string(), meta_for(0), {}); },
+               {"\"..\""});
+  EXPECT_FALSE(fs::exists(dir / "x"));
+}
+
+TEST(FileSink, NodeNamesThatCouldLeaveTheDirectoryAreRefused) {
+  for (const char* ok : {"n01", "node-1.site_a", "a.b"})
+    EXPECT_NO_THROW(check_node_name_for_path(ok)) << ok;
+  for (const char* bad : {"", ".", "..", "../etc", "a/b", "n 1", "n$1", "ü"})
+    EXPECT_THROW(check_node_name_for_path(bad), std::runtime_error) << bad;
+}
+
+TEST(FileSink, AWorldWritableDirectoryWithoutStickyBitIsRefused) {
+  TempDir dir;
+  fs::create_directory(dir / "open");
+  ::chmod((dir / "open").c_str(), 0777);
+  expect_error([&] { FileSink::open((dir / "open" / "x").string(), meta_for(0), {}); },
+               {(dir / "open").string(), "writable by every user"});
+  ::chmod((dir / "open").c_str(), 01777);  // as /tmp: accepted
+  EXPECT_NO_THROW(FileSink::open((dir / "open" / "x").string(), meta_for(0), {}).commit());
+}
+
+TEST(FileSink, ADirectoryOrSymlinkOfAnotherUserIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give a directory to another user";
+  TempDir dir;
+  // As a local user would prepare the default /tmp/gridbcast for a root job.
+  fs::create_directory(dir / "theirs");
+  ASSERT_EQ(::chown((dir / "theirs").c_str(), 4242, 4242), 0);
+  expect_error([&] { FileSink::open((dir / "theirs" / "n1" / "x").string(), meta_for(0), {}); },
+               {(dir / "theirs").string(), "owned by uid 4242"});
+  EXPECT_FALSE(fs::exists(dir / "theirs" / "n1"));
+  // A symlink they planted among the directories, pointing somewhere of ours.
+  fs::create_directory(dir / "ours");
+  fs::create_directory_symlink(dir / "ours", dir / "planted");
+  ASSERT_EQ(::lchown((dir / "planted").c_str(), 4242, 4242), 0);
+  expect_error([&] { FileSink::open((dir / "planted" / "x").string(), meta_for(0), {}); },
+               {(dir / "planted").string(), "symbolic link owned by uid 4242"});
+  EXPECT_FALSE(fs::exists(dir / "ours" / "x"));
+}
+
+TEST(FileSink, AFullFileSystemFailsBeforeDataMovesNamingPathAndErrno) {
+  TempDir dir;
+  std::string why;
+  auto mnt = testing::Tmpfs::mount(dir.path().string(), "1M", false, why);
+  if (!mnt) GTEST_SKIP() << why;
+  write_text(dir / "copy.bin", "previous");
+  expect_error([&] { FileSink::open((dir / "copy.bin").string(), meta_for(4 << 20), {}); },
+               {(dir / ".copy.bin.gridbcast-").string(), "No space left on device"});
+  EXPECT_EQ(slurp((dir / "copy.bin").string()), "previous");
+  EXPECT_TRUE(temporaries(dir.path()).empty());
+}
+
+TEST(FileSink, AReadOnlyFileSystemFailsNamingPathAndErrno) {
+  TempDir dir;
+  std::string why;
+  auto mnt = testing::Tmpfs::mount(dir.path().string(), "1M", true, why);
+  if (!mnt) GTEST_SKIP() << why;
+  expect_error([&] { FileSink::open((dir / "copy.bin").string(), meta_for(10), {}); },
+               {(dir / ".copy.bin.gridbcast-").string(), "Read-only file system"});
+}
+
+TEST(FileSink, ResumeKeepsThePartialOnFailureAndReusesIt) {
+  TempDir dir;
+  SinkOptions o;
+  o.resume = true;
+  {
+    FileSink sink = FileSink::open((dir / "copy.bin").string(), meta_for(8), o);
+    EXPECT_FALSE(sink.reused_partial());
+    sink.write(0, bytes_of(std::string("half")), 4);
+  }
+  EXPECT_FALSE(fs::exists(dir / "copy.bin"));
+  ASSERT_TRUE(fs::exists(dir / partial_name("copy.bin")));
+  FileSink again = FileSink::open((dir / "copy.bin").string(), meta_for(8), o);
+  EXPECT_TRUE(again.reused_partial());
+  std::string got(4, '\0');
+  EXPECT_EQ(again.read_partial(0, reinterpret_cast<std::byte*>(got.data()), 4), 4u);
+  EXPECT_EQ(got, "half");
+  again.write(4, bytes_of(std::string("full")), 4);
+  again.commit();
+  EXPECT_EQ(slurp((dir / "copy.bin").string()), "halffull");
+  EXPECT_TRUE(temporaries(dir.path()).empty());
+}
+
+TEST(FileSink, ResumeRefusesAPartialThatIsASymlink) {
+  TempDir dir;
+  write_text(dir / "victim", "precious");
+  fs::create_symlink(dir / "victim", dir / partial_name("copy.bin"));
+  SinkOptions o;
+  o.resume = true;
+  expect_error([&] { FileSink::open((dir / "copy.bin").string(), meta_for(8), o); },
+               {partial_name("copy.bin")});
+  EXPECT_EQ(slurp((dir / "victim").string()), "precious");
+}
+
+// A real signal in a real process: the child opens a sink, writes and waits;
+// SIGTERM must leave no temporary file and the previous copy as it was.
+TEST(FileSink, SigtermRemovesTheTemporaryFile) {
+  TempDir dir;
+  const fs::path dest = dir / "copy.bin";
+  write_text(dest, "previous");
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    install_signal_cleanup();
+    FileSink sink = FileSink::open(dest.string(), meta_for(1 << 20), {});
+    sink.write(0, bytes_of(std::string(1 << 20, 'n')), 1 << 20);
+    (void)!::write(ready[1], "r", 1);
+    for (;;) ::pause();
+  }
+  ::close(ready[1]);
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ::close(ready[0]);
+  EXPECT_EQ(temporaries(dir.path()).size(), 1u);
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "status " << status;
+  EXPECT_TRUE(temporaries(dir.path()).empty());
+  EXPECT_EQ(slurp(dest.string()), "previous");
+}
+
+}  // namespace
+}  // namespace gridbcast::job
