@@ -37,9 +37,9 @@ std::string seconds_text(std::chrono::milliseconds ms) {
 // first within a rank. A rank's own report explains its exit; a process that
 // died or stopped without a word explains what its peers report about it.
 enum class Cause {
-  kAbort = 0,     // MPI_Abort
+  kSilence = 0,   // a rank sent nothing, not even heartbeats (stopped, host or link down)
   kDeath = 1,     // a rank process died or exited before its time, unexplained
-  kSilence = 2,   // a rank sent nothing for the silence limit (stopped?)
+  kAbort = 2,     // MPI_Abort (or a fatal MPI error, often about a peer above)
   kReported = 3,  // a rank's own error report
   kOther = 4,     // what followed, or the launcher's own findings
 };
@@ -262,6 +262,7 @@ void Launcher::on_message(int r, control::ToLauncher m) {
     return;
   }
   if (auto* a = std::get_if<control::Abort>(&m)) {
+    st.reported_error = true;  // its exit follows from it
     set_exit_code(a->code);
     fail(Cause::kAbort, who(r) + " called MPI_Abort with error code " + std::to_string(a->code) +
                             (a->why.empty() ? "" : ": " + a->why));
@@ -720,6 +721,24 @@ LaunchResult Launcher::run() {
     if (backend_.running() > 0) {
       io_.restart();
       io_.run_for(300ms);
+    }
+    // A rank silent well past its heartbeats when the job fails is most
+    // likely why its peers failed (their deadlines may fire before the
+    // launcher's silence limit does).
+    const auto now = Clock::now();
+    for (int r = 0; r < p_; ++r) {
+      const auto& st = rank(r);
+      const bool counted = std::any_of(failures_.begin(), failures_.end(), [&](const Failure& f) {
+        return f.cause == Cause::kSilence && f.what.rfind(who(r) + " ", 0) == 0;
+      });
+      if (st.channel && !st.exited && !st.finished && !st.reported_error && !counted &&
+          now - st.last_heard > std::max<Clock::duration>(3 * heartbeat_, 1500ms))
+        fail(Cause::kSilence,
+             who(r) + " sent nothing for " +
+                 seconds_text(
+                     std::chrono::duration_cast<std::chrono::milliseconds>(now - st.last_heard)) +
+                 " s before the job failed: stopped, overloaded, or its host "
+                 "or network is down");
     }
     finishing_ = true;
     stop_ranks();

@@ -119,8 +119,14 @@ asio::awaitable<void> Messenger::read_loop(int peer, lanes::Stream& socket) {
     std::error_code failure;
     if (posted != nullptr) {
       const std::uint64_t take = std::min(length, posted->capacity);
-      auto [rec, rn] = co_await socket.read(asio::buffer(posted->data, static_cast<size_t>(take)));
-      failure = rec;
+      // In pieces, so a deadline sees a large message arriving.
+      for (std::uint64_t got = 0; !failure && got < take;) {
+        const auto piece = static_cast<size_t>(std::min(take - got, kProgressPiece));
+        auto [rec, rn] = co_await socket.read(asio::buffer(posted->data + got, piece));
+        failure = rec;
+        got += piece;
+        bytes_moved_ += piece;
+      }
       // Whatever does not fit is read and dropped: the receiver learns the length.
       for (std::uint64_t left = length - take; !failure && left > 0;) {
         scratch.resize(64 * 1024);
@@ -158,6 +164,7 @@ asio::awaitable<void> Messenger::read_loop(int peer, lanes::Stream& socket) {
         auto [rec, rn] = co_await socket.read(asio::buffer(u.data.data() + got, piece));
         failure = rec;
         got += piece;
+        bytes_moved_ += piece;
       }
       if (failure || !closed_all_.empty()) {
         unexpected_bytes_ -= u.data.size();
@@ -236,9 +243,21 @@ asio::awaitable<void> Messenger::send(int dest, std::uint64_t context, std::int6
       co_await transport_.outgoing(LinkKey{dest, 0, 0, kMessageStream}, connect_deadline);
   const auto header = lanes::encode(lanes::FrameHeader{lanes::FrameKind::kMessage, context,
                                                        static_cast<std::uint64_t>(tag), bytes});
+  // The header with the first piece, then the rest in pieces, so a deadline
+  // sees a large message leaving.
+  std::uint64_t sent = std::min(bytes, kProgressPiece);
   const std::array<asio::const_buffer, 2> bufs{asio::buffer(header),
-                                               asio::buffer(data, static_cast<size_t>(bytes))};
+                                               asio::buffer(data, static_cast<size_t>(sent))};
   auto [ec, n] = co_await socket->write(bufs);
+  bytes_moved_ += sent;
+  while (!ec && sent < bytes) {
+    const auto piece = static_cast<size_t>(std::min(bytes - sent, kProgressPiece));
+    const std::array<asio::const_buffer, 1> more{asio::buffer(data + sent, piece)};
+    auto [wec, wn] = co_await socket->write(more);
+    ec = wec;
+    sent += piece;
+    bytes_moved_ += piece;
+  }
   if (ec)
     throw lanes::NetworkError("sending a message to " + transport_.describe(dest, 0) +
                               " failed: " + ec.message());

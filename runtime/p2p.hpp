@@ -42,6 +42,9 @@ inline constexpr size_t kUnexpectedMessagesLimit = 4096;
 // Unexpected payloads are read in pieces of this size as they arrive.
 inline constexpr std::uint64_t kUnexpectedPiece = std::uint64_t{1} << 20;
 
+// Large messages are read and written in pieces of this size.
+inline constexpr std::uint64_t kProgressPiece = 4u << 20;
+
 class Messenger {
  public:
   explicit Messenger(Transport& transport);
@@ -64,6 +67,9 @@ class Messenger {
   size_t unexpected_count() const { return unexpected_.size(); }
   // Bytes held for unexpected messages, queued or still arriving.
   std::uint64_t unexpected_bytes() const { return unexpected_bytes_; }
+  // Payload bytes read and written so far, all peers: progress for the
+  // Communicator's deadlines (large messages move in pieces of kProgressPiece).
+  std::uint64_t bytes_moved() const { return bytes_moved_; }
 
  private:
   struct Posted {
@@ -94,6 +100,7 @@ class Messenger {
   std::list<Posted*> posted_;          // in posting order
   std::deque<Unexpected> unexpected_;  // in arrival order
   std::uint64_t unexpected_bytes_ = 0;
+  std::uint64_t bytes_moved_ = 0;
   std::set<int> sending_;  // destinations with a write in progress
   std::string closed_all_;
   Event changed_;  // a message arrived, a receive completed, a send ended, a peer left

@@ -71,6 +71,20 @@ TEST(JobLiveness, AStoppedRankFailsTheJobWithoutATimeoutToo) {
   stopped_rank_fails_the_job({"--silence-timeout", "3"}, 3);
 }
 
+TEST(JobLiveness, TheTimeoutAppliesToBlockingMpiCalls) {
+  // Rank 1 is alive (its heartbeats go on) but 30 s late to a barrier: with
+  // --timeout 2 the others' MPI_Barrier fails with MPI_ERR_OTHER naming whom
+  // it waited for, and the job ends long before rank 1 would have come.
+  const auto start = Clock::now();
+  Child c({kBin, "launch", "--timeout", "2", "--", kMpiBin + "/late_gridbcast", "30"});
+  EXPECT_NE(c.wait(60s), 0);
+  EXPECT_LT(Clock::now() - start, 20s);
+  const std::string err = c.err();
+  EXPECT_NE(err.find("FAILED: rank "), std::string::npos) << err;
+  EXPECT_NE(err.find("MPI_Barrier: MPI_ERR_OTHER"), std::string::npos) << err;
+  EXPECT_NE(err.find("rank 1 (a2"), std::string::npos) << err;
+}
+
 TEST(JobLiveness, ARankThatExitsBeforeJoiningFailsTheJobAtOnce) {
   // mpiexec's smoke test: a program that never calls MPI_Init.
   const auto start = Clock::now();
