@@ -1,26 +1,6 @@
 #include "job/control.hpp"
 
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
-
-#include <cerrno>
-#include <cstring>
-
 namespace gridbcast::job::control {
-
-void set_liveness_options(lanes::tcp::socket& s) {
-  const int fd = s.native_handle();
-  const auto set = [fd](int level, int name, int value, const char* what) {
-    if (::setsockopt(fd, level, name, &value, sizeof value) != 0)
-      throw lanes::NetworkError(std::string("setsockopt ") + what + ": " + std::strerror(errno));
-  };
-  set(SOL_SOCKET, SO_KEEPALIVE, 1, "SO_KEEPALIVE");
-  set(IPPROTO_TCP, TCP_KEEPIDLE, 10, "TCP_KEEPIDLE");
-  set(IPPROTO_TCP, TCP_KEEPINTVL, 5, "TCP_KEEPINTVL");
-  set(IPPROTO_TCP, TCP_KEEPCNT, 3, "TCP_KEEPCNT");
-  set(IPPROTO_TCP, TCP_USER_TIMEOUT, 30'000, "TCP_USER_TIMEOUT");
-}
 
 asio::awaitable<void> send_body(Channel& c, const std::string& body) {
   const std::string frame = c.sealer.seal(c.out, body);

@@ -24,12 +24,6 @@ struct Channel {
   }
 };
 
-// TCP keep-alive (probes after 10 s idle, every 5 s, 3 lost: a silent peer is
-// noticed in about 25 s) and TCP_USER_TIMEOUT (data unacknowledged for 30 s
-// fails the socket), so a cut link or a dead host ends a control connection in
-// bounded time even when nothing is written. Throws lanes::NetworkError.
-void set_liveness_options(lanes::tcp::socket& s);
-
 asio::awaitable<void> send_body(Channel& c, const std::string& body);
 // The next frame's body, its tag checked. Throws lanes::NetworkError on end of
 // file or a socket error, ProtocolError on a frame over kMaxFrameBytes or a bad tag.

@@ -661,11 +661,6 @@ LaunchResult Launcher::run() {
             std::move(s).release_plain(), control::Sealer(creds_.secret, creds_.job_id, h.rank),
             control::Direction::kToRank, who(r)});
         st.last_heard = Clock::now();
-        try {
-          control::set_liveness_options(st.channel->socket);
-        } catch (const std::exception& e) {
-          fail(Cause::kOther, who(r) + "'s control connection: " + e.what());
-        }
         send(r, config);
         asio::co_spawn(io_, read_loop(r), asio::detached);
         ev_.notify_all();

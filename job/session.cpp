@@ -293,7 +293,6 @@ void Session::join(std::istream* secret_fallback) {
             "the launcher");
         co_return std::make_unique<lanes::tcp::socket>(std::move(stream).release_plain());
       }());
-  control::set_liveness_options(*socket);
   im.channel.emplace(control::Channel{
       std::move(*socket),
       control::Sealer(im.creds.secret, im.creds.job_id, static_cast<std::uint32_t>(im.rank)),

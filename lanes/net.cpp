@@ -22,9 +22,25 @@ tcp::endpoint make_endpoint(const std::string& address, std::uint16_t port) {
   return {a, port};
 }
 
+void set_liveness_options(tcp::socket& s) {
+  const int fd = s.native_handle();
+  const auto set = [fd](int level, int name, int value, const char* what) {
+    if (::setsockopt(fd, level, name, &value, sizeof value) != 0)
+      throw NetworkError(std::string("setsockopt ") + what + ": " + std::strerror(errno));
+  };
+  set(SOL_SOCKET, SO_KEEPALIVE, 1, "SO_KEEPALIVE");
+  set(IPPROTO_TCP, TCP_KEEPIDLE, 10, "TCP_KEEPIDLE");
+  set(IPPROTO_TCP, TCP_KEEPINTVL, 5, "TCP_KEEPINTVL");
+  set(IPPROTO_TCP, TCP_KEEPCNT, 3, "TCP_KEEPCNT");
+  set(IPPROTO_TCP, TCP_USER_TIMEOUT, 30'000, "TCP_USER_TIMEOUT");
+}
+
 void set_stream_options(tcp::socket& s) {
   // Frames are written whole; Nagle would only delay the tail of a segment.
   s.set_option(tcp::no_delay(true));
+  // A dead host or a cut link ends the connection in bounded time even while
+  // nothing is written (MPI programs may wait on a peer for hours).
+  set_liveness_options(s);
   // Buffer sizes are left alone: setting SO_SNDBUF/SO_RCVBUF turns off Linux's
   // autotuning, which long fat WAN pipes need.
 }

@@ -38,6 +38,13 @@ class NetworkError : public std::runtime_error {
 };
 
 std::string endpoint_string(const tcp::endpoint& e);
+
+// TCP keep-alive (probes after 10 s idle, every 5 s, 3 lost: a silent peer is
+// noticed in about 25 s) and TCP_USER_TIMEOUT (data unacknowledged for 30 s
+// fails the socket), so a cut link or a dead host ends a connection in bounded
+// time even when nothing is written. Lane sockets get it with their other
+// options; the control channel too. Throws NetworkError.
+void set_liveness_options(tcp::socket& s);
 tcp::endpoint make_endpoint(const std::string& address, std::uint16_t port);
 
 // How long a new connection may take to complete its handshake; a peer that
