@@ -57,6 +57,12 @@ TEST(Launcher, WaitingForRanksToJoinCostsAlmostNoCpu) {
   EXPECT_EQ(launcher.wait(30s), 1);
 }
 
+TEST(Launcher, AShortJobSecretFromTheEnvironmentIsRefused) {
+  Child launcher({"/usr/bin/env", "GRIDBCAST_SECRET=00", kBin, "launch", "--backend", "external"});
+  EXPECT_EQ(launcher.wait(30s), 1);
+  EXPECT_NE(launcher.err().find("at least 128 are needed"), std::string::npos) << launcher.err();
+}
+
 asio::awaitable<std::unique_ptr<lanes::tcp::socket>> connect_as(const lanes::tcp::endpoint& at,
                                                                 std::uint64_t job,
                                                                 std::uint32_t rank) {

@@ -57,8 +57,17 @@ TEST_F(TestbedTwoByFour, ABroadcastLastingOverThreeTimeoutsCompletes) {
   const auto& g = *guard_;
   const std::string topo = g.file();
   TbChild c({kBin, "testbed", "run", topo, "--id", g.id(), "--", "gridbcast", "launch", topo,
-             "--algorithm", "multilane", "--size", "256MiB", "--timeout", "1", "--json"});
+             "--algorithm", "multilane", "--size", "256MiB", "--timeout", "1", "--json",
+             "--progress", "-"});
   ASSERT_EQ(c.wait(180s), 0) << c.out() << c.err();
+  // About one progress record a second on stderr, the last ones near the end.
+  const std::string err = c.err();
+  size_t records = 0;
+  for (auto at = err.find("{\"type\": \"progress\""); at != std::string::npos;
+       at = err.find("{\"type\": \"progress\"", at + 1))
+    ++records;
+  EXPECT_GE(records, 4u) << err;
+  EXPECT_NE(err.find("\"eta_seconds\": "), std::string::npos) << err;
   EXPECT_NE(c.out().find("\"verified\": true"), std::string::npos) << c.out();
   const auto at = c.out().find("\"median\": ");
   ASSERT_NE(at, std::string::npos) << c.out();
