@@ -64,9 +64,10 @@ TEST(ControlProtocol, EveryMessageRoundTrips) {
   EXPECT_EQ(dd.sha256, d.sha256);
   EXPECT_EQ(dd.path, "/tmp/x");
   EXPECT_EQ(dd.peak_rss, d.peak_rss);
-  const auto pp = std::get<Progress>(decode_to_launcher(encode_body(Progress{1, 2, 3})));
+  const auto pp = std::get<Progress>(decode_to_launcher(encode_body(Progress{1, 2, 3, 4})));
   EXPECT_EQ(pp.bytes_in, 2u);
   EXPECT_EQ(pp.bytes_out, 3u);
+  EXPECT_EQ(pp.bytes_worked, 4u);
   EXPECT_EQ(std::get<Abort>(decode_to_launcher(encode_body(Abort{-3, "why"}))).code, -3);
   EXPECT_EQ(std::get<Endpoints>(decode_to_launcher(encode_body(Endpoints{{5, 6}}))).ports[1], 6);
   for (const ToLauncher& m : std::vector<ToLauncher>{Alive{}, Finished{}, Ready{4}, Point{"p"},

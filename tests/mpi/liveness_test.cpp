@@ -85,6 +85,15 @@ TEST(JobLiveness, TheTimeoutAppliesToBlockingMpiCalls) {
   EXPECT_NE(err.find("rank 1 (a2"), std::string::npos) << err;
 }
 
+TEST(JobLiveness, RanksWaitingForALateOneToJoinAreNotCalledSilent) {
+  // Rank 3 starts 5 s late; the others joined at once and wait without
+  // heartbeats until the table comes. With a 2 s silence limit the job still
+  // completes: the limit counts from the table on.
+  Child c({kBin, "launch", "--silence-timeout", "2", "--", "/bin/sh", "-c",
+           "[ \"$GRIDBCAST_RANK\" = 3 ] && sleep 5; exec " + kMpiBin + "/late_gridbcast 0"});
+  EXPECT_EQ(c.wait(60s), 0) << c.err();
+}
+
 TEST(JobLiveness, ARankThatExitsBeforeJoiningFailsTheJobAtOnce) {
   // mpiexec's smoke test: a program that never calls MPI_Init.
   const auto start = Clock::now();
