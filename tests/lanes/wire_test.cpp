@@ -7,7 +7,9 @@
 namespace gridbcast::lanes {
 namespace {
 
-std::vector<std::uint8_t> secret(const char* s) { return {s, s + std::strlen(s)}; }
+std::vector<std::uint8_t> secret(const char* s) {
+  return {s, s + std::strlen(s)};
+}
 
 TEST(Wire, HelloRoundTripsInNetworkByteOrder) {
   Hello h;
@@ -97,6 +99,79 @@ TEST(Wire, MessageFramesCarryContextTagAndLengthsBeyondOneFrame) {
   FrameHeader data = m;
   data.kind = FrameKind::kData;  // data frames stay within kMaxFrameBytes
   EXPECT_FALSE(decode_frame_header(encode(data), why).has_value());
+}
+
+// Ranks are ints above the wire: a decoder refuses what a signed cast would
+// turn negative, and reserved fields that are not zero.
+TEST(Wire, HelloDecoderRefusesRanksOfTwoToTheThirtyFirstAndNonZeroReservedFields) {
+  Hello h;
+  h.rank = 5;
+  h.to_rank = 6;
+  std::string why;
+  auto back = decode_hello(encode(h), why);
+  ASSERT_TRUE(back.has_value()) << why;
+  EXPECT_EQ(back->to_rank, 6u);
+  for (const std::uint32_t bad : {0x80000000u, 0xffffffffu}) {
+    Hello from = h;
+    from.rank = bad;
+    EXPECT_FALSE(decode_hello(encode(from), why).has_value()) << bad;
+    EXPECT_NE(why.find("out of range"), std::string::npos) << why;
+    Hello to = h;
+    to.to_rank = bad;
+    EXPECT_FALSE(decode_hello(encode(to), why).has_value()) << bad;
+    EXPECT_NE(why.find("destination rank"), std::string::npos) << why;
+  }
+  auto bytes = encode(h);
+  bytes[7] = 1;  // the reserved field after the version
+  EXPECT_FALSE(decode_hello(bytes, why).has_value());
+  auto frame = encode(FrameHeader{FrameKind::kData, 1, 0, 10});
+  frame[7] = 1;
+  EXPECT_FALSE(decode_frame_header(frame, why).has_value());
+  EXPECT_NE(why.find("reserved"), std::string::npos) << why;
+}
+
+// Both MACs bind both ends: an Accept for one link is no Accept for another.
+TEST(Wire, AcceptMacBindsTheHellosJobRanksLanesAndStream) {
+  const auto s = secret("s3cret");
+  const Nonce server = random_nonce();
+  Hello h;
+  h.job_id = 9;
+  h.rank = 1;
+  h.to_rank = 2;
+  h.lane_from = 1;
+  h.lane_to = 0;
+  h.stream = 3;
+  h.client_nonce = random_nonce();
+  const Mac m = accept_mac(s, h.client_nonce, server, h);
+  EXPECT_TRUE(mac_equal(m, accept_mac(s, h.client_nonce, server, h)));
+  Hello other = h;
+  other.mac = random_nonce();  // the Hello's own MAC is not part of it
+  EXPECT_TRUE(mac_equal(m, accept_mac(s, h.client_nonce, server, other)));
+  for (int field = 0; field < 6; ++field) {
+    other = h;
+    switch (field) {
+      case 0:
+        other.job_id = 10;
+        break;
+      case 1:
+        other.rank = 3;
+        break;
+      case 2:
+        other.to_rank = 3;
+        break;
+      case 3:
+        other.lane_from = 0;
+        break;
+      case 4:
+        other.lane_to = 1;
+        break;
+      default:
+        other.stream = 4;
+        break;
+    }
+    EXPECT_FALSE(mac_equal(m, accept_mac(s, h.client_nonce, server, other))) << field;
+    EXPECT_FALSE(mac_equal(hello_mac(s, server, h), hello_mac(s, server, other))) << field;
+  }
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // rejected with the peer and the reason named, and do not disturb the job.
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include <asio/ssl.hpp>
 #include <cstring>
 #include <optional>
@@ -140,12 +142,12 @@ TEST(TlsBroadcast, ARankWithAnotherCasCertificateFailsTheBroadcastNamingThePeer)
 
 // Connects to `target` as rank `claim` (lane 0, stream 0) with the job's secret,
 // over TLS with `node`'s certificate from `dir` (plain TCP when dir is empty).
-void impostor(const asio::ip::tcp::endpoint& target, const JobCredentials& real, int claim,
-              const std::filesystem::path& dir, const std::string& node,
+void impostor(const asio::ip::tcp::endpoint& target, const JobCredentials& real,
+              std::uint32_t claim, const std::filesystem::path& dir, const std::string& node,
               const std::string& server_node) {
   asio::io_context io;
   lanes::Hello hello;
-  hello.rank = static_cast<std::uint32_t>(claim);
+  hello.rank = claim;
   hello.to_rank = 2;  // every target here is rank 2
   hello.stream = 7;   // a stream no plan uses, so a wrong acceptance could not pass unseen
   const lanes::Credentials creds{real.job_id, real.secret};
@@ -192,6 +194,39 @@ TEST(TlsBroadcast, ImpostorsAreRejectedAndTheBroadcastsComplete) {
     for (int i = 0; i < 5; ++i) c.bcast(buf.data(), buf.size(), 0);
   });
   EXPECT_GE(ranks.at(2).rejected_connections(), 3u);
+}
+
+// The holder of the secret, without a certificate, sends a plaintext Hello to
+// a rank with a tls: true link, claiming each rank in turn: across the WAN
+// (TLS was due), in the target's own site (plain is normal there, but not from
+// an address of another node), the target itself, and ranks a signed cast used
+// to turn negative. Every claim used to pass for at least some of these.
+TEST(TlsBroadcast, PlainHellosWithTheSecretAreRefusedForEveryClaimedRank) {
+  const auto grid = tls_grid();
+  TempDir good;
+  issue_all(good.path(), grid);
+  Ranks ranks(grid, with_certs(good.path()));
+  const auto target = lanes::make_endpoint(grid.nodes[2].lane_nic(0).address, ranks.port(2, 0));
+  std::vector<std::uint32_t> claims;
+  for (int r = 0; r < grid.size(); ++r) claims.push_back(static_cast<std::uint32_t>(r));
+  claims.insert(claims.end(), {0x80000000u, 0xffffffffu, static_cast<std::uint32_t>(grid.size())});
+  std::atomic<bool> done{false};
+  std::thread attacker([&] {
+    for (const auto claim : claims) impostor(target, ranks.credentials(), claim, {}, "", "s1n0");
+    done = true;
+  });
+  // Broadcasts run (rank 2 serves connections inside them) until the attacker
+  // is done; rank 0 says when in the first byte of each.
+  ranks.run([&](Communicator& c) {
+    std::vector<std::byte> buf(256 << 10);
+    for (std::uint64_t i = 0;; ++i) {
+      if (c.rank() == 0) buf[0] = std::byte{done.load() ? std::uint8_t{1} : std::uint8_t{0}};
+      c.bcast(buf.data(), buf.size(), 0, topology::Algorithm::kMultilane);
+      if (buf[0] == std::byte{1}) break;
+    }
+  });
+  attacker.join();
+  EXPECT_GE(ranks.at(2).rejected_connections(), claims.size());
 }
 
 }  // namespace
