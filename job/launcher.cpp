@@ -12,6 +12,7 @@
 
 #include "job/control.hpp"
 #include "job/session.hpp"
+#include "lanes/rejections.hpp"
 #include "runtime/event.hpp"
 #include "runtime/run_until.hpp"
 #include "topology/simulate.hpp"
@@ -154,6 +155,20 @@ class Launcher {
   void report_progress();
   void stop_ranks();
   std::chrono::milliseconds silence_limit() const;
+  // A completion handler for the launcher's own coroutines: whatever escapes
+  // one fails the job naming it, never vanishes.
+  auto reporter(std::string what) {
+    return [this, what = std::move(what)](std::exception_ptr e) {
+      if (!e) return;
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& ex) {
+        fail(Cause::kOther, what + " failed: " + ex.what());
+      } catch (...) {
+        fail(Cause::kOther, what + " failed");
+      }
+    };
+  }
 
   const LaunchOptions& o_;
   Backend& backend_;
@@ -186,7 +201,7 @@ void Launcher::send(int r, const control::ToRank& m) {
   st.outbox.push_back(control::encode_body(m));
   if (!st.writing) {
     st.writing = true;
-    asio::co_spawn(io_, write_loop(r), asio::detached);
+    asio::co_spawn(io_, write_loop(r), reporter("the control writer of " + who(r)));
   }
 }
 
@@ -649,17 +664,18 @@ LaunchResult Launcher::run() {
     return std::move(result);
   }
   const control::Config config{o_.grid.name, o_.yaml_text, o_.params};
-  std::uint64_t rejected_control = 0;
+  // Refusals cost a counter and a bounded log, whoever sends them.
+  lanes::RejectionLog rejections("gridbcast launch", [this](const std::string& line) {
+    err_ << "gridbcast launch: " << line << "\n";
+  });
   listener->start(
-      [this, &config, &rejected_control](lanes::Stream s, const lanes::Hello& h) {
+      [this, &config, &rejections](lanes::Stream s, const lanes::Hello& h) {
         // The claim is checked against the job before anything is indexed by it.
         if (h.lane_from != lanes::kControlLane || h.rank >= static_cast<std::uint32_t>(p_) ||
             rank(static_cast<int>(h.rank)).channel) {
-          if (++rejected_control <= 10)
-            err_ << "gridbcast launch: refused a control connection claiming rank " << h.rank
-                 << (h.rank < static_cast<std::uint32_t>(p_) ? " (already joined)"
-                                                             : " (outside the job)")
-                 << "\n";
+          rejections.reject("refused a control connection claiming rank " + std::to_string(h.rank) +
+                            (h.rank < static_cast<std::uint32_t>(p_) ? " (already joined)"
+                                                                     : " (outside the job)"));
           return;
         }
         const int r = static_cast<int>(h.rank);
@@ -669,10 +685,10 @@ LaunchResult Launcher::run() {
             control::Direction::kToRank, who(r)});
         st.last_heard = Clock::now();
         send(r, config);
-        asio::co_spawn(io_, read_loop(r), asio::detached);
+        asio::co_spawn(io_, read_loop(r), reporter("the control reader of " + who(r)));
         ev_.notify_all();
       },
-      [this](const std::string& why) { err_ << "gridbcast launch: " << why << "\n"; });
+      [&rejections](const std::string& why) { rejections.reject(why); });
 
   std::ostringstream job;
   job << std::hex << creds_.job_id;
@@ -695,7 +711,7 @@ LaunchResult Launcher::run() {
             "standard input (the value of this launcher's GRIDBCAST_SECRET)\n";
   }
 
-  asio::co_spawn(io_, watch_signals(), asio::detached);
+  asio::co_spawn(io_, watch_signals(), reporter("the launcher's signal watch"));
   bool ok = true;
   try {
     startup_deadline_ = Clock::now() + std::chrono::milliseconds(o_.startup_timeout_ms);
@@ -704,7 +720,7 @@ LaunchResult Launcher::run() {
       e.push_back({"GRIDBCAST_RANK", std::to_string(r)});
       backend_.start(r, o_.grid.nodes[static_cast<size_t>(r)], e, runtime::to_hex(creds_.secret));
     }
-    asio::co_spawn(io_, watchdog(), asio::detached);
+    asio::co_spawn(io_, watchdog(), reporter("the launcher's watchdog"));
     runtime::run_until(io_, [this]() -> asio::awaitable<void> {
       co_await rendezvous();
       Driver d = driver_for(o_.params.kind);

@@ -175,10 +175,32 @@ struct Session::Impl {
   void start_thread() {
     work.emplace(io.get_executor());
     heartbeat.emplace(io);
-    asio::co_spawn(io, read_loop(), asio::detached);
-    asio::co_spawn(io, beat(), asio::detached);
+    asio::co_spawn(io, read_loop(), reporter("reader"));
+    asio::co_spawn(io, beat(), reporter("heartbeat"));
     if (io.stopped()) io.restart();
     thread = std::thread([this] { io.run(); });
+  }
+
+  // The control thread's coroutines catch what they expect; anything else
+  // ends the rank loudly rather than leaving it without heartbeats or reader.
+  std::function<void(std::exception_ptr)> reporter(const char* what) {
+    return [this, what](std::exception_ptr e) {
+      if (!e) return;
+      std::string why = "unknown error";
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& ex) {
+        why = ex.what();
+      } catch (...) {
+      }
+      {
+        std::unique_lock lock(mu);
+        if (closing) return;
+      }
+      std::cerr << "gridbcast rank " << rank << ": the control channel's " << what
+                << " failed: " << why << "; exiting" << std::endl;
+      ::_exit(1);
+    };
   }
 
   // On the control thread.
@@ -186,7 +208,7 @@ struct Session::Impl {
     outbox.push_back(std::move(o));
     if (!writing) {
       writing = true;
-      asio::co_spawn(io, write_loop(), asio::detached);
+      asio::co_spawn(io, write_loop(), reporter("writer"));
     }
   }
 
