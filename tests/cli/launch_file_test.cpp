@@ -61,7 +61,7 @@ TEST(LaunchFile, OutputThatIsTheSourceIsRefusedBeforeAnyRankStarts) {
   write_file(dir / "data.bin", data);
   fs::create_hard_link(dir / "data.bin", dir / "hardlink.bin");
   for (const std::string& out : {(dir / "data.bin").string(), dir.path().string() + "/./data.bin",
-                                (dir / "hardlink.bin").string()}) {
+                                 (dir / "hardlink.bin").string()}) {
     SCOPED_TRACE(out);
     Child c({kBin, "launch", "--file", (dir / "data.bin").string(), "--output", out},
             dir.path().string());
@@ -205,6 +205,27 @@ TEST(LaunchFile, ResumeAfterAKilledRankMovesOnlyTheMissingChunks) {
   std::cout << said << "\n";
   for (const auto& n : kNonRoot) EXPECT_EQ(slurp((dir / n / "copy").string()), data) << n;
   EXPECT_TRUE(temporaries(dir.path()).empty());
+}
+
+// --file -: standard input is spooled (its size is unknown in advance), sent,
+// and the spool file removed.
+TEST(LaunchFile, StandardInputIsSpooledAndDistributed) {
+  TempDir dir;
+  const std::string data = pattern(3'000'017, 6);
+  write_file(dir / "input", data);
+  fs::create_directory(dir / "spool");
+  Child c({"/bin/sh", "-c",
+           "TMPDIR=" + (dir / "spool").string() + " " + kBin + " launch --file - --output '" +
+               (dir / "{node}.bin").string() + "' < " + (dir / "input").string()},
+          dir.path().string());
+  ASSERT_EQ(c.wait(60s), 0) << c.err();
+  for (const auto& n : kNonRoot) EXPECT_EQ(slurp((dir / (n + ".bin")).string()), data) << n;
+  EXPECT_TRUE(fs::is_empty(dir / "spool")) << "the spool file is removed";
+  Child dir_output({"/bin/sh", "-c", kBin + " launch --file - --output /tmp/ < /dev/null"},
+                   dir.path().string());
+  EXPECT_NE(dir_output.wait(60s), 0);
+  EXPECT_NE(dir_output.err().find("--file - needs --output naming"), std::string::npos)
+      << dir_output.err();
 }
 
 }  // namespace
