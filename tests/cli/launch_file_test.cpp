@@ -228,5 +228,33 @@ TEST(LaunchFile, StandardInputIsSpooledAndDistributed) {
       << dir_output.err();
 }
 
+// A directory: every file, the empty directory and the symlink (as a link)
+// reach every node under OUTPUT/NAME (the trailing / appends the name).
+TEST(LaunchFile, ADirectoryIsDistributedWithItsSymlinksAsLinks) {
+  TempDir dir;
+  fs::create_directories(dir / "tree" / "sub" / "empty");
+  const std::string big = pattern(2'000'003, 7);
+  write_file(dir / "tree" / "big.bin", big);
+  write_file(dir / "tree" / "sub" / "small.txt", "small");
+  fs::create_symlink("../big.bin", dir / "tree" / "sub" / "link");
+  Child c({kBin, "launch", "--file", (dir / "tree").string(), "--output",
+           (dir / "out" / "{node}").string() + "/", "--json"},
+          dir.path().string());
+  ASSERT_EQ(c.wait(60s), 0) << c.err();
+  EXPECT_NE(c.err().find("2 files (2000008 bytes), 3 directories, 1 symbolic links"),
+            std::string::npos)
+      << c.err();
+  EXPECT_NE(c.out().find("\"path\": \"" + (dir / "out" / "b4" / "tree").string() + "\""),
+            std::string::npos)
+      << c.out();
+  for (const auto& n : kNonRoot) {
+    const fs::path t = dir / "out" / n / "tree";
+    EXPECT_EQ(slurp((t / "big.bin").string()), big) << n;
+    EXPECT_EQ(slurp((t / "sub" / "small.txt").string()), "small") << n;
+    EXPECT_TRUE(fs::is_directory(t / "sub" / "empty")) << n;
+    EXPECT_EQ(fs::read_symlink(t / "sub" / "link"), "../big.bin") << n;
+  }
+}
+
 }  // namespace
 }  // namespace gridbcast::testing
