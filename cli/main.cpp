@@ -9,8 +9,6 @@
 #include <sstream>
 
 #include "cli/bench_report.hpp"
-#include "lanes/certs.hpp"
-#include "lanes/tls.hpp"
 #include "cli/launch_report.hpp"
 #include "job/file_sink.hpp"
 #include "job/file_source.hpp"
@@ -18,6 +16,8 @@
 #include "job/launcher.hpp"
 #include "job/params.hpp"
 #include "job/rank.hpp"
+#include "lanes/certs.hpp"
+#include "lanes/tls.hpp"
 #include "testbed/cli.hpp"
 #include "testbed/testbed.hpp"
 #include "topology/loader.hpp"
@@ -99,7 +99,7 @@ std::string resolve_program(const std::string& name) {
 // How ranks are started and reached: the options `launch` and `bench` share.
 struct RunOptions {
   std::string backend = "local", ssh = "ssh", exe, listen = "127.0.0.1", segment = "0", cert_dir;
-  double timeout = 30, startup = 60;
+  double timeout = 30, startup = 60, silence = 30;
   std::uint16_t port = 0;
 };
 
@@ -109,10 +109,18 @@ void add_run_options(CLI::App* cmd, RunOptions& r) {
       ->capture_default_str();
   cmd->add_option(
          "--timeout", r.timeout,
-         "seconds without progress before a broadcast fails (launch -- PROGRAM: none unless given)")
+         "seconds without progress before a broadcast fails: no data from a peer for this long "
+         "fails a rank, no byte moved anywhere fails the job; a broadcast that keeps moving may "
+         "last hours (launch -- PROGRAM: every blocking MPI call, none unless given)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--startup-timeout", r.startup, "seconds for every rank to connect")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--silence-timeout", r.silence,
+                  "without --timeout (launch -- PROGRAM): seconds a rank may send nothing, not "
+                  "even its heartbeat, before the job fails naming it (stopped, or its host or "
+                  "network is down)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--backend", r.backend,
@@ -136,15 +144,15 @@ void add_run_options(CLI::App* cmd, RunOptions& r) {
 
 // Fills the launch options `r` decides and returns the backend that starts the
 // ranks (`command`: what each rank runs; empty: `gridbcast rank`).
-std::unique_ptr<job::Backend> make_backend(CLI::App* cmd, RunOptions& r,
-                                               job::LaunchOptions& o,
-                                               std::vector<std::string> command = {}) {
+std::unique_ptr<job::Backend> make_backend(CLI::App* cmd, RunOptions& r, job::LaunchOptions& o,
+                                           std::vector<std::string> command = {}) {
   o.params.segment_bytes = parse_size_option(r.segment, "--segment");
   if (!r.cert_dir.empty()) o.params.cert_dir = std::filesystem::absolute(r.cert_dir).string();
   o.params.timeout_ms = static_cast<std::int64_t>(r.timeout * 1000);
   o.listen_address = r.listen;
   o.listen_port = r.port;
   o.startup_timeout_ms = static_cast<std::int64_t>(r.startup * 1000);
+  o.program_silence_ms = static_cast<std::int64_t>(r.silence * 1000);
   const std::string exe = r.exe.empty() ? self_exe() : r.exe;
   // `gridbcast testbed run` selects the netns backend through the environment.
   if (const char* b = std::getenv("GRIDBCAST_BACKEND"); b && *b && !cmd->count("--backend"))

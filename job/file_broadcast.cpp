@@ -32,12 +32,12 @@ class Writer {
   Writer& text(const std::string& s) {
     const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(s.size(), kErrorBytes));
     u32(n);
-    std::memcpy(p_, s.data(), n);
+    if (n > 0) std::memcpy(p_, s.data(), n);
     p_ += n;
     return *this;
   }
   Writer& bytes(const void* d, std::uint64_t n) {
-    std::memcpy(p_, d, n);
+    if (n > 0) std::memcpy(p_, d, n);  // an empty vector's data() may be null
     p_ += n;
     return *this;
   }

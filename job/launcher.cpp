@@ -37,9 +37,9 @@ std::string seconds_text(std::chrono::milliseconds ms) {
 // first within a rank. A rank's own report explains its exit; a process that
 // died or stopped without a word explains what its peers report about it.
 enum class Cause {
-  kAbort = 0,     // MPI_Abort
+  kSilence = 0,   // a rank sent nothing, not even heartbeats (stopped, host or link down)
   kDeath = 1,     // a rank process died or exited before its time, unexplained
-  kSilence = 2,   // a rank sent nothing for the silence limit (stopped?)
+  kAbort = 2,     // MPI_Abort (or a fatal MPI error, often about a peer above)
   kReported = 3,  // a rank's own error report
   kOther = 4,     // what followed, or the launcher's own findings
 };
@@ -65,7 +65,7 @@ struct RankState {
   bool finished = false;        // MPI_Finalize
   bool reported_error = false;  // sent Error: its exit is explained
   // The current broadcast, as the rank last reported it.
-  std::uint64_t bytes_in = 0, bytes_out = 0;
+  std::uint64_t bytes_in = 0, bytes_out = 0, bytes_worked = 0;
   bool done = false;
 };
 
@@ -170,6 +170,7 @@ class Launcher {
   std::vector<Failure> failures_;
   bool finishing_ = false;
   bool joined_all_ = false;
+  bool table_sent_ = false;
   Clock::time_point startup_deadline_{};
   int exit_code_ = 0;
   // Progress of the current broadcast.
@@ -240,7 +241,7 @@ void Launcher::begin_broadcast(int iteration) {
   last_total_ = 0;
   held_samples_.clear();
   for (auto& st : ranks_) {
-    st.bytes_in = st.bytes_out = 0;
+    st.bytes_in = st.bytes_out = st.bytes_worked = 0;
     st.done = false;
   }
 }
@@ -253,6 +254,7 @@ void Launcher::on_message(int r, control::ToLauncher m) {
     if (p->iteration == broadcast_iteration_ && !st.done) {
       st.bytes_in = p->bytes_in;
       st.bytes_out = p->bytes_out;
+      st.bytes_worked = p->bytes_worked;
     }
     return;
   }
@@ -262,6 +264,7 @@ void Launcher::on_message(int r, control::ToLauncher m) {
     return;
   }
   if (auto* a = std::get_if<control::Abort>(&m)) {
+    st.reported_error = true;  // its exit follows from it
     set_exit_code(a->code);
     fail(Cause::kAbort, who(r) + " called MPI_Abort with error code " + std::to_string(a->code) +
                             (a->why.empty() ? "" : ": " + a->why));
@@ -383,7 +386,9 @@ asio::awaitable<void> Launcher::watchdog() {
                                 std::to_string(o_.startup_timeout_ms / 1000) + " s: " + list);
     }
     const auto limit = silence_limit();
-    for (int r = 0; r < p_; ++r) {
+    // Ranks start their heartbeats once they have the table: a rank that
+    // joined early and waits for the others is not silent.
+    for (int r = 0; table_sent_ && r < p_; ++r) {
       auto& st = rank(r);
       if (!st.channel || st.exited || st.finished || st.reported_error) continue;
       if (now - st.last_heard > limit) {
@@ -395,7 +400,8 @@ asio::awaitable<void> Launcher::watchdog() {
     }
     if (broadcast_iteration_ >= 0) {
       std::uint64_t total = 0;
-      for (const auto& st : ranks_) total += st.bytes_in + st.bytes_out + (st.done ? 1 : 0);
+      for (const auto& st : ranks_)
+        total += st.bytes_in + st.bytes_out + st.bytes_worked + (st.done ? 1 : 0);
       if (total != last_total_) {
         last_total_ = total;
         last_change_ = now;
@@ -465,6 +471,8 @@ asio::awaitable<void> Launcher::rendezvous() {
     table.ports[static_cast<size_t>(r)] = e.ports;
   }
   send_all(table);
+  table_sent_ = true;
+  for (auto& st : ranks_) st.last_heard = Clock::now();
 }
 
 // Tells every rank to exit and waits for them to do so on their own.
@@ -715,6 +723,24 @@ LaunchResult Launcher::run() {
     if (backend_.running() > 0) {
       io_.restart();
       io_.run_for(300ms);
+    }
+    // A rank silent well past its heartbeats when the job fails is most
+    // likely why its peers failed (their deadlines may fire before the
+    // launcher's silence limit does).
+    const auto now = Clock::now();
+    for (int r = 0; r < p_; ++r) {
+      const auto& st = rank(r);
+      const bool counted = std::any_of(failures_.begin(), failures_.end(), [&](const Failure& f) {
+        return f.cause == Cause::kSilence && f.what.rfind(who(r) + " ", 0) == 0;
+      });
+      if (table_sent_ && st.channel && !st.exited && !st.finished && !st.reported_error &&
+          !counted && now - st.last_heard > std::max<Clock::duration>(3 * heartbeat_, 1500ms))
+        fail(Cause::kSilence,
+             who(r) + " sent nothing for " +
+                 seconds_text(
+                     std::chrono::duration_cast<std::chrono::milliseconds>(now - st.last_heard)) +
+                 " s before the job failed: stopped, overloaded, or its host "
+                 "or network is down");
     }
     finishing_ = true;
     stop_ranks();

@@ -216,38 +216,42 @@ std::string encode_body(const ToRank& m) {
 
 std::string encode_body(const ToLauncher& m) {
   return std::visit(
-      Overloaded{
-          [](const Endpoints& e) {
-            Writer w(Type::kEndpoints);
-            for (const std::uint16_t p : e.ports) w.u16(p);
-            return w.take();
-          },
-          [](const Ready& r) { return Writer(Type::kReady).i32(r.iteration).take(); },
-          [](const Progress& p) {
-            return Writer(Type::kProgress).i32(p.iteration).u64(p.bytes_in).u64(p.bytes_out).take();
-          },
-          [](const Done& d) {
-            return Writer(Type::kDone)
-                .i32(d.iteration)
-                .i64(d.t0_ns)
-                .i64(d.t1_ns)
-                .text(d.sha256)
-                .text(d.algorithm)
-                .u64(d.segment_bytes)
-                .u64(d.rejected)
-                .u64(d.peak_rss)
-                .u64(d.rss)
-                .text(d.path)
-                .take();
-          },
-          [](const Alive&) { return Writer(Type::kAlive).take(); },
-          [](const Point& p) { return Writer(Type::kPoint).text(p.encoded).take(); },
-          [](const BenchDone& b) {
-            return Writer(Type::kBenchDone).u64(b.rejected).u64(b.peak_rss).take();
-          },
-          [](const Error& e) { return Writer(Type::kError).text(e.what).take(); },
-          [](const Abort& a) { return Writer(Type::kAbort).i32(a.code).text(a.why).take(); },
-          [](const Finished&) { return Writer(Type::kFinished).take(); }},
+      Overloaded{[](const Endpoints& e) {
+                   Writer w(Type::kEndpoints);
+                   for (const std::uint16_t p : e.ports) w.u16(p);
+                   return w.take();
+                 },
+                 [](const Ready& r) { return Writer(Type::kReady).i32(r.iteration).take(); },
+                 [](const Progress& p) {
+                   return Writer(Type::kProgress)
+                       .i32(p.iteration)
+                       .u64(p.bytes_in)
+                       .u64(p.bytes_out)
+                       .u64(p.bytes_worked)
+                       .take();
+                 },
+                 [](const Done& d) {
+                   return Writer(Type::kDone)
+                       .i32(d.iteration)
+                       .i64(d.t0_ns)
+                       .i64(d.t1_ns)
+                       .text(d.sha256)
+                       .text(d.algorithm)
+                       .u64(d.segment_bytes)
+                       .u64(d.rejected)
+                       .u64(d.peak_rss)
+                       .u64(d.rss)
+                       .text(d.path)
+                       .take();
+                 },
+                 [](const Alive&) { return Writer(Type::kAlive).take(); },
+                 [](const Point& p) { return Writer(Type::kPoint).text(p.encoded).take(); },
+                 [](const BenchDone& b) {
+                   return Writer(Type::kBenchDone).u64(b.rejected).u64(b.peak_rss).take();
+                 },
+                 [](const Error& e) { return Writer(Type::kError).text(e.what).take(); },
+                 [](const Abort& a) { return Writer(Type::kAbort).i32(a.code).text(a.why).take(); },
+                 [](const Finished&) { return Writer(Type::kFinished).take(); }},
       m);
 }
 
@@ -329,6 +333,7 @@ ToLauncher decode_to_launcher(const std::string& body) {
       p.iteration = r.i32(0, kMaxIterations, "iteration");
       p.bytes_in = r.u64();
       p.bytes_out = r.u64();
+      p.bytes_worked = r.u64();
       r.end();
       out = p;
       break;

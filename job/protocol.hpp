@@ -73,6 +73,7 @@ struct Progress {
   std::int32_t iteration = 0;
   std::uint64_t bytes_in = 0;
   std::uint64_t bytes_out = 0;
+  std::uint64_t bytes_worked = 0;  // hashed or checked on this rank (its own work)
 };
 struct Done {
   std::int32_t iteration = 0;

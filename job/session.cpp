@@ -137,6 +137,8 @@ struct Session::Impl {
   bool exit_expected = false;
   int progress_iteration = -1;                    // under mu
   runtime::Communicator::Progress progress_base;  // under mu: totals when it began
+  std::atomic<std::uint64_t> worked{0};
+  std::uint64_t work_base = 0;  // under mu
   std::function<void(const std::string&)> on_lost;
 
   ~Impl() {
@@ -210,14 +212,17 @@ struct Session::Impl {
       if (ec) co_return;
       int it = -1;
       runtime::Communicator::Progress base;
+      std::uint64_t worked_base = 0;
       {
         std::unique_lock lock(mu);
         it = progress_iteration;
         base = progress_base;
+        worked_base = work_base;
       }
       if (it >= 0 && comm) {
         const auto p = comm->progress();
-        enqueue({control::Progress{it, p.bytes_in - base.bytes_in, p.bytes_out - base.bytes_out},
+        enqueue({control::Progress{it, p.bytes_in - base.bytes_in, p.bytes_out - base.bytes_out,
+                                   worked.load() - worked_base},
                  nullptr});
       } else {
         enqueue({control::Alive{}, nullptr});
@@ -382,8 +387,15 @@ void Session::report_progress(int iteration) {
   auto& im = *impl_;
   const auto base = im.comm ? im.comm->progress() : runtime::Communicator::Progress{};
   std::unique_lock lock(im.mu);
+  if (iteration >= 0 && iteration != im.progress_iteration) {
+    im.progress_base = base;
+    im.work_base = im.worked.load();
+  }
   im.progress_iteration = iteration;
-  im.progress_base = base;
+}
+
+void Session::note_work(std::uint64_t bytes) {
+  impl_->worked += bytes;
 }
 
 void Session::report_error(const std::string& what) noexcept {

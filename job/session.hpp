@@ -63,6 +63,9 @@ class Session {
   // While `iteration` >= 0, the heartbeat carries Progress for it (this rank's
   // broadcast byte totals); -1: plain heartbeats.
   void report_progress(int iteration);
+  // Bytes of this rank's own work while a broadcast's result is prepared
+  // (hashed, checked): progress too, though nothing crosses the network.
+  void note_work(std::uint64_t bytes);
   // Best effort: sends Error{what} if the control channel is open.
   void report_error(const std::string& what) noexcept;
   // Ends the heartbeat and closes the control channel (the launcher sees the

@@ -91,6 +91,28 @@ void add_ext(X509* cert, X509* issuer, int nid, const char* value) {
     fail(std::string("cannot add the certificate extension ") + OBJ_nid2sn(nid));
 }
 
+// The subject alternative name DNS:node, built as a GENERAL_NAME (never from
+// a configuration string, where "x,DNS:y" would add a second name).
+void add_san(X509* cert, const std::string& node) {
+  std::unique_ptr<GENERAL_NAMES, void (*)(GENERAL_NAMES*)> names(sk_GENERAL_NAME_new_null(),
+                                                                 GENERAL_NAMES_free);
+  GENERAL_NAME* name = GENERAL_NAME_new();
+  ASN1_IA5STRING* dns = ASN1_IA5STRING_new();
+  if (!names || name == nullptr || dns == nullptr ||
+      ASN1_STRING_set(dns, node.data(), static_cast<int>(node.size())) != 1) {
+    GENERAL_NAME_free(name);
+    ASN1_IA5STRING_free(dns);
+    fail("cannot build the subject alternative name of " + node);
+  }
+  GENERAL_NAME_set0_value(name, GEN_DNS, dns);
+  if (sk_GENERAL_NAME_push(names.get(), name) == 0) {
+    GENERAL_NAME_free(name);
+    fail("cannot build the subject alternative name of " + node);
+  }
+  if (X509_add1_ext_i2d(cert, NID_subject_alt_name, names.get(), 0, X509V3_ADD_DEFAULT) != 1)
+    fail("cannot add the subject alternative name of " + node);
+}
+
 // A certificate for `key` named `cn`, not yet signed; the issuer is set by the caller.
 Cert new_cert(EVP_PKEY* key, const std::string& cn, const CertOptions& o) {
   Cert cert(X509_new());
@@ -116,6 +138,7 @@ Cert new_cert(EVP_PKEY* key, const std::string& cn, const CertOptions& o) {
 }
 
 Key read_key(const std::filesystem::path& path) {
+  check_key_file(path);
   std::unique_ptr<FILE, Free> f(std::fopen(path.c_str(), "r"));
   if (!f) throw std::runtime_error("cannot read " + path.string());
   Key key(PEM_read_PrivateKey(f.get(), nullptr, nullptr, nullptr));
@@ -153,6 +176,43 @@ void create_grid_ca(const std::filesystem::path& dir, const std::string& ca_name
   write_cert(dir / kCaCertFile, cert.get(), options.overwrite);
 }
 
+std::string node_name_problem(const std::string& node) {
+  if (node.empty()) return "the name is empty";
+  if (node.size() > 253) return "longer than 253 characters";
+  if (node.front() == '.' || node.front() == '-')
+    return "it starts with '" + node.substr(0, 1) + "'";
+  for (const char c : node) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '-' || c == '_';
+    if (!ok) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02x",
+                    static_cast<unsigned>(static_cast<unsigned char>(c)));
+      return std::string("it contains ") + hex +
+             "; node names for certificates use only letters, digits, '.', '-' and '_'";
+    }
+  }
+  return {};
+}
+
+void check_key_file(const std::filesystem::path& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    throw std::runtime_error("cannot read the key " + path.string() + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw std::runtime_error(path.string() + " is not a regular file");
+  if ((st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    throw std::runtime_error("refusing the key " + path.string() + ": its mode is " + mode +
+                             ", so group or others may read it; run 'chmod 600 " + path.string() +
+                             "' (and replace the key if others may have read it)");
+  }
+  if (st.st_uid != ::geteuid() && st.st_uid != 0)
+    throw std::runtime_error("refusing the key " + path.string() + ": it belongs to uid " +
+                             std::to_string(st.st_uid) + ", not to this user (uid " +
+                             std::to_string(::geteuid()) + ")");
+}
+
 void issue_node_cert(const std::filesystem::path& dir, const std::string& node,
                      const CertOptions& options) {
   const auto ca_key_path = dir / kCaKeyFile;
@@ -163,8 +223,8 @@ void issue_node_cert(const std::filesystem::path& dir, const std::string& node,
       throw std::runtime_error("no grid CA: " + p.string() +
                                " does not exist; create it with 'gridbcast certs init " +
                                dir.string() + "'");
-  if (node.empty() || node.find('/') != std::string::npos)
-    throw std::runtime_error("\"" + node + "\" cannot name a certificate file");
+  if (const std::string bad = node_name_problem(node); !bad.empty())
+    throw std::runtime_error("cannot issue a certificate for node \"" + node + "\": " + bad);
   Key ca_key = read_key(ca_key_path);
   Cert ca = read_cert(ca_cert_path);
   if (X509_check_private_key(ca.get(), ca_key.get()) != 1)
@@ -177,7 +237,7 @@ void issue_node_cert(const std::filesystem::path& dir, const std::string& node,
   add_ext(cert.get(), ca.get(), NID_basic_constraints, "critical,CA:FALSE");
   add_ext(cert.get(), ca.get(), NID_key_usage, "critical,digitalSignature");
   add_ext(cert.get(), ca.get(), NID_ext_key_usage, "serverAuth,clientAuth");
-  add_ext(cert.get(), ca.get(), NID_subject_alt_name, ("DNS:" + node).c_str());
+  add_san(cert.get(), node);
   add_ext(cert.get(), ca.get(), NID_subject_key_identifier, "hash");
   add_ext(cert.get(), ca.get(), NID_authority_key_identifier, "keyid:always");
   if (X509_sign(cert.get(), ca_key.get(), EVP_sha256()) == 0)

@@ -33,4 +33,14 @@ void create_grid_ca(const std::filesystem::path& dir, const std::string& ca_name
 void issue_node_cert(const std::filesystem::path& dir, const std::string& node,
                      const CertOptions& options = {});
 
+// Empty when `node` can name a certificate and its files: 1 to 253 of
+// [A-Za-z0-9._-], not starting with '.' or '-'. Otherwise why not. Names with
+// ',' or ':' could inject subject alternative names; '/' would leave DIR.
+std::string node_name_problem(const std::string& node);
+
+// Throws std::runtime_error naming `path` when a private key file is readable
+// or writable by group or others, or owned by another user than this process's
+// (root excepted), as ssh refuses such keys.
+void check_key_file(const std::filesystem::path& path);
+
 }  // namespace gridbcast::lanes

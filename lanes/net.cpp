@@ -2,9 +2,11 @@
 
 #include <netinet/tcp.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 
 namespace gridbcast::lanes {
 
@@ -20,9 +22,25 @@ tcp::endpoint make_endpoint(const std::string& address, std::uint16_t port) {
   return {a, port};
 }
 
+void set_liveness_options(tcp::socket& s) {
+  const int fd = s.native_handle();
+  const auto set = [fd](int level, int name, int value, const char* what) {
+    if (::setsockopt(fd, level, name, &value, sizeof value) != 0)
+      throw NetworkError(std::string("setsockopt ") + what + ": " + std::strerror(errno));
+  };
+  set(SOL_SOCKET, SO_KEEPALIVE, 1, "SO_KEEPALIVE");
+  set(IPPROTO_TCP, TCP_KEEPIDLE, 10, "TCP_KEEPIDLE");
+  set(IPPROTO_TCP, TCP_KEEPINTVL, 5, "TCP_KEEPINTVL");
+  set(IPPROTO_TCP, TCP_KEEPCNT, 3, "TCP_KEEPCNT");
+  set(IPPROTO_TCP, TCP_USER_TIMEOUT, 30'000, "TCP_USER_TIMEOUT");
+}
+
 void set_stream_options(tcp::socket& s) {
   // Frames are written whole; Nagle would only delay the tail of a segment.
   s.set_option(tcp::no_delay(true));
+  // A dead host or a cut link ends the connection in bounded time even while
+  // nothing is written (MPI programs may wait on a peer for hours).
+  set_liveness_options(s);
   // Buffer sizes are left alone: setting SO_SNDBUF/SO_RCVBUF turns off Linux's
   // autotuning, which long fat WAN pipes need.
 }
@@ -79,12 +97,29 @@ void Listener::use_tls(std::shared_ptr<TlsContext> ctx, Policy policy) {
   policy_ = std::move(policy);
 }
 
-void Listener::start(OnConnection on_connection, OnReject on_reject) {
+void Listener::start(OnConnection on_connection, OnReject on_reject, OnTrouble on_trouble) {
   on_connection_ = std::move(on_connection);
   on_reject_ = std::move(on_reject);
+  on_trouble_ = std::move(on_trouble);
   asio::co_spawn(
       acceptor_.get_executor(), [self = shared_from_this()] { return self->accept_loop(); },
-      asio::detached);
+      [self = shared_from_this()](std::exception_ptr e) {
+        if (!e) return;
+        // A listener that stops accepting leaves its peers waiting: say so.
+        std::string what = "unknown exception";
+        try {
+          std::rethrow_exception(e);
+        } catch (const std::exception& ex) {
+          what = ex.what();
+        } catch (...) {
+        }
+        const std::string line = "listener on " + self->address_ + ":" +
+                                 std::to_string(self->port_) + " stopped accepting: " + what;
+        if (self->on_trouble_)
+          self->on_trouble_(line, true);
+        else
+          std::cerr << "gridbcast: " << line << "\n";
+      });
 }
 
 void Listener::close() {
@@ -92,49 +127,113 @@ void Listener::close() {
   acceptor_.close(ignored);
 }
 
+void Listener::evict_oldest() {
+  for (auto& p : pending_) {
+    if (p.evicted || p.authenticated) continue;
+    p.evicted = true;
+    --live_pending_;
+    p.stream->close();  // its pending operation completes with operation_aborted
+    return;
+  }
+}
+
+namespace {
+
+bool out_of_descriptors(const asio::error_code& ec) {
+  return ec == asio::error::no_descriptors || (ec.category() == asio::system_category() &&
+                                               (ec.value() == ENFILE || ec.value() == EMFILE));
+}
+
+}  // namespace
+
 asio::awaitable<void> Listener::accept_loop() {
   auto self = shared_from_this();
+  const std::string where = address_ + ":" + std::to_string(port_);
+  std::chrono::milliseconds backoff{0};
   while (acceptor_.is_open()) {
     auto [ec, socket] = co_await acceptor_.async_accept(kAsTuple);
     if (ec == asio::error::operation_aborted || !acceptor_.is_open()) co_return;
-    if (ec) continue;  // e.g. EMFILE or a reset before accept: keep serving
+    if (out_of_descriptors(ec)) {
+      // The pending connection stays in the kernel's queue: accepting again at
+      // once would spin. Wait (10 ms doubling to 1 s) for descriptors to free.
+      backoff =
+          std::clamp(backoff * 2, std::chrono::milliseconds{10}, std::chrono::milliseconds{1000});
+      if (on_trouble_)
+        on_trouble_("listener on " + where + ": out of file descriptors (" + ec.message() + ", " +
+                        std::to_string(live_pending_) +
+                        " unauthenticated connections in progress here); not accepting for " +
+                        std::to_string(backoff.count()) + " ms",
+                    false);
+      asio::steady_timer t(acceptor_.get_executor(), backoff);
+      co_await t.async_wait(kAsTuple);
+      continue;
+    }
+    backoff = std::chrono::milliseconds{0};
+    if (ec) continue;  // e.g. a reset before accept (ECONNABORTED): keep serving
+    if (live_pending_ >= max_pending_) evict_oldest();
     asio::co_spawn(
         acceptor_.get_executor(),
         [self, s = std::move(socket)]() mutable { return self->handshake(std::move(s)); },
         [self](std::exception_ptr e) {
           if (!e) return;
           ++self->rejected_;
+          std::string why = "unknown exception";
           try {
             std::rethrow_exception(e);
           } catch (const std::exception& ex) {
-            if (self->on_reject_) self->on_reject_(ex.what());
+            why = ex.what();
+          } catch (...) {
           }
+          if (self->on_reject_) self->on_reject_(why);
         });
   }
 }
 
 asio::awaitable<void> Listener::handshake(tcp::socket socket) {
   asio::error_code ignored;
-  const auto remote = socket.remote_endpoint(ignored);
-  const std::string who = "connection from " + endpoint_string(remote);
-  const auto deadline = Clock::now() + kHandshakeTimeout;
+  const std::string who = "connection from " + endpoint_string(socket.remote_endpoint(ignored));
+  Stream stream(std::move(socket));
+  // Counted among the unauthenticated until it is accepted or refused.
+  const auto me = pending_.insert(pending_.end(), Pending{&stream});
+  ++live_pending_;
+  struct Unlist {
+    Listener& l;
+    std::list<Pending>::iterator it;
+    ~Unlist() {
+      if (!it->evicted && !it->authenticated) --l.live_pending_;
+      l.pending_.erase(it);
+    }
+  } unlist{*this, me};
+  std::exception_ptr failure;
+  try {
+    co_await authenticate(stream, who, *me);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  if (failure && me->evicted)
+    throw NetworkError(who + " dropped: " + std::to_string(max_pending_) +
+                       " newer unauthenticated connections arrived before it finished its "
+                       "handshake (the oldest goes first)");
+  if (failure) std::rethrow_exception(failure);
+}
 
+asio::awaitable<void> Listener::authenticate(Stream& stream, const std::string& who, Pending& me) {
+  const auto deadline = Clock::now() + kHandshakeTimeout;
   Challenge challenge{random_nonce()};
   const auto challenge_bytes = encode(challenge);
   std::array<std::uint8_t, kHelloBytes> hello_bytes{};
   // Errors come back as values: with exceptions the deadline's `||` would wait
   // for the timer (it completes on the first *success*).
-  auto [wec, wn] =
-      co_await before(deadline, asio::async_write(socket, asio::buffer(challenge_bytes), kAsTuple),
-                      who + ": timed out sending the challenge");
+  auto [wec, wn] = co_await before(deadline, stream.write(asio::buffer(challenge_bytes)),
+                                   who + ": timed out sending the challenge");
   if (wec) throw NetworkError(who + " rejected: " + wec.message());
   // TLS or plain: the client's first byte tells (a TLS record or a Hello).
   std::array<std::uint8_t, 1> first{};
   auto [pec, pn] = co_await before(
-      deadline, socket.async_receive(asio::buffer(first), tcp::socket::message_peek, kAsTuple),
+      deadline,
+      stream.socket().async_receive(asio::buffer(first), tcp::socket::message_peek, kAsTuple),
       who + ": no hello within " + std::to_string(kHandshakeTimeout.count()) + " s");
   if (pec) throw NetworkError(who + " rejected: " + pec.message() + " before a complete hello");
-  Stream stream(std::move(socket));
   if (first[0] == kTlsHandshakeRecord) {
     if (!tls_)
       throw NetworkError(who + " rejected: it started TLS, but no tls: true WAN link ends at " +
@@ -160,11 +259,13 @@ asio::awaitable<void> Listener::handshake(tcp::socket socket) {
   const std::string claims = " (claims rank " + std::to_string(hello->rank);
   if (!mac_equal(hello->mac, hello_mac(creds_.secret, challenge.server_nonce, *hello)))
     throw NetworkError(who + claims + ") rejected: wrong job secret");
-  // The secret is proven; now the rank it claims decides whether TLS was due,
-  // and whose certificate it had to present.
+  // The secret is proven; the listener's own view of its links decides whether
+  // the Hello can be one of them, whether TLS was due, and whose certificate
+  // it had to present.
   const PeerPolicy policy = policy_ ? policy_(*hello) : PeerPolicy{};
   const std::string claimed = claims + (policy.node.empty() ? "" : ", node " + policy.node) +
                               " lane " + std::to_string(hello->lane_from) + ")";
+  if (!policy.refuse.empty()) throw NetworkError(who + claimed + " rejected: " + policy.refuse);
   if (policy.tls && !stream.tls())
     throw NetworkError(who + claimed +
                        " rejected: its WAN link is tls: true, but it did not start TLS");
@@ -174,12 +275,26 @@ asio::awaitable<void> Listener::handshake(tcp::socket socket) {
     if (const std::string bad = stream.check_peer_name(policy.node); !bad.empty())
       throw NetworkError(who + claimed + " rejected: " + bad);
   }
-  const auto accept_bytes =
-      encode(Accept{accept_mac(creds_.secret, hello->client_nonce, challenge.server_nonce)});
+  if (!policy.tls && !policy.plain_from.empty()) {
+    asio::error_code ec;
+    const std::string from = stream.socket().remote_endpoint(ec).address().to_string();
+    if (std::find(policy.plain_from.begin(), policy.plain_from.end(), from) ==
+        policy.plain_from.end())
+      throw NetworkError(who + claimed + " rejected: a plain connection to a rank with TLS links " +
+                         "must come from an address of node " + policy.node);
+  }
+  const auto accept_bytes = encode(
+      Accept{accept_mac(creds_.secret, hello->client_nonce, challenge.server_nonce, *hello)});
   auto [aec, an] = co_await before(deadline, stream.write(asio::buffer(accept_bytes)),
                                    who + ": timed out sending accept");
   if (aec) throw NetworkError(who + ": " + aec.message() + " while accepting");
   set_stream_options(stream.socket());
+  // Authenticated: no longer counted against the cap, and never evicted.
+  if (me.evicted)  // dropped by the cap while this coroutine was between operations
+    throw NetworkError(who + claimed +
+                       " rejected: dropped by the cap on unauthenticated connections");
+  me.authenticated = true;
+  --live_pending_;
   if (on_connection_) on_connection_(std::move(stream), *hello);
 }
 
@@ -196,6 +311,9 @@ asio::awaitable<Stream> connect_authenticated(const std::string& local_address,
     asio::error_code ec;
     socket.open(remote.protocol(), ec);
     if (!ec && !congestion.empty()) set_congestion(socket, congestion, where);
+    if (out_of_descriptors(ec))
+      throw NetworkError("this rank is out of file descriptors (" + ec.message() +
+                         "): cannot open a connection to " + where);
     if (!ec && !local_address.empty()) socket.bind(make_endpoint(local_address, 0), ec);
     if (ec)
       throw NetworkError("cannot bind to local address " + local_address + " to reach " + where +
@@ -209,6 +327,9 @@ asio::awaitable<Stream> connect_authenticated(const std::string& local_address,
       backoff = std::min(backoff * 2, std::chrono::milliseconds{500});
       continue;
     }
+    if (out_of_descriptors(cec))
+      throw NetworkError("this rank is out of file descriptors (" + cec.message() +
+                         "): cannot connect to " + where);
     if (cec) throw NetworkError("cannot connect to " + where + ": " + cec.message());
 
     std::array<std::uint8_t, kChallengeBytes> challenge_bytes{};
@@ -251,7 +372,7 @@ asio::awaitable<Stream> connect_authenticated(const std::string& local_address,
                               : "): wrong job secret or job id?"));
     auto accept = decode_accept(accept_bytes, why);
     if (!accept || !mac_equal(accept->mac, accept_mac(creds.secret, hello.client_nonce,
-                                                      challenge->server_nonce)))
+                                                      challenge->server_nonce, hello)))
       throw NetworkError(where + " failed to prove the job secret");
     set_stream_options(stream.socket());
     co_return stream;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -37,18 +38,39 @@ class NetworkError : public std::runtime_error {
 };
 
 std::string endpoint_string(const tcp::endpoint& e);
+
+// TCP keep-alive (probes after 10 s idle, every 5 s, 3 lost: a silent peer is
+// noticed in about 25 s) and TCP_USER_TIMEOUT (data unacknowledged for 30 s
+// fails the socket), so a cut link or a dead host ends a connection in bounded
+// time even when nothing is written. Lane sockets get it with their other
+// options; the control channel too. Throws NetworkError.
+void set_liveness_options(tcp::socket& s);
 tcp::endpoint make_endpoint(const std::string& address, std::uint16_t port);
 
 // How long a new connection may take to complete its handshake; a peer that
 // sends nothing is dropped after this, without disturbing anything else.
 inline constexpr std::chrono::seconds kHandshakeTimeout{10};
 
-// What a server expects of a client that proved the job secret, by the rank
-// its hello claims: TLS or plain TCP, and with TLS the node name its
-// certificate must carry. So a certificate is bound to the rank it speaks for.
+// Connections that have not finished the handshake, per listener (as OpenSSH's
+// MaxStartups): beyond this the oldest is dropped, so strangers cannot hold a
+// rank's descriptors. A genuine peer's handshake takes a few round trips, so
+// it is dropped only if this many strangers arrive within that time.
+inline constexpr size_t kMaxUnauthenticated = 64;
+
+// What a server expects of a client that proved the job secret, decided from
+// the listener's own view of its links (the Hello's ranks range-checked
+// against the grid, its lanes and stream against this listener), never from
+// an unchecked claim: whether the connection can be a link here at all, TLS
+// or plain TCP, and with TLS the node name its certificate must carry. So a
+// certificate is bound to the rank it speaks for.
 struct PeerPolicy {
   bool tls = false;
-  std::string node;
+  std::string node{};  // the claimed rank's node, for messages and the certificate check
+  // Not empty: a plain connection must come from one of these addresses (the
+  // claimed rank's NICs). Set where this listener also serves TLS links, so a
+  // holder of the secret elsewhere cannot pose as a plain, in-site rank.
+  std::vector<std::string> plain_from{};
+  std::string refuse{};  // not empty: why no link of this listener matches the Hello
 };
 
 // The first byte of a TLS record carrying a handshake (a ClientHello); a plain
@@ -73,6 +95,9 @@ class Listener : public std::enable_shared_from_this<Listener> {
   using OnConnection = std::function<void(Stream, const Hello&)>;
   using OnReject = std::function<void(const std::string& why)>;
   using Policy = std::function<PeerPolicy(const Hello&)>;
+  // Trouble of the listener itself (descriptors exhausted, the accept loop
+  // failing), as distinct from a refused connection.
+  using OnTrouble = std::function<void(const std::string& what, bool fatal)>;
 
   static std::shared_ptr<Listener> open(asio::any_io_executor ex, const std::string& address,
                                         std::uint16_t port, Credentials creds);
@@ -81,14 +106,29 @@ class Listener : public std::enable_shared_from_this<Listener> {
   // Before start(): accept TLS with `ctx` and ask `policy` which ranks must use it.
   // Without it every connection must be plain.
   void use_tls(std::shared_ptr<TlsContext> ctx, Policy policy);
-  void start(OnConnection on_connection, OnReject on_reject);
+  // Before start(), for a listener without TLS: which Hellos can be a link here.
+  void check_peers(Policy policy) { policy_ = std::move(policy); }
+  // Before start(): at most this many handshakes in progress (default kMaxUnauthenticated).
+  void limit_unauthenticated(size_t n) { max_pending_ = n; }
+  void start(OnConnection on_connection, OnReject on_reject, OnTrouble on_trouble = {});
   void close();
   std::uint64_t rejected() const { return rejected_; }
+  // Handshakes in progress now (never above the limit once the accept loop ran).
+  size_t unauthenticated() const { return live_pending_; }
 
  private:
+  // A connection in its handshake; `evicted` once the cap dropped it.
+  struct Pending {
+    Stream* stream = nullptr;
+    bool evicted = false;
+    bool authenticated = false;
+  };
+
   Listener(asio::any_io_executor ex, std::string address, Credentials creds);
   asio::awaitable<void> accept_loop();
   asio::awaitable<void> handshake(tcp::socket socket);
+  asio::awaitable<void> authenticate(Stream& stream, const std::string& who, Pending& me);
+  void evict_oldest();
 
   tcp::acceptor acceptor_;
   std::string address_;
@@ -98,7 +138,11 @@ class Listener : public std::enable_shared_from_this<Listener> {
   OnReject on_reject_;
   std::shared_ptr<TlsContext> tls_;
   Policy policy_;
+  OnTrouble on_trouble_;
   std::uint64_t rejected_ = 0;
+  size_t max_pending_ = kMaxUnauthenticated;
+  std::list<Pending> pending_;  // oldest first
+  size_t live_pending_ = 0;     // entries of pending_ not evicted
 };
 
 // With TLS: this node's context and the node name the server's certificate must carry.

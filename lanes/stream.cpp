@@ -107,6 +107,10 @@ asio::error_code ssl_error(int ssl_status) {
 }
 
 constexpr std::size_t kTlsBatch = 256 * 1024;
+// Until the peer is authenticated (and for small reads such as the Hello), the
+// input buffer holds one full TLS record (16 KiB of plaintext and its
+// overhead): a stranger's ClientHello must not cost a rank 256 KiB.
+constexpr std::size_t kTlsRecordBuffer = 16 * 1024 + 2048;
 
 // The BIO between OpenSSL and the session's buffers: reads take from `in`
 // (asking for a retry when it is empty), writes append to `out`.
@@ -181,8 +185,7 @@ TlsSession::TlsSession(asio::ip::tcp::socket s, SSL_CTX* ctx, bool server)
     SSL_set_accept_state(ssl);
   else
     SSL_set_connect_state(ssl);
-  in.resize(kTlsBatch);
-  out.reserve(kTlsBatch + kTlsBatch / 8);
+  in.resize(kTlsRecordBuffer);
 }
 
 TlsSession::~TlsSession() {
@@ -274,6 +277,8 @@ std::string Stream::check_peer_name(const std::string& node) const {
 asio::awaitable<Stream::IoResult> Stream::read(asio::mutable_buffer buffer) {
   if (!tls_) co_return co_await asio::async_read(*plain_, buffer, kAsTuple);
   TlsSession& t = *tls_;
+  // Large reads (segments, after the Hello was checked) get the batch buffer.
+  if (buffer.size() > t.in.size() && t.in.size() < kTlsBatch) t.in.resize(kTlsBatch);
   auto* p = static_cast<std::uint8_t*>(buffer.data());
   std::size_t got = 0;
   while (got < buffer.size()) {

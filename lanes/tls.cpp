@@ -5,6 +5,7 @@
 
 #include <fstream>
 
+#include "lanes/certs.hpp"
 #include "lanes/net.hpp"
 #include "lanes/tls_impl.hpp"
 
@@ -62,6 +63,11 @@ std::shared_ptr<TlsContext> TlsContext::load(const std::filesystem::path& dir,
   const std::string issue = "'gridbcast certs issue TOPOLOGY --dir " + d + "'";
   require_file(crt, node, issue);
   require_file(key, node, issue);
+  try {
+    check_key_file(key);
+  } catch (const std::exception& e) {
+    throw NetworkError("TLS for node " + node + ": " + e.what());
+  }
 
   std::shared_ptr<TlsContext> t(new TlsContext());
   t->dir_ = dir;

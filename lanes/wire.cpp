@@ -67,10 +67,14 @@ bool check_preamble(Reader& r, std::string& why) {
     return false;
   }
   const std::uint16_t version = r.u16();
-  r.u16();  // reserved
+  const std::uint16_t reserved = r.u16();
   if (version != kProtocolVersion) {
     why = "protocol version " + std::to_string(version) + ", this build speaks " +
           std::to_string(kProtocolVersion);
+    return false;
+  }
+  if (reserved != 0) {
+    why = "reserved field is " + std::to_string(reserved) + ", not 0";
     return false;
   }
   return true;
@@ -86,7 +90,9 @@ Mac hmac(std::span<const std::uint8_t> secret, const std::vector<std::uint8_t>& 
   return out;
 }
 
-void append(std::vector<std::uint8_t>& v, std::string_view s) { v.insert(v.end(), s.begin(), s.end()); }
+void append(std::vector<std::uint8_t>& v, std::string_view s) {
+  v.insert(v.end(), s.begin(), s.end());
+}
 template <size_t N>
 void append(std::vector<std::uint8_t>& v, const std::array<std::uint8_t, N>& a) {
   v.insert(v.end(), a.begin(), a.end());
@@ -112,6 +118,7 @@ std::array<std::uint8_t, kHelloBytes> encode(const Hello& h) {
   w.u16(0);
   w.u64(h.job_id);
   w.u32(h.rank);
+  w.u32(h.to_rank);
   w.u8(h.lane_from);
   w.u8(h.lane_to);
   w.u16(h.stream);
@@ -155,11 +162,19 @@ std::optional<Hello> decode_hello(std::span<const std::uint8_t> bytes, std::stri
   Hello h;
   h.job_id = r.u64();
   h.rank = r.u32();
+  h.to_rank = r.u32();
   h.lane_from = r.u8();
   h.lane_to = r.u8();
   h.stream = r.u16();
   r.bytes(h.client_nonce);
   r.bytes(h.mac);
+  for (const auto& [name, rank] :
+       {std::pair{"rank", h.rank}, std::pair{"destination rank", h.to_rank}})
+    if (rank > kMaxRank) {
+      why = std::string(name) + " " + std::to_string(rank) + " is out of range (at most " +
+            std::to_string(kMaxRank) + ")";
+      return std::nullopt;
+    }
   return h;
 }
 
@@ -185,7 +200,10 @@ std::optional<FrameHeader> decode_frame_header(std::span<const std::uint8_t> byt
     why = "unknown frame kind " + std::to_string(kind);
     return std::nullopt;
   }
-  r.u32();
+  if (const std::uint32_t reserved = r.u32(); reserved != 0) {
+    why = "frame header's reserved field is " + std::to_string(reserved) + ", not 0";
+    return std::nullopt;
+  }
   FrameHeader f;
   f.kind = static_cast<FrameKind>(kind);
   f.seq = r.u64();
@@ -218,14 +236,19 @@ Mac hello_mac(std::span<const std::uint8_t> secret, const Nonce& server_nonce, c
 }
 
 Mac accept_mac(std::span<const std::uint8_t> secret, const Nonce& client_nonce,
-               const Nonce& server_nonce) {
+               const Nonce& server_nonce, const Hello& h) {
+  Hello unsigned_hello = h;
+  unsigned_hello.mac = Mac{};
   std::vector<std::uint8_t> msg;
   append(msg, "gridbcast-accept");
   append(msg, client_nonce);
   append(msg, server_nonce);
+  append(msg, encode(unsigned_hello));
   return hmac(secret, msg);
 }
 
-bool mac_equal(const Mac& a, const Mac& b) { return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0; }
+bool mac_equal(const Mac& a, const Mac& b) {
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
 
 }  // namespace gridbcast::lanes

@@ -4,13 +4,18 @@
 //
 //   acceptor                                connector
 //      ── Challenge{magic, version, server_nonce} ──►
-//      ◄── Hello{magic, version, job, rank, lanes, stream, client_nonce, mac} ──
+//      ◄── Hello{magic, version, job, rank, to_rank, lanes, stream, client_nonce, mac} ──
 //            mac = HMAC-SHA256(secret, "hello" | server_nonce | client_nonce | fields)
-//      ── Accept{mac'} ──►   mac' = HMAC-SHA256(secret, "accept" | client_nonce | server_nonce)
+//      ── Accept{mac'} ──►
+//            mac' = HMAC-SHA256(secret, "accept" | client_nonce | server_nonce | fields)
 //   then frames: FrameHeader{kind, seq, offset, length} followed by `length` bytes.
 //
 // Fresh nonces on both sides make a recorded handshake useless on a new
-// connection; the job id keeps two jobs sharing a secret apart.
+// connection; the job id keeps two jobs sharing a secret apart. Both MACs
+// cover both ends' identities (job, source rank, destination rank, lanes,
+// stream), so neither message can be taken for another link's.
+//
+// Version 2 added to_rank to the Hello and the Hello's fields to the Accept MAC.
 #pragma once
 
 #include <array>
@@ -23,7 +28,7 @@
 namespace gridbcast::lanes {
 
 inline constexpr std::uint32_t kMagic = 0x47424331;  // "GBC1"
-inline constexpr std::uint16_t kProtocolVersion = 1;
+inline constexpr std::uint16_t kProtocolVersion = 2;
 inline constexpr size_t kNonceBytes = 32;
 inline constexpr size_t kMacBytes = 32;
 // A single write never exceeds this (Linux caps one write near 2^31 anyway).
@@ -33,6 +38,9 @@ inline constexpr std::uint64_t kMaxFrameBytes = std::uint64_t{1} << 30;
 inline constexpr std::uint64_t kMaxMessageBytes = std::uint64_t{1} << 48;
 // Lane number the control channel (rank <-> launcher) uses in its Hello.
 inline constexpr std::uint8_t kControlLane = 255;
+// Ranks are ints everywhere above the wire: a decoder refuses anything a
+// signed cast would turn negative.
+inline constexpr std::uint32_t kMaxRank = 0x7fffffff;
 
 using Nonce = std::array<std::uint8_t, kNonceBytes>;
 using Mac = std::array<std::uint8_t, kMacBytes>;
@@ -43,7 +51,8 @@ struct Challenge {
 
 struct Hello {
   std::uint64_t job_id = 0;
-  std::uint32_t rank = 0;
+  std::uint32_t rank = 0;     // the connecting rank (source)
+  std::uint32_t to_rank = 0;  // the rank it means to reach (destination)
   std::uint8_t lane_from = 0;
   std::uint8_t lane_to = 0;
   std::uint16_t stream = 0;
@@ -69,7 +78,7 @@ struct FrameHeader {
 };
 
 inline constexpr size_t kChallengeBytes = 4 + 2 + 2 + kNonceBytes;
-inline constexpr size_t kHelloBytes = 4 + 2 + 2 + 8 + 4 + 1 + 1 + 2 + kNonceBytes + kMacBytes;
+inline constexpr size_t kHelloBytes = 4 + 2 + 2 + 8 + 4 + 4 + 1 + 1 + 2 + kNonceBytes + kMacBytes;
 inline constexpr size_t kAcceptBytes = 4 + kMacBytes;
 inline constexpr size_t kFrameHeaderBytes = 4 + 4 + 8 + 8 + 8;
 
@@ -78,7 +87,9 @@ std::array<std::uint8_t, kHelloBytes> encode(const Hello& h);
 std::array<std::uint8_t, kAcceptBytes> encode(const Accept& a);
 std::array<std::uint8_t, kFrameHeaderBytes> encode(const FrameHeader& f);
 
-// Decoders return nullopt and set `why` for wrong magic, version or kind.
+// Decoders return nullopt and set `why` for wrong magic, version or kind, a
+// rank above kMaxRank, a reserved field that is not zero, or a length over
+// its limit.
 std::optional<Challenge> decode_challenge(std::span<const std::uint8_t> bytes, std::string& why);
 std::optional<Hello> decode_hello(std::span<const std::uint8_t> bytes, std::string& why);
 std::optional<Accept> decode_accept(std::span<const std::uint8_t> bytes, std::string& why);
@@ -88,8 +99,10 @@ std::optional<FrameHeader> decode_frame_header(std::span<const std::uint8_t> byt
 // Authentication (OpenSSL): random nonces and the two MACs above.
 Nonce random_nonce();
 Mac hello_mac(std::span<const std::uint8_t> secret, const Nonce& server_nonce, const Hello& h);
+// Covers the Hello the server accepts (its fields, not its MAC), so an Accept
+// proves the server agreed to exactly that link.
 Mac accept_mac(std::span<const std::uint8_t> secret, const Nonce& client_nonce,
-               const Nonce& server_nonce);
+               const Nonce& server_nonce, const Hello& h);
 // Constant-time comparison.
 bool mac_equal(const Mac& a, const Mac& b);
 

@@ -123,6 +123,55 @@ struct Communicator::Impl {
     if (error) std::rethrow_exception(error);
   }
 
+  // drive(), failing this communicator when no point-to-point byte moves for
+  // options.timeout while `op` waits (an MPI program's --timeout): the posted
+  // operations fail with a message naming what was awaited, and every later
+  // call fails the same way (the first error sticks).
+  template <typename T>
+  T drive_watched(asio::awaitable<T> op, const std::string& what) {
+    if (options.timeout >= kNoTimeout) return drive(std::move(op));
+    auto watch_state = std::make_shared<Watch>();
+    asio::co_spawn(io, watch(watch_state, what), asio::detached);
+    struct Done {
+      std::shared_ptr<Watch> w;
+      ~Done() { w->done = true; }
+    } mark{watch_state};
+    try {
+      return drive(std::move(op));
+    } catch (...) {
+      if (watch_state->why.empty()) throw;
+      failed = std::make_exception_ptr(lanes::NetworkError(watch_state->why));
+      std::rethrow_exception(failed);
+    }
+  }
+  struct Watch {
+    bool done = false;
+    std::string why;  // set when the deadline fired
+  };
+  asio::awaitable<void> watch(std::shared_ptr<Watch> w, std::string what) {
+    asio::steady_timer tick(io);
+    const auto step =
+        std::min<std::chrono::milliseconds>(options.timeout / 4, std::chrono::seconds(1));
+    std::uint64_t last = messenger.bytes_moved();
+    auto since = std::chrono::steady_clock::now();
+    for (;;) {
+      tick.expires_after(std::max(step, std::chrono::milliseconds(10)));
+      co_await tick.async_wait(lanes::kAsTuple);
+      if (w->done) co_return;
+      const auto now = std::chrono::steady_clock::now();
+      if (messenger.bytes_moved() != last) {
+        last = messenger.bytes_moved();
+        since = now;
+      } else if (now - since >= options.timeout) {
+        w->why = what + ": nothing moved for " + std::to_string(options.timeout.count()) +
+                 " ms (--timeout)";
+        messenger.close_all(w->why);
+        transport.close_all();  // a send held back by a peer that stopped reading
+        co_return;
+      }
+    }
+  }
+
   BcastInfo run(const topology::Plan& plan, std::uint64_t sequence, void* buffer,
                 const topology::Grid& g, std::chrono::steady_clock::time_point start) {
     ExecOptions eo;
@@ -132,6 +181,9 @@ struct Communicator::Impl {
     if (eo.segment_bytes == 0) eo.segment_bytes = automatic_segment(g, plan.size);
     BcastInfo info{plan.algorithm, plan.size, eo.segment_bytes, 0};
     try {
+      if (!transport.failure().empty())
+        throw lanes::NetworkError("rank " + std::to_string(rank) +
+                                  " cannot serve its links: " + transport.failure());
       drive(execute(transport, plan, sequence, static_cast<std::byte*>(buffer), eo));
     } catch (...) {
       failed = std::current_exception();
@@ -251,8 +303,9 @@ void Communicator::send(int dest, std::uint64_t context, std::int64_t tag, const
   if (dest < 0 || dest >= im.grid.size())
     throw std::invalid_argument("destination rank " + std::to_string(dest) + " is outside 0.." +
                                 std::to_string(im.grid.size() - 1));
-  im.drive(im.messenger.send(dest, context, tag, static_cast<const std::byte*>(data), bytes,
-                             lanes::Clock::now() + im.options.timeout));
+  im.drive_watched(im.messenger.send(dest, context, tag, static_cast<const std::byte*>(data), bytes,
+                                     lanes::Clock::now() + im.options.timeout),
+                   "sending to " + im.transport.describe(dest, 0));
 }
 
 Received Communicator::receive(std::optional<int> source, std::uint64_t context,
@@ -263,8 +316,10 @@ Received Communicator::receive(std::optional<int> source, std::uint64_t context,
   if (source && (*source < 0 || *source >= im.grid.size()))
     throw std::invalid_argument("source rank " + std::to_string(*source) + " is outside 0.." +
                                 std::to_string(im.grid.size() - 1));
-  const MessageInfo m =
-      im.drive(im.messenger.receive(source, context, tag, static_cast<std::byte*>(data), capacity));
+  const MessageInfo m = im.drive_watched(
+      im.messenger.receive(source, context, tag, static_cast<std::byte*>(data), capacity),
+      source ? "waiting for a message from " + im.transport.describe(*source, 0)
+             : std::string("waiting for a message from any rank"));
   return Received{m.source, m.tag, m.bytes};
 }
 

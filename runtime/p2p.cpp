@@ -38,7 +38,22 @@ void Messenger::accept(int peer, std::unique_ptr<lanes::Stream> socket) {
   closed_.erase(peer);
   auto& s = *socket;
   incoming_[peer] = std::move(socket);
-  asio::co_spawn(transport_.io(), read_loop(peer, s), asio::detached);
+  // An exception (e.g. bad_alloc) must not end the reader silently: receives
+  // from this peer would wait forever. It fails them, naming the cause.
+  asio::co_spawn(transport_.io(), read_loop(peer, s), [this, peer, &s](std::exception_ptr e) {
+    if (!e) return;
+    std::string what = "unknown exception";
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      what = ex.what();
+    } catch (...) {
+    }
+    s.close();
+    if (closed_all_.empty())
+      peer_closed(peer,
+                  "receiving messages from " + transport_.describe(peer, 0) + " failed: " + what);
+  });
 }
 
 Messenger::Posted* Messenger::take_posted(int source, std::uint64_t context, std::int64_t tag) {
@@ -104,8 +119,14 @@ asio::awaitable<void> Messenger::read_loop(int peer, lanes::Stream& socket) {
     std::error_code failure;
     if (posted != nullptr) {
       const std::uint64_t take = std::min(length, posted->capacity);
-      auto [rec, rn] = co_await socket.read(asio::buffer(posted->data, static_cast<size_t>(take)));
-      failure = rec;
+      // In pieces, so a deadline sees a large message arriving.
+      for (std::uint64_t got = 0; !failure && got < take;) {
+        const auto piece = static_cast<size_t>(std::min(take - got, kProgressPiece));
+        auto [rec, rn] = co_await socket.read(asio::buffer(posted->data + got, piece));
+        failure = rec;
+        got += piece;
+        bytes_moved_ += piece;
+      }
       // Whatever does not fit is read and dropped: the receiver learns the length.
       for (std::uint64_t left = length - take; !failure && left > 0;) {
         scratch.resize(64 * 1024);
@@ -122,21 +143,70 @@ asio::awaitable<void> Messenger::read_loop(int peer, lanes::Stream& socket) {
       }
       changed_.notify_all();
     } else {
-      Unexpected u{peer, context, tag, std::vector<std::byte>(static_cast<size_t>(length))};
-      auto [rec, rn] = co_await socket.read(asio::buffer(u.data));
-      failure = rec;
-      if (!failure) {
-        // A receive posted while the payload was still arriving takes it now.
-        if (Posted* p = take_posted(peer, context, tag)) {
-          if (const auto take = std::min<std::uint64_t>(length, p->capacity); take > 0)
-            std::memcpy(p->data, u.data.data(), static_cast<size_t>(take));
-          p->info = MessageInfo{peer, tag, length};
-          p->done = true;
+      // Nobody waits for it yet: read it into memory as it arrives (a declared
+      // length costs nothing by itself), within the budget for unexpected
+      // messages. Beyond the budget the reader waits, and TCP's flow control
+      // holds the sender back, until a receive takes a queued message or is
+      // posted for this one.
+      Unexpected u{peer, context, tag, {}};
+      std::uint64_t got = 0;
+      Posted* late = nullptr;
+      while (!failure && got < length) {
+        while (closed_all_.empty() && !(late = take_posted(peer, context, tag)) &&
+               (unexpected_bytes_ >= kUnexpectedBytesLimit ||
+                unexpected_.size() >= kUnexpectedMessagesLimit))
+          co_await changed_.wait();
+        if (late != nullptr || !closed_all_.empty()) break;
+        const auto piece = static_cast<size_t>(
+            std::min({length - got, kUnexpectedPiece, kUnexpectedBytesLimit - unexpected_bytes_}));
+        u.data.resize(static_cast<size_t>(got) + piece);
+        unexpected_bytes_ += piece;
+        auto [rec, rn] = co_await socket.read(asio::buffer(u.data.data() + got, piece));
+        failure = rec;
+        got += piece;
+        bytes_moved_ += piece;
+      }
+      if (failure || !closed_all_.empty()) {
+        unexpected_bytes_ -= u.data.size();
+      } else if (late != nullptr || (late = take_posted(peer, context, tag)) != nullptr) {
+        // A receive posted while the payload was arriving: it gets what came
+        // so far, the rest goes straight into its buffer, the excess is dropped.
+        unexpected_bytes_ -= u.data.size();
+        const std::uint64_t fits = std::min(length, late->capacity);
+        if (const auto have = std::min(got, fits); have > 0)
+          std::memcpy(late->data, u.data.data(), static_cast<size_t>(have));
+        u.data = {};
+        if (got < fits) {
+          auto [rec, rn] =
+              co_await socket.read(asio::buffer(late->data + got, static_cast<size_t>(fits - got)));
+          failure = rec;
+        }
+        for (std::uint64_t left = length - std::max(got, fits); !failure && left > 0;) {
+          scratch.resize(64 * 1024);
+          const auto piece = static_cast<size_t>(std::min<std::uint64_t>(left, scratch.size()));
+          auto [dec, dn] = co_await socket.read(asio::buffer(scratch.data(), piece));
+          failure = dec;
+          left -= piece;
+        }
+        if (failure) {
+          late->error = "receiving a message from " + who + " failed: " + failure.message();
         } else {
-          unexpected_.push_back(std::move(u));
+          late->info = MessageInfo{peer, tag, length};
+          late->done = true;
         }
         changed_.notify_all();
+      } else {
+        unexpected_.push_back(std::move(u));
+        changed_.notify_all();
       }
+      if (failure) {
+        if (closed_all_.empty())
+          peer_closed(peer, who + " closed its message connection after " + std::to_string(got) +
+                                " of the " + std::to_string(length) +
+                                " bytes its message declared (did it fail?)");
+        co_return;
+      }
+      if (!closed_all_.empty()) co_return;
     }
     if (failure) {
       if (closed_all_.empty())
@@ -160,6 +230,7 @@ asio::awaitable<void> Messenger::send(int dest, std::uint64_t context, std::int6
     } else {
       unexpected_.push_back(
           Unexpected{dest, context, tag, std::vector<std::byte>(data, data + bytes)});
+      unexpected_bytes_ += bytes;
     }
     changed_.notify_all();
     co_return;
@@ -172,9 +243,21 @@ asio::awaitable<void> Messenger::send(int dest, std::uint64_t context, std::int6
       co_await transport_.outgoing(LinkKey{dest, 0, 0, kMessageStream}, connect_deadline);
   const auto header = lanes::encode(lanes::FrameHeader{lanes::FrameKind::kMessage, context,
                                                        static_cast<std::uint64_t>(tag), bytes});
+  // The header with the first piece, then the rest in pieces, so a deadline
+  // sees a large message leaving.
+  std::uint64_t sent = std::min(bytes, kProgressPiece);
   const std::array<asio::const_buffer, 2> bufs{asio::buffer(header),
-                                               asio::buffer(data, static_cast<size_t>(bytes))};
+                                               asio::buffer(data, static_cast<size_t>(sent))};
   auto [ec, n] = co_await socket->write(bufs);
+  bytes_moved_ += sent;
+  while (!ec && sent < bytes) {
+    const auto piece = static_cast<size_t>(std::min(bytes - sent, kProgressPiece));
+    const std::array<asio::const_buffer, 1> more{asio::buffer(data + sent, piece)};
+    auto [wec, wn] = co_await socket->write(more);
+    ec = wec;
+    sent += piece;
+    bytes_moved_ += piece;
+  }
   if (ec)
     throw lanes::NetworkError("sending a message to " + transport_.describe(dest, 0) +
                               " failed: " + ec.message());
@@ -188,7 +271,9 @@ asio::awaitable<MessageInfo> Messenger::receive(std::optional<int> source, std::
     const MessageInfo info{it->source, it->tag, it->data.size()};
     if (const auto n = std::min<std::uint64_t>(info.bytes, capacity); n > 0)
       std::memcpy(data, it->data.data(), static_cast<size_t>(n));
+    unexpected_bytes_ -= it->data.size();
     unexpected_.erase(it);
+    changed_.notify_all();  // a reader may wait for the budget
     co_return info;
   }
   if (!closed_all_.empty()) throw lanes::NetworkError(closed_all_);

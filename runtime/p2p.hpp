@@ -34,6 +34,17 @@ struct MessageInfo {
   std::uint64_t bytes = 0;  // the message's length (more than the capacity: truncated)
 };
 
+// What messages nobody waits for yet may hold on a rank, in bytes and in
+// messages: a reader that would exceed either waits (its sender is held back by
+// TCP) until a receive takes a queued message or is posted for the one it reads.
+inline constexpr std::uint64_t kUnexpectedBytesLimit = std::uint64_t{64} << 20;
+inline constexpr size_t kUnexpectedMessagesLimit = 4096;
+// Unexpected payloads are read in pieces of this size as they arrive.
+inline constexpr std::uint64_t kUnexpectedPiece = std::uint64_t{1} << 20;
+
+// Large messages are read and written in pieces of this size.
+inline constexpr std::uint64_t kProgressPiece = 4u << 20;
+
 class Messenger {
  public:
   explicit Messenger(Transport& transport);
@@ -54,6 +65,11 @@ class Messenger {
   // Closes every incoming message connection and fails the posted receives.
   void close_all(const std::string& why);
   size_t unexpected_count() const { return unexpected_.size(); }
+  // Bytes held for unexpected messages, queued or still arriving.
+  std::uint64_t unexpected_bytes() const { return unexpected_bytes_; }
+  // Payload bytes read and written so far, all peers: progress for the
+  // Communicator's deadlines (large messages move in pieces of kProgressPiece).
+  std::uint64_t bytes_moved() const { return bytes_moved_; }
 
  private:
   struct Posted {
@@ -83,7 +99,9 @@ class Messenger {
   std::map<int, std::string> closed_;  // peer -> why its connection ended
   std::list<Posted*> posted_;          // in posting order
   std::deque<Unexpected> unexpected_;  // in arrival order
-  std::set<int> sending_;              // destinations with a write in progress
+  std::uint64_t unexpected_bytes_ = 0;
+  std::uint64_t bytes_moved_ = 0;
+  std::set<int> sending_;  // destinations with a write in progress
   std::string closed_all_;
   Event changed_;  // a message arrived, a receive completed, a send ended, a peer left
 };

@@ -11,10 +11,46 @@ Transport::Transport(asio::io_context& io, const topology::Grid& grid, int rank,
       rank_(rank),
       creds_(std::move(creds)),
       tls_(std::move(tls)),
+      rejections_("gridbcast rank " + std::to_string(rank)),
       accepted_(io.get_executor()) {}
 
 Transport::~Transport() {
   for (auto& l : listeners_) l->close();
+}
+
+lanes::PeerPolicy Transport::policy(const lanes::Hello& h, int lane) const {
+  lanes::PeerPolicy p;
+  // Compare unsigned: a claim of 2^31 or more must not turn into a negative int.
+  if (h.rank >= static_cast<std::uint32_t>(grid_.size())) {
+    p.refuse = "rank " + std::to_string(h.rank) + " is not in this grid of " +
+               std::to_string(grid_.size()) + " ranks";
+    return p;
+  }
+  const int from = static_cast<int>(h.rank);
+  p.node = grid_.nodes[static_cast<size_t>(from)].name;
+  if (from == rank_)
+    p.refuse = "it claims to be this rank";
+  else if (h.to_rank != static_cast<std::uint32_t>(rank_))
+    p.refuse = "it means to reach rank " + std::to_string(h.to_rank) + ", this is rank " +
+               std::to_string(rank_);
+  else if (h.lane_to != lane)
+    p.refuse = "it names lane " + std::to_string(h.lane_to) + ", this listener is lane " +
+               std::to_string(lane);
+  else if (h.lane_from >= kLanes)
+    p.refuse = "it sends from lane " + std::to_string(h.lane_from) + ", ranks have " +
+               std::to_string(kLanes);
+  else if (h.stream == kMessageStream ? lane != 0 : h.stream >= kMaxLinkStreams)
+    p.refuse =
+        "stream " + std::to_string(h.stream) + " is not a stream of lane " + std::to_string(lane);
+  if (!p.refuse.empty()) return p;
+  p.tls = grid_.tls_between(from, rank_);
+  if (tls_ && !p.tls)
+    // This rank serves TLS links too: a plain connection must at least come
+    // from the claimed node, so the secret alone, from elsewhere on the WAN,
+    // does not pass for an in-site rank.
+    for (const auto& nic : grid_.nodes[static_cast<size_t>(from)].nics)
+      p.plain_from.push_back(nic.address);
+  return p;
 }
 
 std::array<std::uint16_t, kLanes> Transport::listen() {
@@ -22,37 +58,39 @@ std::array<std::uint16_t, kLanes> Transport::listen() {
   const auto& node = grid_.nodes.at(static_cast<size_t>(rank_));
   for (int lane = 0; lane < kLanes; ++lane) {
     auto l = lanes::Listener::open(io_.get_executor(), node.lane_nic(lane).address, 0, creds_);
+    // The certificate must name the node of the rank the hello claims (and
+    // proved with the secret), so a node's key cannot speak for another rank.
+    auto policy = [this, lane](const lanes::Hello& h) { return this->policy(h, lane); };
     if (tls_)
-      // The certificate must name the node of the rank the hello claims (and
-      // proved with the secret), so a node's key cannot speak for another rank.
-      l->use_tls(tls_, [this](const lanes::Hello& h) {
-        const int r = static_cast<int>(h.rank);
-        if (r < 0 || r >= grid_.size()) return lanes::PeerPolicy{};
-        return lanes::PeerPolicy{grid_.tls_between(r, rank_),
-                                 grid_.nodes[static_cast<size_t>(r)].name};
-      });
+      l->use_tls(tls_, policy);
+    else
+      l->check_peers(policy);
     l->start(
-        [this, lane](lanes::Stream s, const lanes::Hello& h) {
+        [this](lanes::Stream s, const lanes::Hello& h) {
+          // The policy checked rank, lanes and stream before the Accept.
           const LinkKey key{static_cast<int>(h.rank), h.lane_from, h.lane_to, h.stream};
-          const bool valid = static_cast<int>(h.rank) < grid_.size() && h.lane_to == lane &&
-                             h.lane_from < kLanes && static_cast<int>(h.rank) != rank_;
-          if (valid && h.stream == kMessageStream && on_message_) {
+          if (h.stream == kMessageStream && on_message_) {
             on_message_(key.peer, std::make_unique<lanes::Stream>(std::move(s)));
             return;
           }
-          if (!valid || in_.contains(key)) {
-            rejections_.push_back("authenticated connection claiming rank " +
-                                  std::to_string(h.rank) + " lane " + std::to_string(h.lane_from) +
-                                  " stream " + std::to_string(h.stream) +
-                                  (valid ? " duplicates a live connection" : " is not valid here"));
+          if (in_.contains(key)) {
+            rejections_.reject("authenticated connection from " +
+                               describe(key.peer, key.lane_from) + " stream " +
+                               std::to_string(h.stream) + " duplicates a live connection");
             return;  // the socket closes as it goes out of scope
           }
           in_[key] = std::make_unique<lanes::Stream>(std::move(s));
           accepted_.notify_all();
         },
         [this, lane](const std::string& why) {
-          rejections_.push_back("lane " + std::to_string(lane) + ": " + why);
-          std::cerr << "gridbcast rank " << rank_ << ": " << rejections_.back() << "\n";
+          rejections_.reject("lane " + std::to_string(lane) + ": " + why);
+        },
+        [this](const std::string& what, bool fatal) {
+          if (!fatal) return rejections_.note(what);
+          // Always said, and the next collective on this rank fails with it.
+          std::cerr << "gridbcast rank " << rank_ << ": " << what << "\n";
+          if (failure_.empty()) failure_ = what;
+          accepted_.notify_all();
         });
     ports[static_cast<size_t>(lane)] = l->port();
     listeners_.push_back(std::move(l));
@@ -70,6 +108,7 @@ asio::awaitable<lanes::Stream*> Transport::outgoing(LinkKey key,
       table_.at(static_cast<size_t>(key.peer))[static_cast<size_t>(key.lane_to)]);
   lanes::Hello hello;
   hello.rank = static_cast<std::uint32_t>(rank_);
+  hello.to_rank = static_cast<std::uint32_t>(key.peer);
   hello.lane_from = static_cast<std::uint8_t>(key.lane_from);
   hello.lane_to = static_cast<std::uint8_t>(key.lane_to);
   hello.stream = static_cast<std::uint16_t>(key.stream);
@@ -109,7 +148,7 @@ std::string Transport::describe(int rank) const {
 }
 
 std::uint64_t Transport::rejected_connections() const {
-  return rejections_.size();
+  return rejections_.count();
 }
 
 void Transport::close_all() {

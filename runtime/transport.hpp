@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "lanes/net.hpp"
+#include "lanes/rejections.hpp"
 #include "runtime/endpoints.hpp"
 #include "runtime/event.hpp"
 #include "topology/grid.hpp"
@@ -30,6 +31,8 @@ struct LinkKey {
 // (runtime/p2p.hpp) from one rank to another, on lane 0; broadcast links use
 // streams 0..63.
 inline constexpr int kMessageStream = 0xffff;
+// Streams per broadcast link: the topology allows at most 64 per WAN link.
+inline constexpr int kMaxLinkStreams = 64;
 
 class Transport {
  public:
@@ -64,7 +67,12 @@ class Transport {
   const topology::Grid& grid() const { return grid_; }
   asio::io_context& io() { return io_; }
   std::uint64_t rejected_connections() const;
-  const std::vector<std::string>& rejections() const { return rejections_; }
+  // The count, the first few reasons and the rate-limited log of refused connections.
+  const lanes::RejectionLog& rejections() const { return rejections_; }
+  // Not empty once a listener stopped accepting: the rank cannot serve its links.
+  const std::string& failure() const { return failure_; }
+  // Whether a Hello can be a link to this rank's listener on `lane`, and how.
+  lanes::PeerPolicy policy(const lanes::Hello& h, int lane) const;
   // Closes every connection (after a failure: peers see the end of file).
   void close_all();
 
@@ -78,7 +86,8 @@ class Transport {
   std::vector<std::shared_ptr<lanes::Listener>> listeners_;
   std::map<LinkKey, std::unique_ptr<lanes::Stream>> out_;
   std::map<LinkKey, std::unique_ptr<lanes::Stream>> in_;
-  std::vector<std::string> rejections_;
+  lanes::RejectionLog rejections_;
+  std::string failure_;
   Event accepted_;
   MessageConnection on_message_;
 };

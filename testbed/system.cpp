@@ -197,7 +197,18 @@ void run_batch(const std::string& tool, const std::string& ns,
   if (!ns.empty()) argv.insert(argv.end(), {"-n", ns});
   argv.insert(argv.end(), {"-batch", "-"});
   std::string input;
-  for (const auto& l : lines) input += l + "\n";
+  for (const auto& l : lines) {
+    // Every name in these lines was checked where it was made; this is the
+    // last guard before root runs them: nothing iproute2's batch parser
+    // treats specially (line ends, comments, quotes, escapes) may slip in.
+    for (const char c : l)
+      if (c < 0x20 || c >= 0x7f || c == '#' || c == '"' || c == '\'' || c == '\\')
+        throw TestbedError(
+            what + ": refusing to run `" + tool + " -batch` with a line holding " +
+            (c < 0x20 || c >= 0x7f ? "a control character" : std::string("'") + c + "'") +
+            " (line " + std::to_string(&l - lines.data() + 1) + ")");
+    input += l + "\n";
+  }
   const auto r = run_command(argv, input);
   if (r.ok()) return;
   // iproute2 reports "Command failed -:N": name the line.

@@ -242,7 +242,8 @@ TEST(Launch, SshBackendRunsRanksThroughTheSshCommandWithTheSecretOffArgv) {
     std::ofstream f(fake);
     // Like ssh: options up to "--", the host, then one string for the remote shell.
     f << "#!/bin/sh\necho \"$@\" >> " << dir
-      << "/argv.log\nwhile [ \"$1\" != \"--\" ]; do shift; done\nshift 2\nexec sh -c \"$*\"\n";
+      << "/argv.log\nwhile [ $# -gt 0 ] && [ \"$1\" != \"--\" ]; do shift; done\nshift 2\nexec sh "
+         "-c \"$*\"\n";
   }
   ::chmod(fake.c_str(), 0755);
   Child c({kBin, "launch", "--backend", "ssh", "--ssh-command", fake, "--size", "2MiB"});

@@ -74,7 +74,8 @@ TEST_P(Methods, EveryPointIsMeasuredAndVerifiedInOrder) {
       for (int r = 0; r < 5; ++r) {
         if (r == root) continue;
         if (size > 1 || GetParam() != BenchMethod::kAck) {
-          EXPECT_GT(p.rank_us[static_cast<size_t>(r)], 0.0) << "rank " << r << ", " << size << " bytes";
+          EXPECT_GT(p.rank_us[static_cast<size_t>(r)], 0.0)
+              << "rank " << r << ", " << size << " bytes";
         } else {
           EXPECT_GE(p.rank_us[static_cast<size_t>(r)], 0.0) << "rank " << r;
         }
@@ -94,7 +95,9 @@ TEST_P(Methods, EveryPointIsMeasuredAndVerifiedInOrder) {
 INSTANTIATE_TEST_SUITE_P(Bench, Methods,
                          ::testing::Values(BenchMethod::kAck, BenchMethod::kBarrier,
                                            BenchMethod::kRounds),
-                         [](const auto& p) { return std::string(job::bench_method_name(p.param)); });
+                         [](const auto& p) {
+                           return std::string(job::bench_method_name(p.param));
+                         });
 
 TEST(Bench, ACapStopsASeriesThatDoesNotSettle) {
   BenchSpec spec = small_spec(BenchMethod::kBarrier);

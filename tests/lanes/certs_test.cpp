@@ -9,6 +9,8 @@
 
 #include <cstdio>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "lanes/tls.hpp"
 #include "support/temp_dir.hpp"
@@ -105,6 +107,72 @@ TEST(Certs, MissingFilesAreNamedWithTheCommandThatCreatesThem) {
     EXPECT_NE(m.find((t / "a1.crt").string()), std::string::npos) << m;
     EXPECT_NE(m.find("gridbcast certs issue"), std::string::npos) << m;
   }
+}
+
+// The DNS names a certificate's subject alternative name extension carries.
+std::vector<std::string> dns_names(X509* cert) {
+  std::vector<std::string> out;
+  auto* sans =
+      static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
+  for (int i = 0; sans != nullptr && i < sk_GENERAL_NAME_num(sans); ++i) {
+    const GENERAL_NAME* gn = sk_GENERAL_NAME_value(sans, i);
+    if (gn->type == GEN_DNS)
+      out.emplace_back(reinterpret_cast<const char*>(ASN1_STRING_get0_data(gn->d.dNSName)),
+                       static_cast<size_t>(ASN1_STRING_length(gn->d.dNSName)));
+  }
+  GENERAL_NAMES_free(sans);
+  return out;
+}
+
+// "DNS:" + node used to go through OpenSSL's configuration syntax, so a node
+// named "x1,DNS:w1" got a certificate valid for w1 too.
+TEST(Certs, NodeNamesThatCouldInjectSubjectAlternativeNamesAreRefused) {
+  TempDir t;
+  create_grid_ca(t.path(), "test grid CA");
+  for (const std::string& bad : std::vector<std::string>{"x1,DNS:w1", "x1:w1", "x1 w1", "a\r", "-x",
+                                                         ".x", "x/y", "", std::string("x\0y", 3)}) {
+    try {
+      issue_node_cert(t.path(), bad);
+      auto cert = read_cert(node_cert_path(t.path(), bad));
+      FAIL() << "issued a certificate for \"" << bad << "\" with names "
+             << (cert ? dns_names(cert.get()).size() : 0);
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("cannot issue a certificate for node"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_FALSE(std::filesystem::exists(t / "x1,DNS:w1.crt"));
+  // A good name gets exactly one DNS name, itself.
+  issue_node_cert(t.path(), "n-01.site_a");
+  auto cert = read_cert(node_cert_path(t.path(), "n-01.site_a"));
+  ASSERT_TRUE(cert);
+  EXPECT_EQ(dns_names(cert.get()), std::vector<std::string>{"n-01.site_a"});
+}
+
+// As ssh does: a key others can read is refused, naming the file and the fix.
+TEST(Certs, KeyFilesReadableByGroupOrOthersAreRefused) {
+  TempDir t;
+  create_grid_ca(t.path(), "test grid CA");
+  issue_node_cert(t.path(), "b1");
+  const auto key = node_key_path(t.path(), "b1");
+  for (const auto mode : {0644, 0640, 0604, 0660}) {
+    ASSERT_EQ(::chmod(key.c_str(), static_cast<mode_t>(mode)), 0);
+    try {
+      TlsContext::load(t.path(), "b1");
+      FAIL() << "loaded a key with mode " << std::oct << mode;
+    } catch (const std::exception& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("refusing the key " + key.string()), std::string::npos) << m;
+      EXPECT_NE(m.find("chmod 600"), std::string::npos) << m;
+    }
+  }
+  ASSERT_EQ(::chmod(key.c_str(), 0600), 0);
+  EXPECT_NO_THROW(TlsContext::load(t.path(), "b1"));
+  // The CA key too, before anything is signed with it.
+  ASSERT_EQ(::chmod((t / kCaKeyFile).c_str(), 0644), 0);
+  EXPECT_THROW(issue_node_cert(t.path(), "b2"), std::runtime_error);
+  EXPECT_FALSE(std::filesystem::exists(node_cert_path(t.path(), "b2")));
 }
 
 }  // namespace

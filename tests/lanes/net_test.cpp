@@ -33,11 +33,16 @@ struct Server {
   asio::io_context io;
   std::shared_ptr<Listener> listener;
   std::vector<Hello> accepted;
+  std::vector<Stream> streams;  // the accepted connections, kept open
   std::vector<std::string> rejected;
   explicit Server(Credentials c) {
     listener = Listener::open(io.get_executor(), "127.0.0.1", 0, std::move(c));
-    listener->start([this](Stream, const Hello& h) { accepted.push_back(h); },
-                    [this](const std::string& why) { rejected.push_back(why); });
+    listener->start(
+        [this](Stream st, const Hello& h) {
+          accepted.push_back(h);
+          streams.push_back(std::move(st));
+        },
+        [this](const std::string& why) { rejected.push_back(why); });
   }
 };
 
@@ -189,6 +194,34 @@ TEST(Connect, TheCongestionControlAskedForIsSetOnTheSocket) {
     EXPECT_NE(what.find("rank 2 (n2)"), std::string::npos) << what;
     EXPECT_NE(what.find("available: "), std::string::npos) << what;
   }
+}
+
+int int_option(tcp::socket& s, int level, int name) {
+  int v = -1;
+  socklen_t len = sizeof v;
+  ::getsockopt(s.native_handle(), level, name, &v, &len);
+  return v;
+}
+
+// Both ends of an authenticated connection notice a dead host or a cut link
+// in bounded time, even while nothing is written.
+TEST(Connect, BothEndsCarryKeepAliveAndAUserTimeout) {
+  Server s(creds(7, "secret"));
+  auto op = [&]() -> asio::awaitable<std::vector<int>> {
+    auto stream = co_await connect_authenticated(
+        "127.0.0.1", make_endpoint("127.0.0.1", s.listener->port()), Hello{}, creds(7, "secret"),
+        Clock::now() + std::chrono::seconds(5), "rank 2 (n2)");
+    auto& sock = stream.socket();
+    co_return std::vector<int>{int_option(sock, SOL_SOCKET, SO_KEEPALIVE),
+                               int_option(sock, IPPROTO_TCP, TCP_KEEPIDLE),
+                               int_option(sock, IPPROTO_TCP, TCP_KEEPCNT),
+                               int_option(sock, IPPROTO_TCP, TCP_USER_TIMEOUT)};
+  };
+  EXPECT_EQ(run(s.io, op()), (std::vector<int>{1, 10, 3, 30'000}));
+  ASSERT_FALSE(s.streams.empty());
+  auto& server_side = s.streams.front().socket();
+  EXPECT_EQ(int_option(server_side, SOL_SOCKET, SO_KEEPALIVE), 1);
+  EXPECT_EQ(int_option(server_side, IPPROTO_TCP, TCP_USER_TIMEOUT), 30'000);
 }
 
 }  // namespace

@@ -90,9 +90,9 @@ struct Server {
     listener = Listener::open(io.get_executor(), "127.0.0.1", 0, creds());
     if (tls)
       listener->use_tls(TlsContext::load(dir, node), [](const Hello& h) {
-        if (h.rank == 1) return PeerPolicy{true, "alpha"};
-        if (h.rank == 2) return PeerPolicy{true, "gamma"};
-        return PeerPolicy{false, "delta"};
+        if (h.rank == 1) return PeerPolicy{.tls = true, .node = "alpha"};
+        if (h.rank == 2) return PeerPolicy{.tls = true, .node = "gamma"};
+        return PeerPolicy{.tls = false, .node = "delta"};
       });
     listener->start([this](Stream s, const Hello&) { accepted.push_back(std::move(s)); },
                     [this](const std::string& why) { rejected.push_back(why); });

@@ -102,6 +102,7 @@ BadFrameOutcome send_bad_frame(const lanes::FrameHeader& frame) {
     asio::io_context io;
     lanes::Hello hello;
     hello.rank = 0;
+    hello.to_rank = 1;
     hello.lane_from = static_cast<std::uint8_t>(t.lane_from);
     hello.lane_to = static_cast<std::uint8_t>(t.lane_to);
     hello.stream = 0;

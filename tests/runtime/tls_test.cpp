@@ -146,7 +146,8 @@ void impostor(const asio::ip::tcp::endpoint& target, const JobCredentials& real,
   asio::io_context io;
   lanes::Hello hello;
   hello.rank = static_cast<std::uint32_t>(claim);
-  hello.stream = 7;  // a stream no plan uses, so a wrong acceptance could not pass unseen
+  hello.to_rank = 2;  // every target here is rank 2
+  hello.stream = 7;   // a stream no plan uses, so a wrong acceptance could not pass unseen
   const lanes::Credentials creds{real.job_id, real.secret};
   std::shared_ptr<lanes::TlsContext> ctx =
       dir.empty() ? nullptr : lanes::TlsContext::load(dir, node);

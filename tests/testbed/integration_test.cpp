@@ -50,6 +50,30 @@ TEST_F(TestbedTwoByFour, EveryAlgorithmBroadcastsByteExactToEveryRank) {
     EXPECT_TRUE(testbed::processes_in_netns(n.ns).empty()) << n.ns;
 }
 
+// Liveness is by progress, not by wall-clock time: a broadcast that keeps
+// moving outlasts many --timeout periods (the old launcher allowed 2 x timeout
+// + 5 s in all, 7 s here).
+TEST_F(TestbedTwoByFour, ABroadcastLastingOverThreeTimeoutsCompletes) {
+  const auto& g = *guard_;
+  const std::string topo = g.file();
+  TbChild c({kBin, "testbed", "run", topo, "--id", g.id(), "--", "gridbcast", "launch", topo,
+             "--algorithm", "multilane", "--size", "256MiB", "--timeout", "1", "--json",
+             "--progress", "-"});
+  ASSERT_EQ(c.wait(180s), 0) << c.out() << c.err();
+  // About one progress record a second on stderr, the last ones near the end.
+  const std::string err = c.err();
+  size_t records = 0;
+  for (auto at = err.find("{\"type\": \"progress\""); at != std::string::npos;
+       at = err.find("{\"type\": \"progress\"", at + 1))
+    ++records;
+  EXPECT_GE(records, 4u) << err;
+  EXPECT_NE(err.find("\"eta_seconds\": "), std::string::npos) << err;
+  EXPECT_NE(c.out().find("\"verified\": true"), std::string::npos) << c.out();
+  const auto at = c.out().find("\"median\": ");
+  ASSERT_NE(at, std::string::npos) << c.out();
+  EXPECT_GT(std::stod(c.out().substr(at + 10)), 7.0) << "too short to show it: " << c.out();
+}
+
 TEST_F(TestbedTwoByFour, LaunchWithTheNetnsBackendExplicitly) {
   const auto& g = *guard_;
   ::setenv("GRIDBCAST_TESTBED", g.state().dir.c_str(), 1);

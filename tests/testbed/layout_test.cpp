@@ -204,6 +204,33 @@ TEST(TestbedLayout, RejectsWhatCannotBeEmulated) {
   }
 }
 
+// Device names go into `ip -batch` and `tc -batch` input run as root, where
+// '\r', '#', quotes, a trailing '\\' and spaces mean something: only a strict
+// character set passes, whatever the YAML can carry.
+TEST(TestbedLayout, DeviceNamesOutsideAStrictCharacterSetAreRefused) {
+  const std::string head = "defaults: {nic_bandwidth: 1 Gbit}\nsites:\n";
+  for (const std::string device : {"\"e0\\r\"", "\"e0#x\"", "\"e0\\\"x\"", "\"e0'x\"", "\"e0\\\\\"",
+                                   "\"-e0\"", "\"e0 x\"", "\"e0\\tx\"", "\"e0;x\""}) {
+    const std::string yaml = head +
+                             "  - {name: a, nodes: [{name: a1, nics: [{address: 10.1.1.1, "
+                             "device: " +
+                             device + "}]}]}\n";
+    try {
+      plan_layout(grid_of(yaml), "", 0);
+      ADD_FAILURE() << "device " << device << " was accepted";
+    } catch (const TestbedError& e) {
+      EXPECT_NE(std::string(e.what()).find("NIC device"), std::string::npos) << e.what();
+    } catch (const std::exception& e) {
+      // The loader may refuse it first; that is fine too.
+      SUCCEED() << e.what();
+    }
+  }
+  EXPECT_NO_THROW(plan_layout(
+      grid_of(head + "  - {name: a, nodes: [{name: a1, nics: [{address: 10.1.1.1, device: "
+                     "en_p1.2-a}]}]}\n"),
+      "", 0));
+}
+
 TEST(TestbedState, RoundTripsThroughYaml) {
   const auto grid = topology::load_grid_file(kSrc + "/site-configs/testbed-2x4.yaml");
   const auto l = plan_layout(grid, "rt", 5);

@@ -1,0 +1,161 @@
+// job/protocol: every message round-trips, and a decoder refuses what is out
+// of range before anything is used; a sealed frame cannot be altered,
+// replayed, reordered or moved to another rank's connection.
+#include "job/protocol.hpp"
+
+#include <gtest/gtest.h>
+
+namespace gridbcast::job::control {
+namespace {
+
+const std::vector<std::uint8_t> kSecret(32, 7);
+
+TEST(ControlProtocol, EveryMessageRoundTrips) {
+  JobParams p;
+  p.kind = JobKind::kBench;
+  p.algorithm = "multilane";
+  p.root = 3;
+  p.size = (std::uint64_t{1} << 40) + 5;
+  p.iterations = 7;
+  p.random_roots = true;
+  p.seed = 99;
+  p.timeout_ms = 1234;
+  p.file = "/data/in.bin";
+  p.output = "/tmp/{node}/x";
+  p.file_mode = 0640;
+  p.file_mtime_ns = -5;
+  p.source_dev = 8;
+  p.source_ino = 1ull << 60;
+  p.window_bytes = 64 << 20;
+  p.resume = true;
+  p.verify = false;
+  p.bench = "spec";
+  p.cert_dir = "/certs";
+  const auto back = std::get<Config>(decode_to_rank(encode_body(Config{"t.yaml", "yaml", p})));
+  EXPECT_EQ(back.topology_name, "t.yaml");
+  EXPECT_EQ(back.topology_yaml, "yaml");
+  EXPECT_EQ(back.params.kind, JobKind::kBench);
+  EXPECT_EQ(back.params.size, p.size);
+  EXPECT_EQ(back.params.root, 3);
+  EXPECT_EQ(back.params.iterations, 7);
+  EXPECT_TRUE(back.params.random_roots);
+  EXPECT_EQ(back.params.file_mode, 0640u);
+  EXPECT_EQ(back.params.file_mtime_ns, -5);
+  EXPECT_EQ(back.params.source_ino, 1ull << 60);
+  EXPECT_TRUE(back.params.resume);
+  EXPECT_FALSE(back.params.verify);
+  EXPECT_EQ(back.params.cert_dir, "/certs");
+
+  Table t;
+  t.ports = {{1000, 1001}, {2000, 2001}};
+  EXPECT_EQ(std::get<Table>(decode_to_rank(encode_body(t), 2)).ports, t.ports);
+  EXPECT_EQ(std::get<Go>(decode_to_rank(encode_body(Go{5}))).iteration, 5);
+  EXPECT_TRUE(std::holds_alternative<Exit>(decode_to_rank(encode_body(Exit{}))));
+
+  Done d;
+  d.iteration = 2;
+  d.t0_ns = 10;
+  d.t1_ns = 20;
+  d.sha256 = std::string(64, 'a');
+  d.algorithm = "binomial";
+  d.peak_rss = 1ull << 33;
+  d.path = "/tmp/x";
+  const auto dd = std::get<Done>(decode_to_launcher(encode_body(d)));
+  EXPECT_EQ(dd.sha256, d.sha256);
+  EXPECT_EQ(dd.path, "/tmp/x");
+  EXPECT_EQ(dd.peak_rss, d.peak_rss);
+  const auto pp = std::get<Progress>(decode_to_launcher(encode_body(Progress{1, 2, 3, 4})));
+  EXPECT_EQ(pp.bytes_in, 2u);
+  EXPECT_EQ(pp.bytes_out, 3u);
+  EXPECT_EQ(pp.bytes_worked, 4u);
+  EXPECT_EQ(std::get<Abort>(decode_to_launcher(encode_body(Abort{-3, "why"}))).code, -3);
+  EXPECT_EQ(std::get<Endpoints>(decode_to_launcher(encode_body(Endpoints{{5, 6}}))).ports[1], 6);
+  for (const ToLauncher& m : std::vector<ToLauncher>{Alive{}, Finished{}, Ready{4}, Point{"p"},
+                                                     BenchDone{1, 2}, Error{"e"}})
+    EXPECT_EQ(name_of(decode_to_launcher(encode_body(m))), name_of(m));
+}
+
+TEST(ControlProtocol, DecodersRefuseWhatIsOutOfRange) {
+  const auto refused_by_rank = [](const std::string& body, std::uint32_t ranks = 0) {
+    EXPECT_THROW(decode_to_rank(body, ranks), ProtocolError)
+        << "accepted a body of " << body.size() << " bytes";
+  };
+  const auto refused_by_launcher = [](const std::string& body) {
+    EXPECT_THROW(decode_to_launcher(body), ProtocolError);
+  };
+  refused_by_rank("");
+  refused_by_rank(std::string(1, '\x63'));           // an unknown type
+  refused_by_rank(encode_body(Go{1}) + "x");         // trailing bytes
+  refused_by_rank(encode_body(Go{1}).substr(0, 3));  // truncated
+  std::string negative = encode_body(Go{1});
+  negative[1] = '\xff';  // iteration -16777215
+  refused_by_rank(negative);
+  Table t;
+  t.ports = {{1000, 1001}, {2000, 2001}};
+  refused_by_rank(encode_body(t), 3);  // a table for another job size
+  Table zero;
+  zero.ports = {{1000, 0}};
+  refused_by_rank(encode_body(zero));
+  // A rank count of 2^31, as the launcher's old signed check let through.
+  std::string huge = encode_body(t);
+  huge[1] = '\x80';
+  refused_by_rank(huge);
+  // A text field that claims more than the message holds.
+  std::string text = encode_body(Error{"abc"});
+  text[1] = '\x7f';
+  refused_by_launcher(text);
+  Done backwards;
+  backwards.t0_ns = 5;
+  backwards.t1_ns = 4;
+  refused_by_launcher(encode_body(backwards));
+  Done bad_digest;
+  bad_digest.sha256 = "not hex";
+  refused_by_launcher(encode_body(bad_digest));
+  refused_by_launcher(std::string(1, '\x01'));  // a Config sent to the launcher
+  JobParams p;
+  p.iterations = 0;
+  refused_by_rank(encode_body(Config{"t", "y", p}));
+  p.iterations = 1;
+  p.root = -1;
+  refused_by_rank(encode_body(Config{"t", "y", p}));
+}
+
+struct Frame {
+  std::string body;
+  std::array<std::uint8_t, kTagBytes> tag{};
+};
+
+Frame split(const std::string& sealed) {
+  Frame f;
+  f.body = sealed.substr(4, sealed.size() - 4 - kTagBytes);
+  std::copy(sealed.end() - kTagBytes, sealed.end(), f.tag.begin());
+  return f;
+}
+
+TEST(ControlProtocol, SealedFramesCannotBeAlteredReplayedOrMoved) {
+  Sealer launcher(kSecret, 42, 3), rank(kSecret, 42, 3);
+  const Frame a = split(launcher.seal(Direction::kToRank, encode_body(Go{0})));
+  const Frame b = split(launcher.seal(Direction::kToRank, encode_body(Go{1})));
+  // Out of order: b is the second frame.
+  EXPECT_THROW(rank.open(Direction::kToRank, b.body, b.tag), ProtocolError);
+  rank.open(Direction::kToRank, a.body, a.tag);
+  // Replayed: a again where the second frame is due.
+  EXPECT_THROW(rank.open(Direction::kToRank, a.body, a.tag), ProtocolError);
+  // Altered.
+  Frame c = b;
+  c.body[1] ^= 1;
+  EXPECT_THROW(rank.open(Direction::kToRank, c.body, c.tag), ProtocolError);
+  // Reflected back in the other direction.
+  EXPECT_THROW(rank.open(Direction::kToLauncher, b.body, b.tag), ProtocolError);
+  rank.open(Direction::kToRank, b.body, b.tag);
+  // Another rank's, another job's, another secret's key.
+  for (Sealer other : {Sealer(kSecret, 42, 4), Sealer(kSecret, 43, 3),
+                       Sealer(std::vector<std::uint8_t>(32, 8), 42, 3)}) {
+    Sealer fresh(kSecret, 42, 3);
+    const Frame f = split(other.seal(Direction::kToRank, encode_body(Exit{})));
+    EXPECT_THROW(fresh.open(Direction::kToRank, f.body, f.tag), ProtocolError);
+  }
+}
+
+}  // namespace
+}  // namespace gridbcast::job::control
