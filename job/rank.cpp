@@ -129,6 +129,7 @@ int run_file_rank(Session& session) {
   spec.resume = params.resume;
   spec.source_dev = params.source_dev;
   spec.source_ino = params.source_ino;
+  spec.on_work = [&session](std::uint64_t bytes) { session.note_work(bytes); };
   for (int i = 0; i < params.iterations; ++i) {
     const Iteration it = iteration_at(params, i, grid);
     session.send(control::Ready{i});
