@@ -12,6 +12,7 @@
 #include "cli/launch_report.hpp"
 #include "job/file_sink.hpp"
 #include "job/file_source.hpp"
+#include "job/file_tree.hpp"
 #include "job/launcher.hpp"
 #include "job/params.hpp"
 #include "job/rank.hpp"
@@ -257,8 +258,9 @@ int main(int argc, char** argv) {
   launch_cmd->add_option("--size,-s", l_size, "bytes to broadcast, e.g. 1048576, \"64 MiB\"")
       ->capture_default_str();
   launch_cmd->add_option("--file", l_file,
-                         "broadcast this file instead of generated data (- reads standard "
-                         "input, spooled to $TMPDIR first; docs/FILES.md)");
+                         "broadcast this file or directory (recursively, symlinks as links) "
+                         "instead of generated data (- reads standard input, spooled to $TMPDIR "
+                         "first; docs/FILES.md)");
   launch_cmd
       ->add_option("--output,-o", l_output,
                    "where other ranks write --file; {node} and {rank} are replaced; a trailing / "
@@ -718,7 +720,8 @@ int main(int argc, char** argv) {
         }
         const job::FileMeta meta = job::stat_file(source);
         o.params.file = std::filesystem::absolute(source).string();
-        o.params.size = meta.size;
+        o.params.size = 0;  // a directory: the bytes of its regular files
+        for (const auto& e : job::scan_tree(o.params.file)) o.params.size += e.size;
         o.params.file_mode = meta.mode;
         o.params.file_mtime_ns = meta.mtime_ns;
         o.params.source_dev = meta.dev;

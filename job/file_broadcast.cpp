@@ -186,6 +186,7 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
         for (std::uint64_t i = 0; i < layout.count(); ++i) {
           source.read(layout.offset(i), buf.data(), layout.length(i));
           digests[i] = sha256(buf.data(), layout.length(i));
+          if (spec.on_work) spec.on_work(layout.length(i));
         }
       }
     } catch (const std::exception& e) {
@@ -244,6 +245,7 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
             have = true;
           }
         }
+        if (h.resume && spec.on_work) spec.on_work(len);
         if (have) {
           ++kept;
         } else {
@@ -335,6 +337,7 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
                                  " no longer matches its digest)");
       digests[c] = d;
       std::memcpy(buf + j * sizeof(Digest), d.data(), sizeof(Digest));
+      if (spec.on_work) spec.on_work(len);
       data += len;
     }
   };
@@ -352,6 +355,7 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
             ") arrived damaged: SHA-256 " + to_hex(got) + ", the root's " + to_hex(sent));
       digests[c] = got;
       sink.write(layout.offset(c), data, len);
+      if (spec.on_work) spec.on_work(len);
       data += len;
     }
   };

@@ -49,6 +49,9 @@ struct FileSpec {
   std::uint64_t source_dev = 0;
   std::uint64_t source_ino = 0;
   std::optional<topology::Algorithm> algorithm;
+  // Told the bytes this rank reads, hashes or writes (from any thread), so the
+  // launcher sees a long check of an existing copy as progress. May be empty.
+  std::function<void(std::uint64_t bytes)> on_work;
   // Called on every rank after each window (index from 0) is broadcast; tests
   // stop a rank mid-transfer with it.
   std::function<void(std::uint64_t window)> after_window;

@@ -161,6 +161,39 @@ void refuse_copy_over_source(const std::string& copy, const std::string& source,
                              "; writing it would destroy the data");
 }
 
+void make_directories(const std::string& dir, std::uint32_t mode) {
+  const auto full = std::filesystem::absolute(dir).lexically_normal();
+  for (const auto& part : std::filesystem::path(dir))
+    if (part == "..") throw std::runtime_error(dir + ": refused: \"..\" in the output path");
+  ::close(open_dir_checked(full, mode));
+}
+
+void place_symlink(const std::string& path, const std::string& target, std::uint32_t dir_mode) {
+  const auto full = std::filesystem::absolute(path).lexically_normal();
+  for (const auto& part : std::filesystem::path(path))
+    if (part == "..") throw std::runtime_error(path + ": refused: \"..\" in the output path");
+  const std::string name = full.filename().string();
+  const int dir_fd = open_dir_checked(full.parent_path(), dir_mode);
+  try {
+    struct stat st {};
+    if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
+      throw std::runtime_error(full.string() +
+                               ": refused: a directory is where a symbolic link goes");
+    const std::string tmp = "." + name + ".gridbcast-" + random_suffix();
+    if (::symlinkat(target.c_str(), dir_fd, tmp.c_str()) != 0)
+      throw file_error(full.parent_path().string() + "/" + tmp, "cannot make the symbolic link");
+    if (::renameat(dir_fd, tmp.c_str(), dir_fd, name.c_str()) != 0) {
+      const int err = errno;
+      ::unlinkat(dir_fd, tmp.c_str(), 0);
+      throw file_error(full.string(), "cannot rename the symbolic link into place", err);
+    }
+  } catch (...) {
+    ::close(dir_fd);
+    throw;
+  }
+  ::close(dir_fd);
+}
+
 std::string partial_name(const std::string& name) {
   return "." + name + ".gridbcast-partial";
 }

@@ -52,6 +52,15 @@ void check_node_name_for_path(const std::string& node);
 void refuse_copy_over_source(const std::string& copy, const std::string& source,
                              const FileMeta& source_meta);
 
+// The directory `dir` and what is missing on the way to it, made with `mode`,
+// with the checks FileSink::open makes of its directories.
+void make_directories(const std::string& dir, std::uint32_t mode);
+
+// A symbolic link at `path` pointing to `target` (copied as it is, never
+// followed): made under a temporary name and renamed into place, replacing
+// what is there unless it is a directory.
+void place_symlink(const std::string& path, const std::string& target, std::uint32_t dir_mode);
+
 // The temporary name of DIR/NAME's copy in progress with resume.
 std::string partial_name(const std::string& name);
 

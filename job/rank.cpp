@@ -10,7 +10,7 @@
 #include <iostream>
 
 #include "job/bench.hpp"
-#include "job/file_broadcast.hpp"
+#include "job/file_tree.hpp"
 #include "job/params.hpp"
 #include "job/protocol.hpp"
 #include "job/session.hpp"
@@ -109,9 +109,10 @@ int run_bench_rank(Session& session) {
   return 0;
 }
 
-// --file: each iteration streams the file from the root to every other rank's
-// copy (job/file_broadcast.hpp); the root digest over the chunk digests stands
-// for the SHA-256 the launcher compares.
+// --file: each iteration streams the file (or every file of a directory) from
+// the root to every other rank's copy (job/file_tree.hpp, job/file_broadcast.hpp);
+// the root digest over the chunk digests stands for the SHA-256 the launcher
+// compares.
 int run_file_rank(Session& session) {
   const int rank = session.rank();
   const topology::Grid& grid = session.grid();
@@ -128,6 +129,7 @@ int run_file_rank(Session& session) {
   spec.resume = params.resume;
   spec.source_dev = params.source_dev;
   spec.source_ino = params.source_ino;
+  spec.on_work = [&session](std::uint64_t bytes) { session.note_work(bytes); };
   for (int i = 0; i < params.iterations; ++i) {
     const Iteration it = iteration_at(params, i, grid);
     session.send(control::Ready{i});
@@ -141,20 +143,23 @@ int run_file_rank(Session& session) {
     session.report_progress(i);
     spec.algorithm =
         it.algorithm == "auto" ? std::nullopt : topology::parse_algorithm(it.algorithm);
-    const FileResult r = broadcast_file(comm, spec, it.root);
+    const TreeResult r = broadcast_tree(comm, spec, it.root);
     done.t1_ns = now_ns();
     session.report_progress(-1);
     done.sha256 = r.root_digest;
     done.algorithm = r.algorithm;
-    done.segment_bytes = r.chunk_bytes;
+    done.segment_bytes = r.per_file.empty() ? 0 : r.per_file.front().chunk_bytes;
     done.rejected = comm.rejected_connections();
     done.peak_rss = peak_rss_bytes();
     done.rss = current_rss_bytes();
     if (rank != it.root) done.path = r.path;
     if (rank == it.root && params.resume)
       std::cerr << "gridbcast rank " << rank << ": resume: sent " << r.chunks_sent << " of "
-                << r.chunks << " chunks (" << r.bytes_sent
-                << " bytes); every copy held the others intact\n";
+                << r.chunks << " chunks; every copy held the others intact\n";
+    if (rank == it.root && r.files + r.symlinks + r.directories > 1)
+      std::cerr << "gridbcast rank " << rank << ": " << r.files << " files (" << r.bytes
+                << " bytes), " << r.directories << " directories, " << r.symlinks
+                << " symbolic links\n";
     if (i + 1 == params.iterations) session.expect_exit();  // the answer may come at once
     session.send(done);
   }

@@ -1,15 +1,12 @@
 #include "runtime/buffer.hpp"
 
-#include <fcntl.h>
 #include <openssl/evp.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <stdexcept>
 #include <utility>
 
@@ -44,60 +41,25 @@ MappedBuffer MappedBuffer::anonymous(std::uint64_t bytes) {
   return b;
 }
 
-MappedBuffer MappedBuffer::read_file(const std::string& path) {
-  MappedBuffer b;
-  b.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (b.fd_ < 0) throw sys_error("cannot open " + path);
-  struct stat st {};
-  if (::fstat(b.fd_, &st) != 0) throw sys_error("cannot stat " + path);
-  if (!S_ISREG(st.st_mode)) throw std::runtime_error(path + " is not a regular file");
-  b.size_ = static_cast<std::uint64_t>(st.st_size);
-  // Private and writable: pages stay the file's until written, and a write
-  // never reaches the file.
-  b.data_ = map(b.size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, b.fd_, path);
-  if (b.data_) ::madvise(b.data_, b.size_, MADV_SEQUENTIAL);
-  return b;
-}
-
-MappedBuffer MappedBuffer::create_file(const std::string& path, std::uint64_t bytes) {
-  const auto parent = std::filesystem::path(path).parent_path();
-  std::error_code ec;
-  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  MappedBuffer b;
-  b.fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (b.fd_ < 0) throw sys_error("cannot create " + path);
-  if (::ftruncate(b.fd_, static_cast<off_t>(bytes)) != 0)
-    throw sys_error("cannot size " + path + " to " + std::to_string(bytes) + " bytes");
-  b.size_ = bytes;
-  // Populated up front for the same reason as anonymous memory.
-  b.data_ = map(bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, b.fd_, path);
-  return b;
-}
-
 MappedBuffer::MappedBuffer(MappedBuffer&& o) noexcept
-    : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)), fd_(std::exchange(o.fd_, -1)) {}
+    : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
 
 MappedBuffer& MappedBuffer::operator=(MappedBuffer&& o) noexcept {
   if (this != &o) {
     release();
     data_ = std::exchange(o.data_, nullptr);
     size_ = std::exchange(o.size_, 0);
-    fd_ = std::exchange(o.fd_, -1);
   }
   return *this;
 }
 
-MappedBuffer::~MappedBuffer() { release(); }
-
-void MappedBuffer::flush() {
-  if (data_ && fd_ >= 0 && ::msync(data_, size_, MS_SYNC) != 0) throw sys_error("msync");
+MappedBuffer::~MappedBuffer() {
+  release();
 }
 
 void MappedBuffer::release() {
   if (data_) ::munmap(data_, size_);
-  if (fd_ >= 0) ::close(fd_);
   data_ = nullptr;
-  fd_ = -1;
   size_ = 0;
 }
 

@@ -1,6 +1,6 @@
-// Message memory for the launcher's ranks: an anonymous mapping for generated
-// data, or a mapped file (the root's input, or another rank's output), so a
-// file of several GiB is received straight into the page cache, never copied.
+// Message memory for the launcher's ranks: an anonymous mapping, every page
+// touched up front. Files are streamed in windows by job/file_broadcast.hpp,
+// never mapped (a mapped file truncated under a rank is SIGBUS or zeros).
 #pragma once
 
 #include <cstddef>
@@ -12,8 +12,6 @@ namespace gridbcast::runtime {
 class MappedBuffer {
  public:
   static MappedBuffer anonymous(std::uint64_t bytes);  // zeroed, every page resident
-  static MappedBuffer read_file(const std::string& path);           // private, copy-on-write
-  static MappedBuffer create_file(const std::string& path, std::uint64_t bytes);  // shared
   MappedBuffer() = default;
   MappedBuffer(MappedBuffer&& other) noexcept;
   MappedBuffer& operator=(MappedBuffer&& other) noexcept;
@@ -21,14 +19,11 @@ class MappedBuffer {
 
   std::byte* data() const { return data_; }
   std::uint64_t size() const { return size_; }
-  // Writes a file mapping back (msync); a no-op for anonymous memory.
-  void flush();
 
  private:
   void release();
   std::byte* data_ = nullptr;
   std::uint64_t size_ = 0;
-  int fd_ = -1;
 };
 
 // Deterministic pseudo-random content for generated broadcasts.

@@ -401,6 +401,18 @@ class Loader {
 
     std::vector<Node> nodes(names.size());
     for (size_t i = 0; i < names.size(); ++i) {
+      // Node names become parts of paths (launch --output '/data/{node}/...',
+      // certificate files): a strict character set, never "." or "..".
+      const std::string& n = names[i];
+      const bool safe_chars =
+          n.find_first_not_of(
+              "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") ==
+          std::string::npos;
+      if (!safe_chars || n == "." || n == "..") {
+        fail(name_loc, "node name " + quoted(n) +
+                           " may hold only letters, digits, '-', '_' and '.' (and is not \".\" "
+                           "or \"..\"): it becomes part of file paths");
+      }
       const auto [it, inserted] = node_names.emplace(names[i], name_loc);
       if (!inserted) {
         fail(name_loc, "duplicate node name " + quoted(names[i]) + " (first defined at " +

@@ -486,6 +486,35 @@ TEST(LoaderErrors, NodeNameHostlistErrors) {
                       4, 15, "\"name\": invalid hostlist \"a[3-1]\": range 3-1 is empty");
 }
 
+// Node names become parts of paths (launch --output '/data/{node}/x'): a name
+// such as "../etc" would write outside the directory.
+TEST(LoaderErrors, NodeNamesThatCannotBePartOfAPathAreRefused) {
+  for (const char* bad : {"\"../etc\"", "\"..\"", "\".\"", "\"a/b\"", "\"n 1\"", "\"n$1\""}) {
+    SCOPED_TRACE(bad);
+    EXPECT_CONFIG_ERROR(yaml({
+                            "sites:",           // 1
+                            "  - name: tokyo",  // 2
+                            "    nodes:",       // 3
+                            std::string("      - name: ") + bad,
+                            "        nics: [{address: 127.0.0.1}]",
+                        }),
+                        4, 15, "may hold only letters, digits, '-', '_' and '.'");
+  }
+  // Hostlists expand to names that are checked the same way.
+  const Grid g = load_grid_string(yaml({
+                                      "sites:",
+                                      "  - name: tokyo",
+                                      "    nodes:",
+                                      "      - name: node_a.x[1-2]",
+                                      "        nics:",
+                                      "          - address: 127.0.9.[1-2]",
+                                      "            bandwidth: 1 Gbit",
+                                  }),
+                                  "test.yaml");
+  ASSERT_EQ(g.nodes.size(), 2u);
+  EXPECT_EQ(g.nodes[1].name, "node_a.x2");
+}
+
 TEST(LoaderErrors, SiteWithoutNodes) {
   EXPECT_CONFIG_ERROR(yaml({
                           "sites:",           // 1

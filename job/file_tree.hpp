@@ -1,0 +1,55 @@
+// A file or a whole directory from the root to every other rank: the root
+// scans the tree (without following symlinks) and broadcasts a manifest, then
+// every regular file goes through broadcast_file (job/file_broadcast.hpp) in
+// manifest order; symlinks are made as links last, and directories get their
+// modes and mtimes once their contents are in place (deepest first).
+//
+//   SOURCE/                      OUTPUT/            (on every other rank)
+//     a.bin            ──►         a.bin            broadcast_file, safe sink
+//     sub/ (0755)                  sub/ (0755)      made 0700, mode set last
+//       b.txt                        b.txt
+//       link -> ../a.bin             link -> ../a.bin   a link, never followed
+//
+// A single file is a manifest of one entry whose path is empty: OUTPUT is the
+// copy itself.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "job/file_broadcast.hpp"
+
+namespace gridbcast::job {
+
+struct TreeEntry {
+  enum class Kind : std::uint8_t { kFile = 0, kDirectory = 1, kSymlink = 2 };
+  std::string path;  // relative to the source, '/'-separated; "" for the source itself
+  Kind kind = Kind::kFile;
+  std::uint32_t mode = 0;
+  std::int64_t mtime_ns = 0;
+  std::uint64_t size = 0;  // regular files
+  std::string target;      // symlinks
+};
+
+// The root's walk: a regular file is one entry with an empty path; a directory
+// is itself (path "") then everything under it, parents before children, in
+// name order. Anything else (devices, sockets, pipes) is refused, naming it.
+std::vector<TreeEntry> scan_tree(const std::string& source);
+
+struct TreeResult {
+  std::string path;  // root: the source; others: where the copy (tree) is
+  std::uint64_t files = 0, directories = 0, symlinks = 0;
+  std::uint64_t bytes = 0;  // of the regular files
+  std::uint64_t chunks = 0, chunks_sent = 0;
+  std::string root_digest;  // over every entry and every file's root digest
+  std::string algorithm;
+  std::vector<FileResult> per_file;
+};
+
+// Every rank calls it with the same root; `spec.source` (the root's) is a file
+// or a directory, `spec.output` where the copy goes. Throws as broadcast_file
+// does, naming the rank, the path and the errno text.
+TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int root);
+
+}  // namespace gridbcast::job

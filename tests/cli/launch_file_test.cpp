@@ -1,0 +1,260 @@
+// `gridbcast launch --file` as a user runs it (real processes, loopback
+// sockets, real file systems): each bad case of issue 12 fails naming the
+// rank, the path and the errno text and loses nothing; a signal mid-transfer
+// leaves no partial file under the final name; --resume after a killed rank
+// moves only the chunks some copy lacks. Every test failed on the old code
+// (mapped files written in place under their final names).
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <regex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/process.hpp"
+#include "support/temp_dir.hpp"
+#include "support/tmpfs.hpp"
+
+namespace gridbcast::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+const std::string kBin = GRIDBCAST_BINARY;
+const std::vector<std::string> kNonRoot = {"a2", "a3", "a4", "b1", "b2", "b3", "b4"};
+
+std::string pattern(std::uint64_t size, unsigned seed) {
+  std::string s(size, '\0');
+  std::uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (auto& c : s) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    c = static_cast<char>(x);
+  }
+  return s;
+}
+
+void write_file(const fs::path& p, const std::string& data) {
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << data;
+}
+
+std::vector<std::string> temporaries(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.path().filename().string().find(".gridbcast-") != std::string::npos)
+      out.push_back(e.path().string());
+  return out;
+}
+
+TEST(LaunchFile, OutputThatIsTheSourceIsRefusedBeforeAnyRankStarts) {
+  TempDir dir;
+  const std::string data = pattern(1'000'003, 1);
+  write_file(dir / "data.bin", data);
+  fs::create_hard_link(dir / "data.bin", dir / "hardlink.bin");
+  for (const std::string& out : {(dir / "data.bin").string(), dir.path().string() + "/./data.bin",
+                                 (dir / "hardlink.bin").string()}) {
+    SCOPED_TRACE(out);
+    Child c({kBin, "launch", "--file", (dir / "data.bin").string(), "--output", out},
+            dir.path().string());
+    EXPECT_NE(c.wait(60s), 0);
+    EXPECT_NE(c.err().find("is the source file"), std::string::npos) << c.err();
+    EXPECT_NE(c.err().find("rank 1 (node a2)"), std::string::npos) << c.err();
+    EXPECT_EQ(slurp((dir / "data.bin").string()), data) << "the source is intact";
+    EXPECT_TRUE(temporaries(dir.path()).empty());
+  }
+}
+
+TEST(LaunchFile, ASymlinkPlantedAtADestinationFailsTheJobNamingRankAndPath) {
+  TempDir dir;
+  write_file(dir / "data.bin", pattern(500'000, 2));
+  write_file(dir / "victim", "precious");
+  fs::create_directory(dir / "b2");
+  fs::create_symlink(dir / "victim", dir / "b2" / "copy");
+  Child c({kBin, "launch", "--file", (dir / "data.bin").string(), "--output",
+           (dir / "{node}" / "copy").string()},
+          dir.path().string());
+  EXPECT_NE(c.wait(60s), 0);
+  EXPECT_NE(c.err().find("rank 5 (node b2)"), std::string::npos) << c.err();
+  EXPECT_NE(c.err().find((dir / "b2" / "copy").string() + ": refused: the destination is a "
+                                                          "symbolic link"),
+            std::string::npos)
+      << c.err();
+  EXPECT_EQ(slurp((dir / "victim").string()), "precious");
+  for (const auto& n : kNonRoot) EXPECT_FALSE(fs::exists(dir / n / "copy") && n != "b2") << n;
+  EXPECT_TRUE(temporaries(dir.path()).empty());
+}
+
+TEST(LaunchFile, ANodeNameWithDotDotIsRefusedAtLoad) {
+  TempDir dir;
+  write_file(dir / "data.bin", "x");
+  write_file(dir / "grid.yaml",
+             "sites:\n"
+             "  - name: s\n"
+             "    nodes:\n"
+             "      - name: n1\n"
+             "        nics: [{address: 127.0.1.1, bandwidth: 1 Gbit}]\n"
+             "      - name: \"../escaped\"\n"
+             "        nics: [{address: 127.0.1.2, bandwidth: 1 Gbit}]\n");
+  Child c({kBin, "launch", (dir / "grid.yaml").string(), "--file", (dir / "data.bin").string(),
+           "--output", (dir / "out" / "{node}").string()},
+          dir.path().string());
+  EXPECT_EQ(c.wait(60s), 2);
+  EXPECT_NE(c.err().find("grid.yaml:6:15: node name \"../escaped\""), std::string::npos) << c.err();
+  EXPECT_FALSE(fs::exists(dir / "escaped"));
+}
+
+TEST(LaunchFile, AFullDestinationFailsEveryRankNamingPathAndErrno) {
+  TempDir dir;
+  fs::create_directory(dir / "small");
+  std::string why;
+  auto mnt = Tmpfs::mount((dir / "small").string(), "1M", false, why);
+  if (!mnt) GTEST_SKIP() << why;
+  write_file(dir / "data.bin", pattern(3 << 20, 3));
+  Child c({kBin, "launch", "--file", (dir / "data.bin").string(), "--output",
+           (dir / "small" / "{node}.bin").string()},
+          dir.path().string());
+  EXPECT_NE(c.wait(60s), 0);
+  EXPECT_NE(c.err().find("No space left on device"), std::string::npos) << c.err();
+  EXPECT_TRUE(std::regex_search(c.err(), std::regex("rank [1-7] \\(node [ab][1-4]\\)"))) << c.err();
+  EXPECT_NE(c.err().find((dir / "small").string() + "/.a"), std::string::npos) << c.err();
+  EXPECT_TRUE(fs::is_empty(dir / "small")) << "nothing left in the full file system";
+}
+
+// SIGINT to the launcher while the copies are being written: the ranks are
+// stopped (SIGTERM), each removes its temporary file, the previous copies stay.
+TEST(LaunchFile, SigintMidTransferLeavesNoPartialFileAndThePreviousCopies) {
+  TempDir dir;
+  write_file(dir / "data.bin", pattern(150 << 20, 4));
+  for (const auto& n : kNonRoot) {
+    fs::create_directory(dir / n);
+    write_file(dir / n / "copy", "previous");
+  }
+  Child c({kBin, "launch", "--file", (dir / "data.bin").string(), "--output",
+           (dir / "{node}" / "copy").string(), "--window", "1MiB"},
+          dir.path().string());
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (temporaries(dir.path()).size() < kNonRoot.size() &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(10ms);
+  std::this_thread::sleep_for(300ms);
+  ASSERT_EQ(temporaries(dir.path()).size(), kNonRoot.size()) << "the transfer is under way";
+  ::kill(c.pid(), SIGINT);
+  const int status = c.wait(60s);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(status, -1);
+  EXPECT_TRUE(temporaries(dir.path()).empty());
+  for (const auto& n : kNonRoot) EXPECT_EQ(slurp((dir / n / "copy").string()), "previous") << n;
+}
+
+// --resume: a rank SIGKILLed mid-transfer; the rerun sends only the chunks
+// that some copy (or partial copy, kept under .NAME.gridbcast-partial) lacks,
+// as counted here from the files on disk, and every copy ends whole.
+TEST(LaunchFile, ResumeAfterAKilledRankMovesOnlyTheMissingChunks) {
+  TempDir dir;
+  const std::uint64_t chunk = 512 << 10;  // half of the 1 MiB window
+  const std::string data = pattern(60 << 20, 5);
+  write_file(dir / "data.bin", data);
+  const std::vector<std::string> first_args = {kBin,       "launch",
+                                               "--file",   (dir / "data.bin").string(),
+                                               "--output", (dir / "{node}" / "copy").string(),
+                                               "--window", "1MiB",
+                                               "--resume"};
+  {
+    Child c(first_args, dir.path().string());
+    pid_t victim = -1;
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      for (auto [pid, rank] : children_of(c.pid(), "GRIDBCAST_RANK"))
+        if (rank == "5") victim = pid;
+      const fs::path partial = dir / "b2" / ".copy.gridbcast-partial";
+      if (victim > 0 && fs::exists(partial)) break;
+      std::this_thread::sleep_for(10ms);
+    }
+    ASSERT_GT(victim, 0);
+    std::this_thread::sleep_for(400ms);
+    ::kill(victim, SIGKILL);
+    EXPECT_NE(c.wait(60s), 0);
+    EXPECT_NE(c.err().find("rank 5"), std::string::npos) << c.err();
+  }
+  ASSERT_FALSE(fs::exists(dir / "b2" / "copy")) << "nothing under the final name";
+  std::set<std::uint64_t> missing;
+  const std::uint64_t chunks = (data.size() + chunk - 1) / chunk;
+  for (const auto& n : kNonRoot) {
+    const fs::path partial = dir / n / ".copy.gridbcast-partial";
+    const std::string held = slurp((fs::exists(partial) ? partial : dir / n / "copy").string());
+    for (std::uint64_t i = 0; i < chunks; ++i) {
+      const std::uint64_t off = i * chunk, len = std::min<std::uint64_t>(chunk, data.size() - off);
+      if (held.size() < off + len || held.compare(off, len, data, off, len) != 0) missing.insert(i);
+    }
+  }
+  ASSERT_LT(missing.size(), chunks) << "the first run moved something";
+  Child again(first_args, dir.path().string());
+  ASSERT_EQ(again.wait(120s), 0) << again.err();
+  const std::string said = "resume: sent " + std::to_string(missing.size()) + " of " +
+                           std::to_string(chunks) + " chunks";
+  EXPECT_NE(again.err().find(said), std::string::npos) << said << "\n" << again.err();
+  std::cout << said << "\n";
+  for (const auto& n : kNonRoot) EXPECT_EQ(slurp((dir / n / "copy").string()), data) << n;
+  EXPECT_TRUE(temporaries(dir.path()).empty());
+}
+
+// --file -: standard input is spooled (its size is unknown in advance), sent,
+// and the spool file removed.
+TEST(LaunchFile, StandardInputIsSpooledAndDistributed) {
+  TempDir dir;
+  const std::string data = pattern(3'000'017, 6);
+  write_file(dir / "input", data);
+  fs::create_directory(dir / "spool");
+  Child c({"/bin/sh", "-c",
+           "TMPDIR=" + (dir / "spool").string() + " " + kBin + " launch --file - --output '" +
+               (dir / "{node}.bin").string() + "' < " + (dir / "input").string()},
+          dir.path().string());
+  ASSERT_EQ(c.wait(60s), 0) << c.err();
+  for (const auto& n : kNonRoot) EXPECT_EQ(slurp((dir / (n + ".bin")).string()), data) << n;
+  EXPECT_TRUE(fs::is_empty(dir / "spool")) << "the spool file is removed";
+  Child dir_output({"/bin/sh", "-c", kBin + " launch --file - --output /tmp/ < /dev/null"},
+                   dir.path().string());
+  EXPECT_NE(dir_output.wait(60s), 0);
+  EXPECT_NE(dir_output.err().find("--file - needs --output naming"), std::string::npos)
+      << dir_output.err();
+}
+
+// A directory: every file, the empty directory and the symlink (as a link)
+// reach every node under OUTPUT/NAME (the trailing / appends the name).
+TEST(LaunchFile, ADirectoryIsDistributedWithItsSymlinksAsLinks) {
+  TempDir dir;
+  fs::create_directories(dir / "tree" / "sub" / "empty");
+  const std::string big = pattern(2'000'003, 7);
+  write_file(dir / "tree" / "big.bin", big);
+  write_file(dir / "tree" / "sub" / "small.txt", "small");
+  fs::create_symlink("../big.bin", dir / "tree" / "sub" / "link");
+  Child c({kBin, "launch", "--file", (dir / "tree").string(), "--output",
+           (dir / "out" / "{node}").string() + "/", "--json"},
+          dir.path().string());
+  ASSERT_EQ(c.wait(60s), 0) << c.err();
+  EXPECT_NE(c.err().find("2 files (2000008 bytes), 3 directories, 1 symbolic links"),
+            std::string::npos)
+      << c.err();
+  EXPECT_NE(c.out().find("\"path\": \"" + (dir / "out" / "b4" / "tree").string() + "\""),
+            std::string::npos)
+      << c.out();
+  for (const auto& n : kNonRoot) {
+    const fs::path t = dir / "out" / n / "tree";
+    EXPECT_EQ(slurp((t / "big.bin").string()), big) << n;
+    EXPECT_EQ(slurp((t / "sub" / "small.txt").string()), "small") << n;
+    EXPECT_TRUE(fs::is_directory(t / "sub" / "empty")) << n;
+    EXPECT_EQ(fs::read_symlink(t / "sub" / "link"), "../big.bin") << n;
+  }
+}
+
+}  // namespace
+}  // namespace gridbcast::testing
