@@ -64,7 +64,7 @@ class Reader {
   }
   void bytes(void* d, std::uint64_t n) {
     need(n);
-    std::memcpy(d, p_, n);
+    if (n > 0) std::memcpy(d, p_, n);  // d may be an empty vector's null data()
     p_ += n;
   }
 
