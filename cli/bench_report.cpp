@@ -86,7 +86,10 @@ void print_bench_table(std::ostream& out, const BenchContext& ctx, const std::ve
   out << "# gridbcast bench: " << ctx.topology << ", " << ctx.ranks << " ranks in " << ctx.sites
       << " site(s), root " << ctx.root << "\n"
       << "# method " << describe_method(spec) << "\n"
-      << "# Avg/Min/Max over the non-root ranks of each rank's mean latency; Max is the broadcast time\n"
+      << "# Avg/Min/Max over the non-root ranks of each rank's mean latency; Max is the broadcast "
+         "time\n"
+      << "# Bound is the max-flow bound, x bound is Max over it; Simple is the simple bound "
+         "(docs/ALGORITHMS.md)\n"
       << "# a series repeats until its standard deviation is under "
       << num(spec.target_rel_stdev * 100) << " % of its mean (at least " << spec.min_iterations
       << "), or " << spec.max_iterations << " samples (cap), or " << num(spec.max_seconds)
@@ -100,15 +103,16 @@ void print_bench_table(std::ostream& out, const BenchContext& ctx, const std::ve
       out << "\n# " << p.algorithm;
       if (p.algorithm == "auto") out << " (the selector's choice per size)";
       out << "\n";
-      std::snprintf(line, sizeof line, "%-12s %12s %12s %12s %11s %10s %12s %8s  %-5s %s\n",
+      std::snprintf(line, sizeof line, "%-12s %12s %12s %12s %11s %10s %12s %8s %12s  %-5s %s\n",
                     "# Size", "Avg(us)", "Min(us)", "Max(us)", "Iterations", "MB/s", "Bound(us)",
-                    "x bound", "Stop", "Stdev");
+                    "x bound", "Simple(us)", "Stop", "Stdev");
       out << line;
     }
-    std::snprintf(line, sizeof line, "%-12llu %12.2f %12.2f %12.2f %11d %10.2f %12.2f %8.2f  %-5s %.1f%%%s%s\n",
+    std::snprintf(line, sizeof line,
+                  "%-12llu %12.2f %12.2f %12.2f %11d %10.2f %12.2f %8.2f %12.2f  %-5s %.1f%%%s%s\n",
                   static_cast<unsigned long long>(p.bytes), p.avg_us(), p.min_us(), p.max_us(),
-                  p.iterations, r.bandwidth() / 1e6, r.lower_bound_us, r.ratio(),
-                  job::bench_stop_name(p.stop), p.rel_stdev * 100,
+                  p.iterations, r.bandwidth() / 1e6, r.max_flow_bound_us, r.ratio(),
+                  r.lower_bound_us, job::bench_stop_name(p.stop), p.rel_stdev * 100,
                   p.algorithm == "auto" ? ("  " + p.used).c_str() : "",
                   p.verified ? "" : "  NOT VERIFIED");
     out << line;
@@ -120,14 +124,16 @@ void print_bench_table(std::ostream& out, const BenchContext& ctx, const std::ve
 
 void print_bench_csv(std::ostream& out, const std::vector<BenchRow>& rows) {
   out << "algorithm,used,bytes,avg_us,min_us,max_us,iterations,rel_stdev,stop,rtt_us,"
-         "lower_bound_us,ratio_to_lower_bound,bandwidth_bytes_per_second,verified\n";
+         "lower_bound_us,ratio_to_lower_bound,bandwidth_bytes_per_second,verified,"
+         "max_flow_bound_us,ratio_to_max_flow_bound\n";
   for (const auto& r : rows) {
     const auto& p = r.point;
     out << p.algorithm << ',' << p.used << ',' << p.bytes << ',' << num(p.avg_us()) << ','
         << num(p.min_us()) << ',' << num(p.max_us()) << ',' << p.iterations << ','
-        << num(p.rel_stdev) << ',' << job::bench_stop_name(p.stop) << ',' << num(p.rtt_us)
-        << ',' << num(r.lower_bound_us) << ',' << num(r.ratio()) << ',' << num(r.bandwidth()) << ','
-        << (p.verified ? "true" : "false") << '\n';
+        << num(p.rel_stdev) << ',' << job::bench_stop_name(p.stop) << ',' << num(p.rtt_us) << ','
+        << num(r.lower_bound_us) << ',' << num(r.simple_ratio()) << ',' << num(r.bandwidth()) << ','
+        << (p.verified ? "true" : "false") << ',' << num(r.max_flow_bound_us) << ','
+        << num(r.ratio()) << '\n';
   }
 }
 
@@ -147,9 +153,11 @@ void print_bench_json(std::ostream& out, const BenchContext& ctx, const std::vec
         << "\", \"bytes\": " << p.bytes << ", \"avg_us\": " << num(p.avg_us())
         << ", \"min_us\": " << num(p.min_us()) << ", \"max_us\": " << num(p.max_us())
         << ", \"iterations\": " << p.iterations << ", \"rel_stdev\": " << num(p.rel_stdev)
-        << ", \"stop\": \"" << job::bench_stop_name(p.stop) << "\", \"rtt_us\": "
-        << num(p.rtt_us) << ", \"lower_bound_us\": " << num(r.lower_bound_us)
-        << ", \"ratio_to_lower_bound\": " << num(r.ratio())
+        << ", \"stop\": \"" << job::bench_stop_name(p.stop) << "\", \"rtt_us\": " << num(p.rtt_us)
+        << ", \"lower_bound_us\": " << num(r.lower_bound_us)
+        << ", \"ratio_to_lower_bound\": " << num(r.simple_ratio())
+        << ", \"max_flow_bound_us\": " << num(r.max_flow_bound_us)
+        << ", \"ratio_to_max_flow_bound\": " << num(r.ratio())
         << ", \"bandwidth_bytes_per_second\": " << num(r.bandwidth())
         << ", \"verified\": " << (p.verified ? "true" : "false") << ", \"rank_us\": [";
     for (size_t k = 0; k < p.rank_us.size(); ++k) out << (k ? ", " : "") << num(p.rank_us[k]);
@@ -160,7 +168,7 @@ void print_bench_json(std::ostream& out, const BenchContext& ctx, const std::vec
 
 std::vector<PlotSeries> bench_plot_series(const std::vector<BenchRow>& rows) {
   std::vector<PlotSeries> series;
-  std::map<std::uint64_t, double> bound;
+  std::map<std::uint64_t, std::pair<double, double>> bound;  // max-flow, simple
   for (const auto& r : rows) {
     auto it = std::find_if(series.begin(), series.end(),
                            [&](const PlotSeries& s) { return s.name == r.point.algorithm; });
@@ -169,11 +177,16 @@ std::vector<PlotSeries> bench_plot_series(const std::vector<BenchRow>& rows) {
       it = series.end() - 1;
     }
     it->points.emplace_back(r.point.bytes, r.point.max_us());
-    bound[r.point.bytes] = r.lower_bound_us;
+    bound[r.point.bytes] = {r.max_flow_bound_us, r.lower_bound_us};
   }
-  PlotSeries lb{"lower bound", {}, true};
-  for (const auto& [bytes, us] : bound) lb.points.emplace_back(bytes, us);
-  series.push_back(std::move(lb));
+  PlotSeries max_flow{"max-flow bound", {}, true};
+  PlotSeries simple{"simple bound", {}, true};
+  for (const auto& [bytes, us] : bound) {
+    max_flow.points.emplace_back(bytes, us.first);
+    simple.points.emplace_back(bytes, us.second);
+  }
+  series.push_back(std::move(max_flow));
+  series.push_back(std::move(simple));
   return series;
 }
 

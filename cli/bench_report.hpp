@@ -21,12 +21,16 @@ struct BenchContext {
   std::uint64_t peak_rss_bytes = 0;
 };
 
-// One measured point and the topology's lower bound for its size.
+// One measured point and the topology's lower bounds for its size: the simple
+// one (topology::lower_bound_seconds) and the max-flow one
+// (topology::max_flow_bound), which "x bound" uses (docs/ALGORITHMS.md).
 struct BenchRow {
   job::BenchPoint point;
-  double lower_bound_us = 0;
+  double lower_bound_us = 0;     // the simple bound
+  double max_flow_bound_us = 0;  // the max-flow bound
 
-  double ratio() const { return lower_bound_us > 0 ? point.max_us() / lower_bound_us : 0; }
+  double ratio() const { return max_flow_bound_us > 0 ? point.max_us() / max_flow_bound_us : 0; }
+  double simple_ratio() const { return lower_bound_us > 0 ? point.max_us() / lower_bound_us : 0; }
   // Bytes per second until the last rank holds the data.
   double bandwidth() const;
 };
@@ -44,7 +48,7 @@ void print_bench_table(std::ostream& out, const BenchContext& ctx, const std::ve
 void print_bench_csv(std::ostream& out, const std::vector<BenchRow>& rows);
 void print_bench_json(std::ostream& out, const BenchContext& ctx, const std::vector<BenchRow>& rows);
 
-// One line per algorithm (its max_us) and the lower bound, dashed.
+// One line per algorithm (its max_us) and both lower bounds, dashed.
 std::vector<PlotSeries> bench_plot_series(const std::vector<BenchRow>& rows);
 // Time against size, both axes logarithmic with decade ticks; points whose
 // size or time is not positive are left out (a log axis has no place for 0).

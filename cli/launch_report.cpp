@@ -66,9 +66,14 @@ void print_broadcast_text(std::ostream& out, const job::BroadcastSummary& s) {
     out << " (median; min " << fmt_seconds(t.min) << ", max " << fmt_seconds(t.max) << ")";
   out << "\n  effective bandwidth: " << topology::format_bandwidth(bw * 8) << " (" << std::fixed
       << std::setprecision(1) << bw / (1 << 20) << " MiB/s)\n";
-  out << "  lower bound from the topology: " << fmt_seconds(s.lower_bound_seconds) << " s";
+  out << "  lower bound from the topology: max-flow " << fmt_seconds(s.max_flow_bound_seconds)
+      << " s";
+  if (s.max_flow_bound_seconds > 0)
+    out << ", ratio " << std::setprecision(2) << t.median / s.max_flow_bound_seconds;
+  out << " (simple bound " << fmt_seconds(s.lower_bound_seconds) << " s";
   if (s.lower_bound_seconds > 0)
     out << ", ratio " << std::setprecision(2) << t.median / s.lower_bound_seconds;
+  out << ")";
   out << "\n  slowest rank per site:";
   for (size_t i = 0; i < s.slowest_per_site.size(); ++i) {
     const auto& sl = s.slowest_per_site[i];
@@ -105,6 +110,9 @@ void print_broadcast_json(std::ostream& out, const job::BroadcastSummary& s) {
       << ", \"lower_bound_seconds\": " << num(s.lower_bound_seconds)
       << ", \"ratio_to_lower_bound\": "
       << num(s.lower_bound_seconds > 0 ? t.median / s.lower_bound_seconds : 0)
+      << ", \"max_flow_bound_seconds\": " << num(s.max_flow_bound_seconds)
+      << ", \"ratio_to_max_flow_bound\": "
+      << num(s.max_flow_bound_seconds > 0 ? t.median / s.max_flow_bound_seconds : 0)
       << ", \"verified\": " << (s.verified ? "true" : "false") << ", \"sha256\": " << str(s.sha256)
       << ", \"rejected_connections\": " << s.rejected_connections
       << ", \"peak_rss_bytes\": " << s.peak_rss_bytes << ", \"slowest_per_site\": [";

@@ -20,6 +20,7 @@
 #include "lanes/tls.hpp"
 #include "testbed/cli.hpp"
 #include "testbed/testbed.hpp"
+#include "topology/bound.hpp"
 #include "topology/loader.hpp"
 #include "topology/plan/format.hpp"
 #include "topology/plan/plan.hpp"
@@ -392,7 +393,7 @@ int main(int argc, char** argv) {
   bench_cmd->add_flag("--csv", b_csv, "print CSV instead of the table");
   bench_cmd->add_option("--plot", b_plot,
                         "also write an SVG plot: time against size, log-log, a line per algorithm, "
-                        "the lower bound dashed");
+                        "the max-flow and the simple bound dashed");
   add_run_options(bench_cmd, b_run);
   bench_cmd->footer(
       "Examples:\n  gridbcast bench                                   # embedded default, 1 KiB .. "
@@ -401,8 +402,8 @@ int main(int argc, char** argv) {
       "  gridbcast bench --method barrier --csv > bench.csv\n"
       "  gridbcast testbed run site-configs/testbed-8x8.yaml -- gridbcast bench "
       "site-configs/testbed-8x8.yaml --sizes 1KiB,64MiB\n"
-      "Bound(us) is the topology's lower bound (docs/PERFORMANCE.md); every copy is verified after "
-      "each point.");
+      "Bound(us) is the max-flow lower bound and x bound Max over it; Simple(us) is the simple "
+      "bound (docs/ALGORITHMS.md); every copy is verified after each point.");
 
   // certs
   auto* certs_cmd = app.add_subcommand(
@@ -537,26 +538,32 @@ int main(int argc, char** argv) {
         std::cout << "# " << grid.name << ": " << grid.size() << " ranks in " << grid.sites.size()
                   << " site(s), root " << s_root << ", TCP congestion control " << s_congestion
                   << "\n"
-                  << "# algorithm            size      predicted s   lower bound s   ratio  "
-                     "slowest rank\n";
+                  << "# ratio: predicted over the max-flow bound; simple: the old bound "
+                     "(docs/ALGORITHMS.md)\n"
+                  << "# algorithm            size      predicted s    max-flow s      simple s   "
+                     "ratio  slowest rank\n";
+      const topology::MaxFlowBound s_bound = topology::max_flow_bound(grid, s_root);
       for (std::uint64_t size : sizes) {
         for (const auto& name : names) {
           const auto algo = resolve_algorithm(name, grid, size);
           const auto plan = topology::build_plan(grid, algo, s_root, size);
           const auto r = topology::simulate(grid, plan, model);
           const double lb = topology::lower_bound_seconds(grid, s_root, size);
+          const double mf = s_bound.seconds(size);
           if (s_json) {
             std::cout << "{\"algorithm\": \"" << topology::algorithm_name(algo)
                       << "\", \"ranks\": " << grid.size() << ", \"size\": " << size
                       << ", \"predicted_seconds\": " << r.makespan_s
                       << ", \"lower_bound_seconds\": " << lb
+                      << ", \"max_flow_bound_seconds\": " << mf
+                      << ", \"ratio_to_max_flow_bound\": " << (mf > 0 ? r.makespan_s / mf : 0.0)
                       << ", \"slowest_rank\": " << r.slowest_rank
                       << ", \"segments\": " << r.segments << "}\n";
           } else {
-            std::printf("  %-18s %10s %14.6f %15.6f %7.2f  %d\n",
+            std::printf("  %-18s %10s %14.6f %13.6f %13.6f %7.2f  %d\n",
                         std::string(topology::algorithm_name(algo)).c_str(),
-                        topology::format_bytes(size).c_str(), r.makespan_s, lb,
-                        lb > 0 ? r.makespan_s / lb : 0.0, r.slowest_rank);
+                        topology::format_bytes(size).c_str(), r.makespan_s, mf, lb,
+                        mf > 0 ? r.makespan_s / mf : 0.0, r.slowest_rank);
           }
         }
       }
@@ -604,10 +611,12 @@ int main(int argc, char** argv) {
       o.yaml_text = std::move(l.yaml);
       auto backend = make_backend(bench_cmd, b_run, o);
       std::vector<cli::BenchRow> rows;
+      const topology::MaxFlowBound b_bound = topology::max_flow_bound(l.grid, b_root);
       const size_t total = b_spec.sizes.size() * b_spec.algorithms.size();
       const bool progress = ::isatty(2);
       o.on_bench_point = [&](const job::BenchPoint& p) {
-        rows.push_back({p, topology::lower_bound_seconds(l.grid, b_root, p.bytes) * 1e6});
+        rows.push_back({p, topology::lower_bound_seconds(l.grid, b_root, p.bytes) * 1e6,
+                        b_bound.seconds(p.bytes) * 1e6});
         if (progress)
           std::cerr << "\r  " << rows.size() << "/" << total << " " << p.algorithm << " "
                     << topology::format_bytes(p.bytes) << "            " << std::flush;

@@ -15,6 +15,7 @@
 #include "lanes/rejections.hpp"
 #include "runtime/event.hpp"
 #include "runtime/run_until.hpp"
+#include "topology/bound.hpp"
 #include "topology/simulate.hpp"
 
 namespace gridbcast::job {
@@ -566,6 +567,7 @@ asio::awaitable<void> BroadcastDriver::run(Launcher& l) {
   sum.root = li.root;
   sum.segment_bytes = last[0].segment_bytes;
   sum.lower_bound_seconds = topology::lower_bound_seconds(grid, li.root, li.bytes);
+  sum.max_flow_bound_seconds = topology::max_flow_bound_seconds(grid, li.root, li.bytes);
   sum.verified = params.verify;
   const auto t0 = last[static_cast<size_t>(li.root)].t0_ns;
   sum.slowest_per_site.resize(grid.sites.size());

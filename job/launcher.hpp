@@ -82,7 +82,10 @@ struct BroadcastSummary {
   int root = 0;
   std::uint64_t segment_bytes = 0;
   std::vector<IterationSummary> iterations;
-  double lower_bound_seconds = 0;  // for the last iteration's root and size
+  // Both bounds for the last iteration's root and size: the simple one
+  // (topology::lower_bound_seconds) and the max-flow one the ratio uses.
+  double lower_bound_seconds = 0;
+  double max_flow_bound_seconds = 0;
   bool verified = false;
   std::string sha256;
   std::uint64_t rejected_connections = 0;  // summed over ranks

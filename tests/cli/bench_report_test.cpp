@@ -20,6 +20,7 @@ BenchRow row(const std::string& algo, std::uint64_t bytes, std::vector<double> u
   r.point.rel_stdev = 0.02;
   r.point.verified = true;
   r.lower_bound_us = bound;
+  r.max_flow_bound_us = bound / 2;  // a different figure, so a mix-up shows
   return r;
 }
 
@@ -44,9 +45,13 @@ TEST(BenchReport, TableHasAnOsuHeaderPerAlgorithmAndTheRatioToTheBound) {
   EXPECT_NE(t.find("Avg(us)      Min(us)      Max(us)  Iterations"), std::string::npos) << t;
   EXPECT_NE(t.find("\n# multilane\n"), std::string::npos) << t;
   EXPECT_NE(t.find("\n# binomial\n"), std::string::npos) << t;
-  // 1 MiB multilane: avg 3000, min 2000, max 4000 us; 4 x the 1000 us bound; 262.14 MB/s.
-  EXPECT_TRUE(std::regex_search(t, std::regex("\n1048576 +3000\\.00 +2000\\.00 +4000\\.00 +9 +262\\.14 +1000\\.00 +4\\.00  stdev 2\\.0%")))
+  // 1 MiB multilane: avg 3000, min 2000, max 4000 us; 262.14 MB/s; 8 x the 500 us
+  // max-flow bound, and the 1000 us simple bound next to it.
+  EXPECT_TRUE(
+      std::regex_search(t, std::regex("\n1048576 +3000\\.00 +2000\\.00 +4000\\.00 +9 +262\\.14 "
+                                      "+500\\.00 +8\\.00 +1000\\.00  stdev 2\\.0%")))
       << t;
+  EXPECT_NE(t.find("Bound(us)  x bound   Simple(us)"), std::string::npos) << t;
 }
 
 TEST(BenchReport, CsvHasAHeaderAndOneLinePerPointWithTheSameColumns) {
@@ -76,19 +81,27 @@ TEST(BenchReport, JsonCarriesEveryPointAndTheRanksLatencies) {
   EXPECT_NE(j.find("\"rejected_connections\": 4"), std::string::npos) << j;
   EXPECT_NE(j.find("\"max_us\": 8000, \"iterations\": 9"), std::string::npos) << j;
   EXPECT_NE(j.find("\"rank_us\": [0, 5000, 8000]"), std::string::npos) << j;
-  EXPECT_NE(j.find("\"ratio_to_lower_bound\": 8,"), std::string::npos) << j;
+  // Binomial 1 MiB: 8000 us over the 1000 us simple bound (the old key keeps its
+  // meaning) and over the 500 us max-flow bound.
+  EXPECT_NE(j.find("\"lower_bound_us\": 1000, \"ratio_to_lower_bound\": 8, "
+                   "\"max_flow_bound_us\": 500, \"ratio_to_max_flow_bound\": 16,"),
+            std::string::npos)
+      << j;
 }
 
 TEST(BenchReport, PlotHasALinePerAlgorithmAndTheLowerBoundDashedOnLogAxes) {
   const std::string svg = render_svg_plot("bench <default> & co", bench_plot_series(rows()));
   EXPECT_EQ(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0), 0u);
   EXPECT_NE(svg.find("bench &lt;default&gt; &amp; co"), std::string::npos) << "title escaped";
-  EXPECT_EQ(count(svg, "<polyline class=\"series\""), 3u);
+  EXPECT_EQ(count(svg, "<polyline class=\"series\""), 4u);
   EXPECT_NE(svg.find("data-name=\"multilane\""), std::string::npos);
   EXPECT_NE(svg.find("data-name=\"binomial\""), std::string::npos);
-  const auto bound = svg.find("data-name=\"lower bound\"");
-  ASSERT_NE(bound, std::string::npos);
-  EXPECT_NE(svg.substr(bound, 200).find("stroke-dasharray"), std::string::npos) << "the bound is dashed";
+  for (const char* name : {"max-flow bound", "simple bound"}) {
+    const auto bound = svg.find(std::string("data-name=\"") + name + "\"");
+    ASSERT_NE(bound, std::string::npos) << name;
+    EXPECT_NE(svg.substr(bound, 200).find("stroke-dasharray"), std::string::npos)
+        << name << " is dashed";
+  }
   // Decades from 1 kB (1024 rounded down) to 10 MB, and from 10 us to 10 ms.
   EXPECT_NE(svg.find(">1 kB<"), std::string::npos) << svg;
   EXPECT_NE(svg.find(">10 MB<"), std::string::npos) << svg;

@@ -51,7 +51,8 @@ TEST(BenchCommand, BarrierMethodAsCsvAndRoundsWithAPlot) {
   EXPECT_NE(plot.out().find("# Size"), std::string::npos) << plot.out();
   EXPECT_NE(plot.out().find("# scatter_ring_tuned"), std::string::npos) << plot.out();
   const std::string svg = slurp(dir + "/bench.svg");
-  EXPECT_EQ(count(svg, "<polyline class=\"series\""), 3u) << svg;
+  // Two algorithms and two dashed bounds (max-flow and simple).
+  EXPECT_EQ(count(svg, "<polyline class=\"series\""), 4u) << svg;
   std::filesystem::remove_all(dir);
 }
 

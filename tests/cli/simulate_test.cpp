@@ -52,3 +52,46 @@ TEST(SimulateCommand, TheTableNamesTheCongestionControlAndUnknownOnesAreRefused)
 
 }  // namespace
 }  // namespace gridbcast::testing
+
+namespace gridbcast::testing {
+namespace {
+
+double json_number(const std::string& json, const std::string& key) {
+  std::smatch m;
+  if (!std::regex_search(json, m, std::regex("\"" + key + "\": ([0-9.e+-]+)"))) return -1;
+  return std::stod(m[1]);
+}
+
+// testbed-2x2: 200 Mbit/s NICs and WAN, 10 ms away: 1 MiB takes 8 Mbit / 200
+// Mbit/s + 10 ms = 51.943 ms by both bounds; the ratio is to the max-flow one.
+TEST(SimulateCommand, ReportsBothBoundsAndTheRatioToTheMaxFlowBound) {
+  Child c({kBin, "simulate", kSrc + "/site-configs/testbed-2x2.yaml", "--size", "1MiB",
+           "--algorithm", "binomial", "--json"});
+  ASSERT_EQ(c.wait(60s), 0) << c.err();
+  const double mf = json_number(c.out(), "max_flow_bound_seconds");
+  EXPECT_NEAR(mf, 1048576.0 * 8 / 2e8 + 0.010, 1e-6) << c.out();
+  EXPECT_NEAR(json_number(c.out(), "lower_bound_seconds"), mf, 1e-6) << c.out();
+  EXPECT_NEAR(json_number(c.out(), "ratio_to_max_flow_bound"), predicted(c.out()) / mf, 1e-4)
+      << c.out();
+  Child table({kBin, "simulate", kSrc + "/site-configs/testbed-2x2.yaml", "--size", "1MiB",
+               "--algorithm", "binomial"});
+  ASSERT_EQ(table.wait(60s), 0) << table.err();
+  EXPECT_NE(table.out().find("max-flow s      simple s   ratio"), std::string::npos) << table.out();
+}
+
+TEST(PlanCommand, TextAndJsonGiveTheMaxFlowAndTheSimpleBound) {
+  Child json({kBin, "plan", kSrc + "/site-configs/testbed-2x2.yaml", "--size", "1MiB", "--format",
+              "json"});
+  ASSERT_EQ(json.wait(60s), 0) << json.err();
+  EXPECT_NEAR(json_number(json.out(), "max_flow_bound_seconds"), 0.051943040, 1e-9) << json.out();
+  EXPECT_NEAR(json_number(json.out(), "max_flow_rate_bps"), 2e8, 1) << json.out();
+  EXPECT_NEAR(json_number(json.out(), "lower_bound_seconds"), 0.051943040, 1e-9) << json.out();
+  Child text({kBin, "plan", kSrc + "/site-configs/testbed-2x2.yaml", "--size", "1MiB"});
+  ASSERT_EQ(text.wait(60s), 0) << text.err();
+  EXPECT_NE(text.out().find("\nbound: max-flow 0.051943 s, simple 0.051943 s; 200 Mbit/s to "),
+            std::string::npos)
+      << text.out();
+}
+
+}  // namespace
+}  // namespace gridbcast::testing

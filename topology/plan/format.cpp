@@ -1,9 +1,12 @@
 #include "topology/plan/format.hpp"
 
 #include <cstdio>
+#include <iomanip>
 #include <map>
 #include <sstream>
 
+#include "topology/bound.hpp"
+#include "topology/simulate.hpp"
 #include "topology/units.hpp"
 
 namespace gridbcast::topology {
@@ -34,7 +37,15 @@ std::string plan_to_json(const Grid& grid, const Plan& plan) {
   std::ostringstream o;
   o << "{\"algorithm\": \"" << algorithm_name(plan.algorithm) << "\", \"ranks\": " << plan.ranks
     << ", \"root\": " << plan.root << ", \"size\": " << plan.size
-    << ", \"wan_streams\": " << plan.wan_streams << ",\n \"nodes\": [";
+    << ", \"wan_streams\": " << plan.wan_streams;
+  // Both bounds for this root and size: the max-flow one is what "x bound"
+  // figures use; lower_bound_seconds is the simple one (docs/ALGORITHMS.md).
+  const MaxFlowBound bound = max_flow_bound(grid, plan.root);
+  o << std::setprecision(12) << ", \"max_flow_bound_seconds\": " << bound.seconds(plan.size)
+    << ", \"max_flow_rate_bps\": " << (grid.size() > 1 ? bound.rate_bps : 0)
+    << ", \"max_flow_bottleneck_rank\": " << bound.bottleneck_rank
+    << ", \"lower_bound_seconds\": " << lower_bound_seconds(grid, plan.root, plan.size)
+    << ",\n \"nodes\": [";
   for (int r = 0; r < grid.size(); ++r) {
     const auto& n = grid.nodes[static_cast<size_t>(r)];
     o << (r ? ",\n  " : "\n  ") << "{\"rank\": " << r << ", \"name\": \"" << json_escape(n.name)
@@ -61,6 +72,14 @@ std::string plan_to_text(const Grid& grid, const Plan& plan) {
   o << algorithm_name(plan.algorithm) << ": " << plan.ranks << " ranks in " << grid.sites.size()
     << " site(s), root " << name(plan.root) << ", " << format_bytes(plan.size) << ", "
     << plan.transfers.size() << " transfers\n";
+  if (grid.size() > 1) {
+    const MaxFlowBound bound = max_flow_bound(grid, plan.root);
+    char line[160];
+    std::snprintf(line, sizeof line, "bound: max-flow %.6f s, simple %.6f s; ",
+                  bound.seconds(plan.size), lower_bound_seconds(grid, plan.root, plan.size));
+    o << line << format_bandwidth(bound.rate_bps) << " to " << name(bound.bottleneck_rank)
+      << " at worst\n";
+  }
   // Group by sending site, then by sender, so each site's trees read top-down.
   std::map<int, std::vector<size_t>> by_site;
   for (size_t i = 0; i < plan.transfers.size(); ++i)

@@ -1,0 +1,43 @@
+// cli/launch_report.cpp: the launch summary names both bounds, and the ratio
+// is to the max-flow one; the JSON keeps its old keys and adds the new ones.
+#include "cli/launch_report.hpp"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+namespace gridbcast::cli {
+namespace {
+
+job::BroadcastSummary summary() {
+  job::BroadcastSummary s;
+  s.algorithm = "multilane";
+  s.ranks = 4;
+  s.sites = 2;
+  s.bytes = 1 << 20;
+  s.iterations.push_back({0, s.bytes, "multilane", 0.8, 0});
+  s.lower_bound_seconds = 0.4;     // simple: ratio 2
+  s.max_flow_bound_seconds = 0.2;  // max-flow: ratio 4
+  return s;
+}
+
+TEST(LaunchReport, TextGivesTheRatioToTheMaxFlowBoundAndNamesTheSimpleOne) {
+  std::ostringstream out;
+  print_broadcast_text(out, summary());
+  EXPECT_NE(out.str().find("lower bound from the topology: max-flow 0.2000 s, ratio 4.00 (simple "
+                           "bound 0.4000 s, ratio 2.00)"),
+            std::string::npos)
+      << out.str();
+}
+
+TEST(LaunchReport, JsonKeepsTheSimpleBoundKeysAndAddsTheMaxFlowOnes) {
+  std::ostringstream out;
+  print_broadcast_json(out, summary());
+  EXPECT_NE(out.str().find("\"lower_bound_seconds\": 0.4, \"ratio_to_lower_bound\": 2, "
+                           "\"max_flow_bound_seconds\": 0.2, \"ratio_to_max_flow_bound\": 4,"),
+            std::string::npos)
+      << out.str();
+}
+
+}  // namespace
+}  // namespace gridbcast::cli
