@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <thread>
 
@@ -469,6 +470,60 @@ TEST(Hostile, AnUnexpectedMessageDeclaringTwoToTheFortySevenBytesIsReadAsItArriv
       << error;
   const std::uint64_t rss_after = attack_client::rss_bytes();
   EXPECT_LT(rss_after, rss_before + 3 * kSent) << "RSS " << rss_before << " -> " << rss_after;
+}
+
+// The budget for messages nobody asked for: a member of the job that floods a
+// rank with them gets at most 64 MiB of its memory; beyond that the reader
+// waits and TCP holds the sender back. Here the receiver waits for a message
+// queued behind the flood, so nothing can move once the budget is full: the
+// receiver's --timeout (3 s, no byte moved) ends the wait, naming whom it
+// waited for. The old code allocated every declared length and never gave up.
+TEST(Hostile, UnexpectedMessagesHoldAtMostTheirBudgetAndATimeoutEndsTheWait) {
+  const auto grid = testing::make_grid({2});
+  // The sender waits far longer than the receiver, so the receiver's deadline
+  // is the one that ends it.
+  testing::Ranks ranks(grid, [](int r) {
+    CommOptions o;
+    o.timeout = r == 1 ? 3s : 60s;
+    return o;
+  });
+  constexpr int kMessages = 96;
+  constexpr size_t kBytes = 1 << 20;
+  const std::vector<std::byte> payload(kBytes, std::byte{7});
+  std::thread sender([&] {
+    try {
+      for (int i = 0; i < kMessages; ++i) ranks.at(0).send(1, 0, i, payload.data(), kBytes);
+      ranks.at(0).send(1, 0, 9999, nullptr, 0);
+    } catch (const std::exception&) {
+      // the receiver gives up first and closes the connection
+    }
+  });
+  const std::uint64_t heap_before = attack_client::heap_in_use();
+  std::atomic<bool> waiting{true};
+  std::atomic<std::uint64_t> heap_peak{heap_before};
+  std::thread sampler([&] {
+    while (waiting) {
+      heap_peak = std::max<std::uint64_t>(heap_peak, attack_client::heap_in_use());
+      std::this_thread::sleep_for(50ms);
+    }
+  });
+  std::string error;
+  try {
+    std::byte none{};
+    ranks.at(1).receive(0, 0, 9999, &none, 0);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  waiting = false;
+  sampler.join();
+  sender.join();
+  EXPECT_NE(error.find("waiting for a message from rank 0 ("), std::string::npos) << error;
+  EXPECT_NE(error.find("nothing moved for 3000 ms"), std::string::npos) << error;
+  const std::uint64_t growth = heap_peak - heap_before;
+  std::cout << "unexpected messages: 96 MiB sent, heap peak +" << (growth >> 10) << " KiB\n";
+  // Up to the budget, and not far past it: 96 MiB were sent.
+  EXPECT_GT(growth, std::uint64_t{32} << 20) << "the flood never reached the reader";
+  EXPECT_LT(growth, (std::uint64_t{64} + 12) << 20) << "held " << growth << " bytes";
 }
 
 }  // namespace
