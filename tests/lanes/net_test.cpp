@@ -1,8 +1,12 @@
 // The handshake over real loopback sockets.
 #include "lanes/net.hpp"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/tcp.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <sstream>
 
 #include <cstring>
 #include <optional>
@@ -222,6 +226,92 @@ TEST(Connect, BothEndsCarryKeepAliveAndAUserTimeout) {
   auto& server_side = s.streams.front().socket();
   EXPECT_EQ(int_option(server_side, SOL_SOCKET, SO_KEEPALIVE), 1);
   EXPECT_EQ(int_option(server_side, IPPROTO_TCP, TCP_USER_TIMEOUT), 30'000);
+}
+
+// Out of descriptors, the accept loop waits (10 ms doubling to 1 s) instead of
+// spinning on the connection the kernel keeps queued, says so, and serves again
+// once descriptors free up. Run in a child process whose descriptor limit the
+// test lowers, so the test process keeps its own.
+TEST(Listener, OutOfDescriptorsItBacksOffSaysSoAndRecovers) {
+  int to_parent[2];
+  ASSERT_EQ(::pipe(to_parent), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(to_parent[0]);
+    asio::io_context io;
+    Server s(creds(7, "secret"));
+    int troubles = 0;
+    std::string first;
+    s.listener->start(
+        [&](Stream st, const Hello& h) {
+          s.accepted.push_back(h);
+          s.streams.push_back(std::move(st));
+        },
+        [](const std::string&) {},
+        [&](const std::string& what, bool) {
+          if (troubles++ == 0) first = what;
+        });
+    // Room for two more descriptors only.
+    int open_fds = 0;
+    for (int fd = 0; fd < 1024; ++fd) open_fds += ::fcntl(fd, F_GETFD) != -1 ? 1 : 0;
+    const rlimit lim{static_cast<rlim_t>(open_fds + 2), static_cast<rlim_t>(open_fds + 2)};
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+    const std::string port = std::to_string(s.listener->port()) + "\n";
+    [[maybe_unused]] auto w = ::write(to_parent[1], port.data(), port.size());
+    s.io.run_for(std::chrono::seconds(4));
+    rusage ru{};
+    ::getrusage(RUSAGE_SELF, &ru);
+    const double cpu = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                       static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+    const std::string report = std::to_string(troubles) + " " + std::to_string(s.accepted.size()) +
+                               " " + std::to_string(cpu) + " " + first + "\n";
+    w = ::write(to_parent[1], report.data(), report.size());
+    ::_exit(0);
+  }
+  ::close(to_parent[1]);
+  std::string got;
+  const auto read_line = [&] {
+    std::string line;
+    char c;
+    while (::read(to_parent[0], &c, 1) == 1 && c != '\n') line += c;
+    return line;
+  };
+  const auto port = static_cast<std::uint16_t>(std::stoi(read_line()));
+  // Silent connections: the first take the child's last descriptors, the rest
+  // wait in the kernel's queue while accept fails with EMFILE.
+  asio::io_context io;
+  std::vector<tcp::socket> silent;
+  for (int i = 0; i < 6; ++i) {
+    silent.emplace_back(io);
+    silent.back().connect(make_endpoint("127.0.0.1", port));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  silent.clear();  // their handshakes end, the descriptors come back
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // A real peer gets through once the listener accepts again.
+  EXPECT_EQ(run(io,
+                [&]() -> asio::awaitable<int> {
+                  auto st = co_await connect_authenticated(
+                      "127.0.0.1", make_endpoint("127.0.0.1", port), Hello{}, creds(7, "secret"),
+                      Clock::now() + std::chrono::seconds(3), "the child's listener");
+                  co_return st.socket().is_open() ? 1 : 0;
+                }()),
+            1);
+  std::istringstream report(read_line());
+  int troubles = 0, accepted = 0;
+  double cpu = 0;
+  report >> troubles >> accepted >> cpu;
+  std::string first;
+  std::getline(report, first);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ::close(to_parent[0]);
+  EXPECT_GE(troubles, 1);
+  EXPECT_NE(first.find("out of file descriptors"), std::string::npos) << first;
+  EXPECT_EQ(accepted, 1);
+  // A spinning accept loop burns a core for the 1.5 s of exhaustion.
+  EXPECT_LT(cpu, 0.5) << "the child used " << cpu << " CPU s in 4 s";
 }
 
 }  // namespace
