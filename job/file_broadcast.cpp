@@ -389,6 +389,7 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
           info = comm.bcast(buf, windows[k].bytes, root, spec.algorithm);
         else
           comm.bcast(buf, windows[k].bytes, root, spec.algorithm);
+        if (spec.on_arrival) spec.on_arrival(k, buf, windows[k].bytes);
         if (io.valid()) io.get();
         io = std::async(std::launch::async, [&, k, buf] { drain(windows[k], buf); });
       }

@@ -55,6 +55,9 @@ struct FileSpec {
   // Called on every rank after each window (index from 0) is broadcast; tests
   // stop a rank mid-transfer with it.
   std::function<void(std::uint64_t window)> after_window;
+  // Called on every non-root rank with a window as it arrived, before its
+  // chunks are checked and written; tests damage a chunk in flight with it.
+  std::function<void(std::uint64_t window, std::byte* data, std::uint64_t bytes)> on_arrival;
 };
 
 struct FileResult {

@@ -486,5 +486,43 @@ TEST(FileBroadcastLarge, TwoGiBThroughA64MiBWindowInBoundedMemory) {
   EXPECT_LT(peak, 2 * window + (32ull << 20));
 }
 
+// A chunk damaged between the network and the disk (here: one byte flipped in
+// the window rank 2 received) is caught by its digest as it lands: rank 2
+// fails naming the chunk, its byte range and both digests, its copy never
+// appears under the final name, and no temporary file is left.
+TEST(FileBroadcast, AChunkDamagedInFlightIsCaughtAsItLands) {
+  const auto grid = make_grid({4});
+  Ranks ranks(grid, quick_timeout());
+  TempDir dir;
+  const fs::path src = dir / "src";
+  write_file(src, pattern_bytes(3 * kWindow + 100, 5));
+  const Outcome o = run(ranks, 0, [&](int r) {
+    FileSpec s;
+    s.source = src.string();
+    s.output = (dir / ("n" + std::to_string(r)) / "copy").string();
+    s.chunk_bytes = kChunk;
+    s.window_bytes = kWindow;
+    if (r == 2)
+      s.on_arrival = [](std::uint64_t window, std::byte* data, std::uint64_t bytes) {
+        if (window == 1 && bytes > 0) data[bytes - 1] ^= std::byte{0x40};
+      };
+    return s;
+  });
+  ASSERT_EQ(o.errors.count(2), 1u) << "the damage went unnoticed";
+  const std::string& e = o.errors.at(2);
+  EXPECT_NE(e.find("arrived damaged"), std::string::npos) << e;
+  EXPECT_NE(e.find("chunk "), std::string::npos) << e;
+  EXPECT_NE(e.find("the root's "), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(dir / "n2" / "copy"));
+  EXPECT_TRUE(temporaries(dir.path()).empty());
+  // Whatever the others did, none holds a copy that differs from the source.
+  for (int r = 1; r < 4; ++r) {
+    const fs::path copy = dir / ("n" + std::to_string(r)) / "copy";
+    if (fs::exists(copy)) {
+      EXPECT_EQ(slurp(copy.string()), slurp(src.string())) << "rank " << r;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gridbcast::job
