@@ -27,6 +27,15 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// Sanitizers replace malloc (malloc_info then sees nothing) and keep freed
+// memory in quarantine (the resident set grows): memory figures are asserted
+// in the plain build only; the sanitized runs check everything else.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kMemoryFiguresHold = false;
+#else
+constexpr bool kMemoryFiguresHold = true;
+#endif
+
 void attack(const std::string& address, std::uint16_t port, const JobCredentials& real) {
   asio::io_context io;
   const auto target = lanes::make_endpoint(address, port);
@@ -327,11 +336,13 @@ TEST(Hostile, AFloodOfGarbageConnectionsCostsACounterNotMemoryOrALogLineEach) {
   const auto growth = [](std::uint64_t from, std::uint64_t to) {
     return to > from ? to - from : 0;
   };
-  EXPECT_LT(growth(heap_half, heap_after), std::uint64_t{64} << 10)
-      << "the second " << kHalf << " rejections left " << growth(heap_half, heap_after)
-      << " more bytes in use";
-  EXPECT_LT(growth(heap_before, heap_after), std::uint64_t{256} << 10);
-  EXPECT_LT(growth(rss_before, rss_after), std::uint64_t{4} << 20);
+  if (kMemoryFiguresHold) {
+    EXPECT_LT(growth(heap_half, heap_after), std::uint64_t{64} << 10)
+        << "the second " << kHalf << " rejections left " << growth(heap_half, heap_after)
+        << " more bytes in use";
+    EXPECT_LT(growth(heap_before, heap_after), std::uint64_t{256} << 10);
+    EXPECT_LT(growth(rss_before, rss_after), std::uint64_t{4} << 20);
+  }
   std::cout << "[ figures  ] " << 2 * kHalf << " garbage connections in " << seconds << " s during "
             << broadcasts << " verified broadcasts: heap in use " << heap_before << " -> "
             << heap_half << " -> " << heap_after << " bytes; RSS " << rss_before << " -> "
@@ -469,7 +480,8 @@ TEST(Hostile, AnUnexpectedMessageDeclaringTwoToTheFortySevenBytesIsReadAsItArriv
             std::string::npos)
       << error;
   const std::uint64_t rss_after = attack_client::rss_bytes();
-  EXPECT_LT(rss_after, rss_before + 3 * kSent) << "RSS " << rss_before << " -> " << rss_after;
+  if (kMemoryFiguresHold)
+    EXPECT_LT(rss_after, rss_before + 3 * kSent) << "RSS " << rss_before << " -> " << rss_after;
 }
 
 // The budget for messages nobody asked for: a member of the job that floods a
@@ -522,8 +534,10 @@ TEST(Hostile, UnexpectedMessagesHoldAtMostTheirBudgetAndATimeoutEndsTheWait) {
   const std::uint64_t growth = heap_peak - heap_before;
   std::cout << "unexpected messages: 96 MiB sent, heap peak +" << (growth >> 10) << " KiB\n";
   // Up to the budget, and not far past it: 96 MiB were sent.
-  EXPECT_GT(growth, std::uint64_t{32} << 20) << "the flood never reached the reader";
-  EXPECT_LT(growth, (std::uint64_t{64} + 12) << 20) << "held " << growth << " bytes";
+  if (kMemoryFiguresHold) {
+    EXPECT_GT(growth, std::uint64_t{32} << 20) << "the flood never reached the reader";
+    EXPECT_LT(growth, (std::uint64_t{64} + 12) << 20) << "held " << growth << " bytes";
+  }
 }
 
 }  // namespace
