@@ -480,8 +480,9 @@ TEST(Hostile, AnUnexpectedMessageDeclaringTwoToTheFortySevenBytesIsReadAsItArriv
             std::string::npos)
       << error;
   const std::uint64_t rss_after = attack_client::rss_bytes();
-  if (kMemoryFiguresHold)
+  if (kMemoryFiguresHold) {
     EXPECT_LT(rss_after, rss_before + 3 * kSent) << "RSS " << rss_before << " -> " << rss_after;
+  }
 }
 
 // The budget for messages nobody asked for: a member of the job that floods a
