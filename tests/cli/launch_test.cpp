@@ -97,9 +97,12 @@ TEST(Launch, AKilledRankFailsTheJobInBoundedTimeAndNamesIt) {
   // Wait until all 8 ranks run, then kill rank 5 mid-job.
   pid_t victim = -1;
   std::vector<pid_t> ranks;
-  for (int i = 0; i < 200 && ranks.size() < 8; ++i) {
+  // A child between fork and exec still has the launcher's environment: wait
+  // until every one shows its rank.
+  for (int i = 0; i < 200 && (ranks.size() < 8 || victim < 0); ++i) {
     std::this_thread::sleep_for(50ms);
     ranks.clear();
+    victim = -1;
     for (auto [pid, rank] : children_of(c.pid(), "GRIDBCAST_RANK")) {
       ranks.push_back(pid);
       if (rank == "5") victim = pid;
