@@ -26,11 +26,20 @@ std::string xml_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -53,9 +62,12 @@ std::string size_label(double bytes) {
 
 std::string time_label(double us) {
   std::ostringstream o;
-  if (us >= 1e6) o << std::setprecision(3) << us / 1e6 << " s";
-  else if (us >= 1e3) o << std::setprecision(3) << us / 1e3 << " ms";
-  else o << std::setprecision(3) << us << " us";
+  if (us >= 1e6)
+    o << std::setprecision(3) << us / 1e6 << " s";
+  else if (us >= 1e3)
+    o << std::setprecision(3) << us / 1e3 << " ms";
+  else
+    o << std::setprecision(3) << us << " us";
   return o.str();
 }
 
@@ -81,7 +93,8 @@ std::string describe_method(const job::BenchSpec& spec) {
   return "";
 }
 
-void print_bench_table(std::ostream& out, const BenchContext& ctx, const std::vector<BenchRow>& rows) {
+void print_bench_table(std::ostream& out, const BenchContext& ctx,
+                       const std::vector<BenchRow>& rows) {
   const auto& spec = ctx.spec;
   out << "# gridbcast bench: " << ctx.topology << ", " << ctx.ranks << " ranks in " << ctx.sites
       << " site(s), root " << ctx.root << "\n"
@@ -137,14 +150,17 @@ void print_bench_csv(std::ostream& out, const std::vector<BenchRow>& rows) {
   }
 }
 
-void print_bench_json(std::ostream& out, const BenchContext& ctx, const std::vector<BenchRow>& rows) {
+void print_bench_json(std::ostream& out, const BenchContext& ctx,
+                      const std::vector<BenchRow>& rows) {
   const auto& spec = ctx.spec;
-  out << "{\"topology\": \"" << topology::json_escape(ctx.topology) << "\", \"ranks\": " << ctx.ranks
-      << ", \"sites\": " << ctx.sites << ", \"root\": " << ctx.root << ", \"method\": \""
-      << job::bench_method_name(spec.method) << "\", \"target_rel_stdev\": "
-      << num(spec.target_rel_stdev) << ", \"min_iterations\": " << spec.min_iterations
-      << ", \"max_iterations\": " << spec.max_iterations << ", \"max_seconds_per_point\": "
-      << num(spec.max_seconds) << ", \"rejected_connections\": " << ctx.rejected_connections
+  out << "{\"topology\": \"" << topology::json_escape(ctx.topology)
+      << "\", \"ranks\": " << ctx.ranks << ", \"sites\": " << ctx.sites
+      << ", \"root\": " << ctx.root << ", \"method\": \"" << job::bench_method_name(spec.method)
+      << "\", \"target_rel_stdev\": " << num(spec.target_rel_stdev)
+      << ", \"min_iterations\": " << spec.min_iterations
+      << ", \"max_iterations\": " << spec.max_iterations
+      << ", \"max_seconds_per_point\": " << num(spec.max_seconds)
+      << ", \"rejected_connections\": " << ctx.rejected_connections
       << ", \"peak_rss_bytes\": " << ctx.peak_rss_bytes << ", \"points\": [";
   for (size_t i = 0; i < rows.size(); ++i) {
     const auto& r = rows[i];
@@ -216,20 +232,22 @@ std::string render_svg_plot(const std::string& title, const std::vector<PlotSeri
     return o.str();
   }
   // Whole decades around the data, at least one decade wide on each axis.
-  const double lx0 = std::floor(std::log10(xmin)), lx1 = std::max(lx0 + 1, std::ceil(std::log10(xmax)));
-  const double ly0 = std::floor(std::log10(ymin)), ly1 = std::max(ly0 + 1, std::ceil(std::log10(ymax)));
+  const double lx0 = std::floor(std::log10(xmin)),
+               lx1 = std::max(lx0 + 1, std::ceil(std::log10(xmax)));
+  const double ly0 = std::floor(std::log10(ymin)),
+               ly1 = std::max(ly0 + 1, std::ceil(std::log10(ymax)));
   auto px = [&](double x) { return kLeft + (std::log10(x) - lx0) / (lx1 - lx0) * pw; };
   auto py = [&](double y) { return kTop + ph - (std::log10(y) - ly0) / (ly1 - ly0) * ph; };
 
   o << "<g stroke=\"#dddddd\">\n";
   for (double d = lx0; d <= lx1; ++d)
-    o << "<line x1=\"" << px(std::pow(10, d)) << "\" y1=\"" << kTop << "\" x2=\"" << px(std::pow(10, d))
-      << "\" y2=\"" << kTop + ph << "\"/>\n";
+    o << "<line x1=\"" << px(std::pow(10, d)) << "\" y1=\"" << kTop << "\" x2=\""
+      << px(std::pow(10, d)) << "\" y2=\"" << kTop + ph << "\"/>\n";
   for (double d = ly0; d <= ly1; ++d)
     o << "<line x1=\"" << kLeft << "\" y1=\"" << py(std::pow(10, d)) << "\" x2=\"" << kLeft + pw
       << "\" y2=\"" << py(std::pow(10, d)) << "\"/>\n";
-  o << "</g>\n<rect x=\"" << kLeft << "\" y=\"" << kTop << "\" width=\"" << pw << "\" height=\"" << ph
-    << "\" fill=\"none\" stroke=\"black\"/>\n";
+  o << "</g>\n<rect x=\"" << kLeft << "\" y=\"" << kTop << "\" width=\"" << pw << "\" height=\""
+    << ph << "\" fill=\"none\" stroke=\"black\"/>\n";
   for (double d = lx0; d <= lx1; ++d)
     o << "<text class=\"xtick\" x=\"" << px(std::pow(10, d)) << "\" y=\"" << kTop + ph + 18
       << "\" text-anchor=\"middle\">" << size_label(std::pow(10, d)) << "</text>\n";
@@ -238,8 +256,9 @@ std::string render_svg_plot(const std::string& title, const std::vector<PlotSeri
       << "\" text-anchor=\"end\">" << time_label(std::pow(10, d)) << "</text>\n";
   o << "<text x=\"" << kLeft + pw / 2 << "\" y=\"" << kH - 15
     << "\" text-anchor=\"middle\">message size (log; 1 kB = 1000 bytes)</text>\n"
-    << "<text x=\"18\" y=\"" << kTop + ph / 2 << "\" text-anchor=\"middle\" transform=\"rotate(-90 18 "
-    << kTop + ph / 2 << ")\">broadcast time (log)</text>\n";
+    << "<text x=\"18\" y=\"" << kTop + ph / 2
+    << "\" text-anchor=\"middle\" transform=\"rotate(-90 18 " << kTop + ph / 2
+    << ")\">broadcast time (log)</text>\n";
 
   size_t colour = 0;
   for (size_t i = 0; i < series.size(); ++i) {
@@ -252,9 +271,9 @@ std::string render_svg_plot(const std::string& title, const std::vector<PlotSeri
       if (x == 0 || !(y > 0)) continue;
       pts << (n++ ? " " : "") << px(static_cast<double>(x)) << ',' << py(y);
     }
-    o << "<polyline class=\"series\" data-name=\"" << xml_escape(s.name) << "\" fill=\"none\" stroke=\""
-      << c << "\" stroke-width=\"2\"" << (s.dashed ? " stroke-dasharray=\"6 4\"" : "")
-      << " points=\"" << pts.str() << "\"/>\n";
+    o << "<polyline class=\"series\" data-name=\"" << xml_escape(s.name)
+      << "\" fill=\"none\" stroke=\"" << c << "\" stroke-width=\"2\""
+      << (s.dashed ? " stroke-dasharray=\"6 4\"" : "") << " points=\"" << pts.str() << "\"/>\n";
     if (!s.dashed)
       for (const auto& [x, y] : s.points)
         if (x != 0 && y > 0)

@@ -44,9 +44,11 @@ struct PlotSeries {
 
 std::string describe_method(const job::BenchSpec& spec);
 
-void print_bench_table(std::ostream& out, const BenchContext& ctx, const std::vector<BenchRow>& rows);
+void print_bench_table(std::ostream& out, const BenchContext& ctx,
+                       const std::vector<BenchRow>& rows);
 void print_bench_csv(std::ostream& out, const std::vector<BenchRow>& rows);
-void print_bench_json(std::ostream& out, const BenchContext& ctx, const std::vector<BenchRow>& rows);
+void print_bench_json(std::ostream& out, const BenchContext& ctx,
+                      const std::vector<BenchRow>& rows);
 
 // One line per algorithm (its max_us) and both lower bounds, dashed.
 std::vector<PlotSeries> bench_plot_series(const std::vector<BenchRow>& rows);

@@ -95,7 +95,8 @@ asio::awaitable<void> send_stream(Run& run, LinkKey key, const std::vector<Segme
       throw BroadcastError("sending to " + run.transport.describe(key.peer, key.lane_to) +
                            " failed: " + ec.message());
     run.stats.bytes_out += seg.length;
-    if (run.options.live) run.options.live->bytes_out.fetch_add(seg.length, std::memory_order_relaxed);
+    if (run.options.live)
+      run.options.live->bytes_out.fetch_add(seg.length, std::memory_order_relaxed);
     ++run.stats.frames_out;
     run.moved();
   }

@@ -27,9 +27,9 @@ struct LiveCounters {
 };
 
 struct ExecOptions {
-  std::uint64_t segment_bytes = 0;             // 0 = automatic_segment(size)
-  std::chrono::milliseconds timeout{30'000};   // longest time without progress
-  LiveCounters* live = nullptr;                // added to as bytes move; optional
+  std::uint64_t segment_bytes = 0;            // 0 = automatic_segment(size)
+  std::chrono::milliseconds timeout{30'000};  // longest time without progress
+  LiveCounters* live = nullptr;               // added to as bytes move; optional
 };
 
 using topology::automatic_segment;

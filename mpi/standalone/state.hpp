@@ -56,7 +56,7 @@ struct State {
   bool initialized = false;
   bool finalized = false;
   int thread_level = MPI_THREAD_SINGLE;
-  std::unique_ptr<job::Session> session;         // under `gridbcast launch`
+  std::unique_ptr<job::Session> session;             // under `gridbcast launch`
   std::unique_ptr<runtime::Communicator> singleton;  // started without a launcher
   runtime::Communicator* world = nullptr;
   std::string processor_name;

@@ -68,7 +68,8 @@ TEST(BenchReport, CsvHasAHeaderAndOneLinePerPointWithTheSameColumns) {
     ++n;
   }
   EXPECT_EQ(n, 5);
-  EXPECT_NE(out.str().find("binomial,binomial,1048576,6500,5000,8000,9,"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("binomial,binomial,1048576,6500,5000,8000,9,"), std::string::npos)
+      << out.str();
 }
 
 TEST(BenchReport, JsonCarriesEveryPointAndTheRanksLatencies) {

@@ -15,11 +15,21 @@ std::string json_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];
@@ -102,9 +112,8 @@ std::string plan_to_text(const Grid& grid, const Plan& plan) {
 std::string plan_to_dot(const Grid& grid, const Plan& plan) {
   static const char* kLaneColours[] = {"blue", "red"};
   std::ostringstream o;
-  o << "digraph gridbcast {\n  label=\"" << algorithm_name(plan.algorithm) << ", "
-    << plan.ranks << " ranks, root " << plan.root << ", " << plan.size
-    << " bytes\";\n  node [shape=box];\n";
+  o << "digraph gridbcast {\n  label=\"" << algorithm_name(plan.algorithm) << ", " << plan.ranks
+    << " ranks, root " << plan.root << ", " << plan.size << " bytes\";\n  node [shape=box];\n";
   for (size_t s = 0; s < grid.sites.size(); ++s) {
     o << "  subgraph cluster_" << s << " {\n    label=\"" << json_escape(grid.sites[s].name)
       << "\";\n";
