@@ -160,14 +160,7 @@ class Launcher {
   // one fails the job naming it, never vanishes.
   auto reporter(std::string what) {
     return [this, what = std::move(what)](std::exception_ptr e) {
-      if (!e) return;
-      try {
-        std::rethrow_exception(e);
-      } catch (const std::exception& ex) {
-        fail(Cause::kOther, what + " failed: " + ex.what());
-      } catch (...) {
-        fail(Cause::kOther, what + " failed");
-      }
+      if (e) fail(Cause::kOther, what + " failed: " + lanes::what_of(e));
     };
   }
 
@@ -654,8 +647,15 @@ LaunchResult Launcher::run() {
       return std::move(result);
     }
   }
-  if (const char* j = std::getenv("GRIDBCAST_JOB_ID"); j && *j)
-    creds_.job_id = std::stoull(j, nullptr, 16);
+  if (const char* j = std::getenv("GRIDBCAST_JOB_ID"); j && *j) {
+    const std::string id = j;
+    if (id.size() > 16 || id.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos) {
+      result.status = 1;
+      result.failure = "GRIDBCAST_JOB_ID is not a job id (at most 16 hex digits): \"" + id + "\"";
+      return std::move(result);
+    }
+    creds_.job_id = std::stoull(id, nullptr, 16);
+  }
   std::shared_ptr<lanes::Listener> listener;
   try {
     listener = lanes::Listener::open(io_.get_executor(), o_.listen_address, o_.listen_port,

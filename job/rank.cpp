@@ -16,6 +16,7 @@
 #include "job/session.hpp"
 #include "runtime/buffer.hpp"
 #include "runtime/communicator.hpp"
+#include "runtime/endpoints.hpp"
 
 namespace gridbcast::job {
 namespace {
@@ -74,18 +75,13 @@ std::string sha256_reporting(Session& session, const std::byte* data, std::uint6
     ok = EVP_DigestUpdate(ctx, data + off, n) == 1;
     session.note_work(n);
   }
-  unsigned char md[EVP_MAX_MD_SIZE];
+  std::vector<std::uint8_t> md(EVP_MAX_MD_SIZE);
   unsigned int len = 0;
-  ok = ok && EVP_DigestFinal_ex(ctx, md, &len) == 1;
+  ok = ok && EVP_DigestFinal_ex(ctx, md.data(), &len) == 1;
   EVP_MD_CTX_free(ctx);
   if (!ok) throw std::runtime_error("SHA-256 failed in OpenSSL");
-  static const char* kDigits = "0123456789abcdef";
-  std::string hex;
-  for (unsigned int i = 0; i < len; ++i) {
-    hex += kDigits[md[i] >> 4];
-    hex += kDigits[md[i] & 15];
-  }
-  return hex;
+  md.resize(len);
+  return runtime::to_hex(md);
 }
 
 // The launcher's next message, which must be a T.
@@ -95,6 +91,21 @@ T expect(Session& session) {
   if (auto* t = std::get_if<T>(&m)) return std::move(*t);
   throw std::runtime_error("the launcher sent " + control::name_of(m) + " where " +
                            control::name_of(control::ToRank{T{}}) + " was expected");
+}
+
+// Ready, then the launcher's Go for the same iteration; from then on the
+// heartbeat carries this iteration's progress. Returns Done with its start.
+control::Done begin_iteration(Session& session, int i) {
+  session.send(control::Ready{i});
+  const auto go = expect<control::Go>(session);
+  if (go.iteration != i)
+    throw std::runtime_error("the launcher started iteration " + std::to_string(go.iteration) +
+                             " while this rank is at " + std::to_string(i));
+  control::Done done;
+  done.iteration = i;
+  done.t0_ns = now_ns();
+  session.report_progress(i);
+  return done;
 }
 
 int run_bench_rank(Session& session) {
@@ -132,15 +143,7 @@ int run_file_rank(Session& session) {
   spec.on_work = [&session](std::uint64_t bytes) { session.note_work(bytes); };
   for (int i = 0; i < params.iterations; ++i) {
     const Iteration it = iteration_at(params, i, grid);
-    session.send(control::Ready{i});
-    const auto go = expect<control::Go>(session);
-    if (go.iteration != i)
-      throw std::runtime_error("the launcher started iteration " + std::to_string(go.iteration) +
-                               " while this rank is at " + std::to_string(i));
-    control::Done done;
-    done.iteration = i;
-    done.t0_ns = now_ns();
-    session.report_progress(i);
+    control::Done done = begin_iteration(session, i);
     spec.algorithm =
         it.algorithm == "auto" ? std::nullopt : topology::parse_algorithm(it.algorithm);
     const TreeResult r = broadcast_tree(comm, spec, it.root);
@@ -179,15 +182,7 @@ int run_broadcast_rank(Session& session) {
     const Iteration it = iteration_at(params, i, grid);
     if (rank == it.root)
       runtime::fill_pattern(buffer.data(), it.size, params.seed + static_cast<std::uint64_t>(i));
-    session.send(control::Ready{i});
-    const auto go = expect<control::Go>(session);
-    if (go.iteration != i)
-      throw std::runtime_error("the launcher started iteration " + std::to_string(go.iteration) +
-                               " while this rank is at " + std::to_string(i));
-    control::Done done;
-    done.iteration = i;
-    done.t0_ns = now_ns();
-    session.report_progress(i);
+    control::Done done = begin_iteration(session, i);
     const auto algo =
         it.algorithm == "auto" ? std::nullopt : topology::parse_algorithm(it.algorithm);
     const runtime::BcastInfo info = comm.bcast(buffer.data(), it.size, it.root, algo);

@@ -186,13 +186,7 @@ struct Session::Impl {
   std::function<void(std::exception_ptr)> reporter(const char* what) {
     return [this, what](std::exception_ptr e) {
       if (!e) return;
-      std::string why = "unknown error";
-      try {
-        std::rethrow_exception(e);
-      } catch (const std::exception& ex) {
-        why = ex.what();
-      } catch (...) {
-      }
+      const std::string why = lanes::what_of(e);
       {
         std::unique_lock lock(mu);
         if (closing) return;

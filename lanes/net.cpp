@@ -15,6 +15,16 @@ std::string endpoint_string(const tcp::endpoint& e) {
   return (a.is_v6() ? "[" + a.to_string() + "]" : a.to_string()) + ":" + std::to_string(e.port());
 }
 
+std::string what_of(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    return ex.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
 tcp::endpoint make_endpoint(const std::string& address, std::uint16_t port) {
   asio::error_code ec;
   auto a = asio::ip::make_address(address, ec);
@@ -106,13 +116,7 @@ void Listener::start(OnConnection on_connection, OnReject on_reject, OnTrouble o
       [self = shared_from_this()](std::exception_ptr e) {
         if (!e) return;
         // A listener that stops accepting leaves its peers waiting: say so.
-        std::string what = "unknown exception";
-        try {
-          std::rethrow_exception(e);
-        } catch (const std::exception& ex) {
-          what = ex.what();
-        } catch (...) {
-        }
+        const std::string what = what_of(e);
         const std::string line = "listener on " + self->address_ + ":" +
                                  std::to_string(self->port_) + " stopped accepting: " + what;
         if (self->on_trouble_)

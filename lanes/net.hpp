@@ -31,6 +31,10 @@ struct Credentials {
   std::vector<std::uint8_t> secret;
 };
 
+// What an exception_ptr holds, as text (for completion handlers of spawned
+// coroutines, which must report what escaped them, never drop it).
+std::string what_of(std::exception_ptr e);
+
 // A network failure that names the peer it concerns.
 class NetworkError : public std::runtime_error {
  public:

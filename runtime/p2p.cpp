@@ -42,13 +42,7 @@ void Messenger::accept(int peer, std::unique_ptr<lanes::Stream> socket) {
   // from this peer would wait forever. It fails them, naming the cause.
   asio::co_spawn(transport_.io(), read_loop(peer, s), [this, peer, &s](std::exception_ptr e) {
     if (!e) return;
-    std::string what = "unknown exception";
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& ex) {
-      what = ex.what();
-    } catch (...) {
-    }
+    const std::string what = lanes::what_of(e);
     s.close();
     if (closed_all_.empty())
       peer_closed(peer,
@@ -87,6 +81,20 @@ void Messenger::close_all(const std::string& why) {
   for (Posted* p : posted_) p->error = why;
   posted_.clear();
   changed_.notify_all();
+}
+
+// Reads and drops `bytes` (a message's excess over the receive's capacity).
+asio::awaitable<std::error_code> Messenger::discard(lanes::Stream& socket, std::uint64_t bytes,
+                                                    std::vector<std::byte>& scratch) {
+  scratch.resize(64 * 1024);
+  for (std::uint64_t left = bytes; left > 0;) {
+    const auto piece = static_cast<size_t>(std::min<std::uint64_t>(left, scratch.size()));
+    auto [ec, n] = co_await socket.read(asio::buffer(scratch.data(), piece));
+    if (ec) co_return ec;
+    left -= piece;
+    bytes_moved_ += piece;
+  }
+  co_return std::error_code{};
 }
 
 asio::awaitable<void> Messenger::read_loop(int peer, lanes::Stream& socket) {
@@ -128,13 +136,7 @@ asio::awaitable<void> Messenger::read_loop(int peer, lanes::Stream& socket) {
         bytes_moved_ += piece;
       }
       // Whatever does not fit is read and dropped: the receiver learns the length.
-      for (std::uint64_t left = length - take; !failure && left > 0;) {
-        scratch.resize(64 * 1024);
-        const auto piece = static_cast<size_t>(std::min<std::uint64_t>(left, scratch.size()));
-        auto [dec, dn] = co_await socket.read(asio::buffer(scratch.data(), piece));
-        failure = dec;
-        left -= piece;
-      }
+      if (!failure) failure = co_await discard(socket, length - take, scratch);
       if (failure) {
         posted->error = "receiving a message from " + who + " failed: " + failure.message();
       } else {
@@ -180,14 +182,9 @@ asio::awaitable<void> Messenger::read_loop(int peer, lanes::Stream& socket) {
           auto [rec, rn] =
               co_await socket.read(asio::buffer(late->data + got, static_cast<size_t>(fits - got)));
           failure = rec;
+          bytes_moved_ += fits - got;
         }
-        for (std::uint64_t left = length - std::max(got, fits); !failure && left > 0;) {
-          scratch.resize(64 * 1024);
-          const auto piece = static_cast<size_t>(std::min<std::uint64_t>(left, scratch.size()));
-          auto [dec, dn] = co_await socket.read(asio::buffer(scratch.data(), piece));
-          failure = dec;
-          left -= piece;
-        }
+        if (!failure) failure = co_await discard(socket, length - std::max(got, fits), scratch);
         if (failure) {
           late->error = "receiving a message from " + who + " failed: " + failure.message();
         } else {

@@ -90,6 +90,8 @@ class Messenger {
   };
 
   void accept(int peer, std::unique_ptr<lanes::Stream> socket);
+  asio::awaitable<std::error_code> discard(lanes::Stream& socket, std::uint64_t bytes,
+                                           std::vector<std::byte>& scratch);
   asio::awaitable<void> read_loop(int peer, lanes::Stream& socket);
   Posted* take_posted(int source, std::uint64_t context, std::int64_t tag);
   void peer_closed(int peer, const std::string& why);
