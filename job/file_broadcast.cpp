@@ -139,8 +139,14 @@ runtime::MappedBuffer allocate(std::uint64_t bytes) {
   return runtime::MappedBuffer::anonymous(std::max<std::uint64_t>(bytes, 1));
 }
 
-// A window's buffer: the digests of its chunks, then their bytes back to back.
-//   [ d(c0) | d(c1) | ... | d(ck-1) | bytes of c0 | bytes of c1 | ... ]
+// A window's buffer: the digests of its chunks, padded to kDirectAlign so the
+// data is aligned for direct writes, then their bytes back to back.
+//   [ d(c0) | d(c1) | ... | d(ck-1) | pad | bytes of c0 | bytes of c1 | ... ]
+std::uint64_t digest_area(std::uint64_t chunks) {
+  const std::uint64_t bytes = chunks * sizeof(Digest);
+  return (bytes + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
+}
+
 struct WindowLayout {
   std::vector<std::uint64_t> chunks;  // indices into the file's chunks
   std::uint64_t bytes = 0;            // digests + data
@@ -216,7 +222,7 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
   // already), then tells the root it is ready and which chunks it needs.
   const std::uint64_t per_window = std::max<std::uint64_t>(
       1, std::min((h.window_bytes / 2) / h.chunk_bytes, std::max<std::uint64_t>(1, count)));
-  const std::uint64_t buffer_bytes = per_window * (sizeof(Digest) + h.chunk_bytes);
+  const std::uint64_t buffer_bytes = digest_area(per_window) + per_window * h.chunk_bytes;
   FileSink sink;
   std::uint64_t kept = 0;
   std::vector<std::uint8_t> needed(bitmap_bytes, 0);
@@ -320,13 +326,14 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
     for (std::uint64_t j = first; j < std::min<std::uint64_t>(todo.size(), first + per_window);
          ++j) {
       w.chunks.push_back(todo[j]);
-      w.bytes += sizeof(Digest) + layout.length(todo[j]);
+      w.bytes += layout.length(todo[j]);
     }
+    w.bytes += digest_area(w.chunks.size());
     windows.push_back(std::move(w));
   }
 
   auto fill = [&](const WindowLayout& w, std::byte* buf) {
-    std::byte* data = buf + w.chunks.size() * sizeof(Digest);
+    std::byte* data = buf + digest_area(w.chunks.size());
     for (size_t j = 0; j < w.chunks.size(); ++j) {
       const std::uint64_t c = w.chunks[j], len = layout.length(c);
       source.read(layout.offset(c), data, len);
@@ -342,7 +349,7 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
     }
   };
   auto drain = [&](const WindowLayout& w, const std::byte* buf) {
-    const std::byte* data = buf + w.chunks.size() * sizeof(Digest);
+    const std::byte* data = buf + digest_area(w.chunks.size());
     for (size_t j = 0; j < w.chunks.size(); ++j) {
       const std::uint64_t c = w.chunks[j], len = layout.length(c);
       Digest sent;

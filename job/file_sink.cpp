@@ -267,6 +267,21 @@ FileSink FileSink::open(const std::string& final_path, const FileMeta& meta,
   }
   if (::ftruncate(s.fd_, static_cast<off_t>(meta.size)) != 0)
     throw file_error(s.temp_path(), "cannot size to " + std::to_string(meta.size) + " bytes");
+
+  // The same file opened again for direct writes, checked to be the same
+  // inode. File systems without O_DIRECT (tmpfs before Linux 6.6) refuse the
+  // open with EINVAL: their writes take the page cache path.
+  if (options.direct_io) {
+    s.direct_fd_ =
+        ::openat(s.dir_fd_, s.temp_name_.c_str(), O_WRONLY | O_DIRECT | O_NOFOLLOW | O_CLOEXEC);
+    struct stat a {
+    }, b{};
+    if (s.direct_fd_ >= 0 && (::fstat(s.fd_, &a) != 0 || ::fstat(s.direct_fd_, &b) != 0 ||
+                              a.st_dev != b.st_dev || a.st_ino != b.st_ino)) {
+      ::close(s.direct_fd_);
+      s.direct_fd_ = -1;
+    }
+  }
   return s;
 }
 
@@ -282,6 +297,7 @@ FileSink::FileSink(FileSink&& o) noexcept
       dir_fd_(std::exchange(o.dir_fd_, -1)),
       fd_(std::exchange(o.fd_, -1)),
       existing_fd_(std::exchange(o.existing_fd_, -1)),
+      direct_fd_(std::exchange(o.direct_fd_, -1)),
       cleanup_slot_(std::exchange(o.cleanup_slot_, -1)) {}
 
 FileSink& FileSink::operator=(FileSink&& o) noexcept {
@@ -298,6 +314,7 @@ FileSink& FileSink::operator=(FileSink&& o) noexcept {
     dir_fd_ = std::exchange(o.dir_fd_, -1);
     fd_ = std::exchange(o.fd_, -1);
     existing_fd_ = std::exchange(o.existing_fd_, -1);
+    direct_fd_ = std::exchange(o.direct_fd_, -1);
     cleanup_slot_ = std::exchange(o.cleanup_slot_, -1);
   }
   return *this;
@@ -308,6 +325,7 @@ FileSink::~FileSink() {
 }
 
 void FileSink::release() {
+  if (direct_fd_ >= 0) ::close(direct_fd_);
   if (fd_ >= 0) {
     ::close(fd_);
     if (!committed_ && !resume_) ::unlinkat(dir_fd_, temp_name_.c_str(), 0);
@@ -315,11 +333,13 @@ void FileSink::release() {
   release_cleanup(cleanup_slot_);
   if (existing_fd_ >= 0) ::close(existing_fd_);
   if (dir_fd_ >= 0) ::close(dir_fd_);
-  fd_ = dir_fd_ = existing_fd_ = cleanup_slot_ = -1;
+  fd_ = dir_fd_ = existing_fd_ = direct_fd_ = cleanup_slot_ = -1;
 }
 
 void FileSink::write(std::uint64_t offset, const std::byte* data, std::uint64_t bytes) {
-  pwrite_full(fd_, temp_path(), data, bytes, offset);
+  const bool aligned = offset % kDirectAlign == 0 && bytes % kDirectAlign == 0 &&
+                       reinterpret_cast<std::uintptr_t>(data) % kDirectAlign == 0;
+  pwrite_full(direct_fd_ >= 0 && aligned ? direct_fd_ : fd_, temp_path(), data, bytes, offset);
 }
 
 std::uint64_t FileSink::read_partial(std::uint64_t offset, std::byte* data,

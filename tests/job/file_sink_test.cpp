@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,8 +17,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -90,6 +94,47 @@ TEST(FileSink, CopyAppearsOnlyAtCommitWithTheSourcesModeAndMtime) {
   EXPECT_EQ(st.st_mode & 07777, 0640u);
   EXPECT_EQ(st.st_mtim.tv_sec, 1'600'000'000);
   EXPECT_EQ(st.st_mtim.tv_nsec, 123'456'789);
+}
+
+// Aligned writes go to the device with O_DIRECT (their pages never enter the
+// page cache, as mincore shows); a tail and an unaligned buffer take the
+// page cache path; the copy is exact either way.
+TEST(FileSink, AlignedWritesBypassThePageCacheAndTheRestDoesNotAndTheCopyIsExact) {
+  TempDir dir;
+  const int probe = ::open((dir / "probe").c_str(), O_CREAT | O_WRONLY | O_DIRECT, 0600);
+  if (probe < 0) GTEST_SKIP() << dir.path() << " does not take O_DIRECT: " << std::strerror(errno);
+  ::close(probe);
+  constexpr std::uint64_t kPage = kDirectAlign;
+  const std::uint64_t size = 3 * kPage + 100;
+  std::string data(size, '\0');
+  for (std::uint64_t i = 0; i < size; ++i) data[i] = static_cast<char>(i * 7 + i / 4096);
+  void* raw = std::aligned_alloc(kPage, 3 * kPage);
+  ASSERT_NE(raw, nullptr);
+  std::unique_ptr<void, decltype(&std::free)> aligned(raw, &std::free);
+  std::memcpy(raw, data.data(), 2 * kPage);
+
+  const fs::path dest = dir / "copy.bin";
+  FileSink sink = FileSink::open(dest.string(), meta_for(size), {});
+  ASSERT_TRUE(sink.direct_io());
+  sink.write(0, static_cast<const std::byte*>(raw), 2 * kPage);  // aligned: direct
+  // Page 2 from an unaligned address, and the 100-byte tail: page cache.
+  sink.write(2 * kPage, bytes_of(data) + 2 * kPage, kPage);
+  sink.write(3 * kPage, bytes_of(data) + 3 * kPage, 100);
+
+  const int fd = ::open(sink.temp_path().c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  ASSERT_NE(map, MAP_FAILED);
+  unsigned char resident[4] = {};
+  ASSERT_EQ(::mincore(map, size, resident), 0);
+  EXPECT_EQ(resident[0] & 1, 0) << "a direct write left its page in the cache";
+  EXPECT_EQ(resident[1] & 1, 0) << "a direct write left its page in the cache";
+  EXPECT_EQ(resident[2] & 1, 1) << "an unaligned buffer went through the cache";
+  EXPECT_EQ(resident[3] & 1, 1) << "the tail went through the cache";
+  ::munmap(map, size);
+  ::close(fd);
+  sink.commit();
+  EXPECT_EQ(slurp(dest.string()), data);
 }
 
 TEST(FileSink, WithoutCommitTheTemporaryGoesAndAnExistingCopyStays) {
