@@ -94,6 +94,21 @@ void print_broadcast_text(std::ostream& out, const job::BroadcastSummary& s) {
     if (s.copies.size() > 3) out << ", ...; --json lists all";
     out << ")\n";
   }
+  if (!s.files.empty()) {
+    // Each file the root sent (its name in the job, size, and with --resume
+    // how many chunks moved); the first ten, then a count.
+    constexpr size_t kListed = 10;
+    out << "  files: " << s.files.size() << "\n";
+    for (size_t i = 0; i < s.files.size() && i < kListed; ++i) {
+      const auto& f = s.files[i];
+      out << "    " << f.path << "  " << topology::format_bytes(f.bytes);
+      if (f.chunks_sent != f.chunks)
+        out << ", " << f.chunks_sent << " of " << f.chunks << " chunks sent";
+      out << "\n";
+    }
+    if (s.files.size() > kListed)
+      out << "    ... and " << s.files.size() - kListed << " more; --json lists all\n";
+  }
   out << "  largest rank resident set: " << topology::format_bytes(s.peak_rss_bytes) << "\n";
   if (s.rejected_connections > 0)
     out << "  rejected connections: " << s.rejected_connections << "\n";
@@ -133,6 +148,13 @@ void print_broadcast_json(std::ostream& out, const job::BroadcastSummary& s) {
     out << (i ? ", " : "") << "{\"rank\": " << s.copies[i].rank
         << ", \"node\": " << str(s.copies[i].node) << ", \"path\": " << str(s.copies[i].path)
         << "}";
+  out << "], \"files\": [";
+  for (size_t i = 0; i < s.files.size(); ++i) {
+    const auto& f = s.files[i];
+    out << (i ? ", " : "") << "{\"path\": " << str(f.path) << ", \"bytes\": " << f.bytes
+        << ", \"chunks\": " << f.chunks << ", \"chunks_sent\": " << f.chunks_sent
+        << ", \"root_digest\": " << str(f.root_digest) << "}";
+  }
   out << "]}\n";
 }
 

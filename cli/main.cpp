@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "cli/bench_report.hpp"
+#include "cli/file_job.hpp"
 #include "cli/launch_report.hpp"
 #include "job/file_sink.hpp"
 #include "job/file_source.hpp"
@@ -246,8 +247,9 @@ int main(int argc, char** argv) {
   auto* launch_cmd = app.add_subcommand("launch",
                                         "Start one rank per node and broadcast (the main job), or "
                                         "run a program on every rank (-- PROGRAM)");
-  std::string l_topology, l_algorithm = "auto", l_size = "64 MiB", l_file,
+  std::string l_topology, l_algorithm = "auto", l_size = "64 MiB",
                           l_output = "/tmp/gridbcast/{node}/";
+  std::vector<std::string> l_files;
   int l_root = 0, l_iterations = 1;
   RunOptions l_run;
   std::uint64_t l_seed = 1;
@@ -258,14 +260,17 @@ int main(int argc, char** argv) {
       "site-config YAML (default: the embedded default, 2 sites x 4 nodes on loopback)");
   launch_cmd->add_option("--size,-s", l_size, "bytes to broadcast, e.g. 1048576, \"64 MiB\"")
       ->capture_default_str();
-  launch_cmd->add_option("--file", l_file,
-                         "broadcast this file or directory (recursively, symlinks as links) "
-                         "instead of generated data (- reads standard input, spooled to $TMPDIR "
-                         "first; docs/FILES.md)");
+  launch_cmd
+      ->add_option("--file", l_files,
+                   "broadcast this file or directory (recursively, symlinks as links) "
+                   "instead of generated data; repeat for several, each copied under its name "
+                   "into the --output directory (- reads standard input, spooled to $TMPDIR "
+                   "first; docs/FILES.md)")
+      ->allow_extra_args(false);
   launch_cmd
       ->add_option("--output,-o", l_output,
                    "where other ranks write --file; {node} and {rank} are replaced; a trailing / "
-                   "appends the file name")
+                   "appends the file name; with several files, the directory they go into")
       ->capture_default_str();
   std::string l_window = "64 MiB";
   bool l_resume = false;
@@ -707,7 +712,7 @@ int main(int argc, char** argv) {
         o.params.kind = job::JobKind::kProgram;
         o.program = l_program;
       }
-      if (!l_file.empty()) {
+      if (!l_files.empty()) {
         if (launch_cmd->count("--size"))
           throw CLI::ValidationError("--size",
                                      "cannot be used with --file: the file's size is sent");
@@ -716,48 +721,14 @@ int main(int argc, char** argv) {
         if (l_random_roots)
           throw CLI::ValidationError("--random-roots",
                                      "cannot be used with --file: the file is on the root's host");
-        std::string source = l_file;
-        if (l_file == "-") {
-          if (l_output.empty() || l_output.back() == '/')
-            throw CLI::ValidationError("--output",
-                                       "--file - needs --output naming the copies' file, not a "
-                                       "directory");
-          // Standard input has no size in advance: spooled to a file first.
-          const char* tmp = std::getenv("TMPDIR");
-          spool.path = job::spool_to_file(0, tmp && *tmp ? tmp : "/tmp");
-          source = spool.path;
-        }
-        const job::FileMeta meta = job::stat_file(source);
-        o.params.file = std::filesystem::absolute(source).string();
-        o.params.size = 0;  // a directory: the bytes of its regular files
-        for (const auto& e : job::scan_tree(o.params.file)) o.params.size += e.size;
-        o.params.file_mode = meta.mode;
-        o.params.file_mtime_ns = meta.mtime_ns;
-        o.params.source_dev = meta.dev;
-        o.params.source_ino = meta.ino;
-        o.params.window_bytes = parse_size_option(l_window, "--window");
-        if (o.params.window_bytes < 2)
-          throw CLI::ValidationError("--window", "must be at least 2 bytes");
-        o.params.resume = l_resume;
-        o.params.output = l_output;
-        if (!o.params.output.empty() && o.params.output.back() == '/')
-          o.params.output += std::filesystem::path(l_file).filename().string();
-        // A copy over the source destroys it: refused for every rank on the
-        // root's host (all of them with the local and netns backends) before
-        // any rank starts; the ranks check again by device and inode.
-        const bool one_host = l_run.backend == "local" || l_run.backend == "netns";
-        const auto& root_node = l.grid.nodes[static_cast<size_t>(l_root)];
-        for (int r = 0; r < l.grid.size(); ++r) {
-          const auto& node = l.grid.nodes[static_cast<size_t>(r)];
-          if (r == l_root || (!one_host && node.host != root_node.host)) continue;
-          try {
-            job::refuse_copy_over_source(job::output_path(o.params.output, r, node.name),
-                                         o.params.file, meta);
-          } catch (const std::runtime_error& e) {
-            throw CLI::ValidationError(
-                "--output", "rank " + std::to_string(r) + " (node " + node.name + "): " + e.what());
-          }
-        }
+        cli::FileJobRequest fr;
+        fr.files = l_files;
+        fr.output = l_output;
+        fr.window_bytes = parse_size_option(l_window, "--window");
+        fr.resume = l_resume;
+        fr.one_host = l_run.backend == "local" || l_run.backend == "netns";
+        fr.root = l_root;
+        spool.path = cli::prepare_file_job(fr, l.grid, o.params);
       } else {
         for (const char* opt : {"--output", "--window", "--resume"})
           if (launch_cmd->count(opt)) throw CLI::ValidationError(opt, "only applies to --file");

@@ -24,6 +24,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "job/chunk_digest.hpp"
 #include "job/file_sink.hpp"
@@ -35,6 +36,10 @@ inline constexpr std::uint64_t kDefaultWindowBytes = 64ull << 20;
 
 struct FileSpec {
   std::string source;  // the root's: path of the file to send
+  // broadcast_tree only, the root's: several files or directories, each copied
+  // to OUTPUT/NAME (NAME: its last path component); empty: `source` alone,
+  // copied to OUTPUT.
+  std::vector<std::string> sources;
   std::string output;  // every other rank's: final path of its copy
   // The root's: the size the launcher announced; a source of another size
   // fails the job before data moves (it changed since the launch began).
@@ -62,6 +67,7 @@ struct FileSpec {
 
 struct FileResult {
   std::string path;  // root: the source; other ranks: where the copy is
+  std::string name;  // broadcast_tree: the file's path within the job (its name, or under a tree)
   std::uint64_t size = 0;
   std::uint32_t mode = 0;
   std::int64_t mtime_ns = 0;

@@ -173,6 +173,17 @@ std::vector<TreeEntry> scan_tree(const std::string& source) {
   return out;
 }
 
+std::string source_name(const std::string& source) {
+  fs::path p = fs::path(source).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();
+  const std::string name = p.filename().string();
+  if (name.empty() || name == "." || name == ".." || name == "/")
+    throw std::runtime_error(source +
+                             ": has no name to copy it under (give it as a path "
+                             "ending in a file or directory name)");
+  return name;
+}
+
 TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int root) {
   const int rank = comm.rank();
   const bool is_root = rank == root;
@@ -183,9 +194,29 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
 
   // The manifest: its length (or the root's error) in a fixed header, then it.
   std::string manifest, error;
+  std::vector<std::string> read_from;  // the root's: where each entry is read
   if (is_root) {
     try {
-      manifest = encode(scan_tree(spec.source));
+      std::vector<TreeEntry> all;
+      if (spec.sources.empty()) {
+        all = scan_tree(spec.source);
+        for (const auto& e : all) read_from.push_back(join(spec.source, e.path));
+      } else {
+        std::vector<std::string> names;
+        for (const auto& src : spec.sources) {
+          const std::string name = source_name(src);
+          if (std::find(names.begin(), names.end(), name) != names.end())
+            throw std::runtime_error("two sources would be copied as \"" + name +
+                                     "\"; one of them is " + src);
+          names.push_back(name);
+          for (auto e : scan_tree(src)) {
+            read_from.push_back(join(src, e.path));
+            e.path = join(name, e.path);
+            all.push_back(std::move(e));
+          }
+        }
+      }
+      manifest = encode(all);
       if (manifest.size() > kMaxManifestBytes)
         throw std::runtime_error(spec.source + ": too many entries for one job");
     } catch (const std::exception& e) {
@@ -218,29 +249,34 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
   comm.bcast(manifest.data(), manifest.size(), root, spec.algorithm);
   const std::vector<TreeEntry> entries = decode(manifest);
   if (entries.empty()) throw std::runtime_error("file broadcast: an empty manifest");
-  const bool single = entries.front().kind == TreeEntry::Kind::kFile;
+  const bool single =
+      entries.front().path.empty() && entries.front().kind == TreeEntry::Kind::kFile;
 
   TreeResult result;
-  result.path = is_root ? spec.source : spec.output;
+  result.path = is_root && spec.sources.empty() ? spec.source : spec.output;
   std::string digest_input;
   try {
     // Files first, in manifest order (their directories are made 0700 on the
     // way); then the empty directories and symlinks; then directory modes and
     // mtimes, deepest first, so that writing a child does not change them.
-    for (const auto& e : entries) {
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const TreeEntry& e = entries[i];
       if (e.kind != TreeEntry::Kind::kFile) continue;
       FileSpec fs_spec = spec;
-      fs_spec.source = join(spec.source, e.path);
+      fs_spec.sources.clear();
+      fs_spec.source = is_root ? read_from.at(i) : std::string();
       fs_spec.output = join(spec.output, e.path);
       fs_spec.expected_size = single && spec.expected_size ? spec.expected_size : e.size;
-      const FileResult r = broadcast_file(comm, fs_spec, root);
+      FileResult r = broadcast_file(comm, fs_spec, root);
+      r.name = !e.path.empty() ? e.path
+                               : fs::path(is_root ? spec.source : spec.output).filename().string();
       ++result.files;
       result.bytes += r.size;
       result.chunks += r.chunks;
       result.chunks_sent += r.chunks_sent;
       result.algorithm = r.algorithm;
       digest_input += e.path + '\0' + r.root_digest + '\0';
-      result.per_file.push_back(r);
+      result.per_file.push_back(std::move(r));
     }
     for (const auto& e : entries) {
       if (e.kind == TreeEntry::Kind::kDirectory) {

@@ -37,6 +37,11 @@ struct TreeEntry {
 // name order. Anything else (devices, sockets, pipes) is refused, naming it.
 std::vector<TreeEntry> scan_tree(const std::string& source);
 
+// The name a source has in a job of several (`FileSpec::sources`): its last
+// path component ("/data/set/" -> "set"). Throws for "/" and other paths
+// without one.
+std::string source_name(const std::string& source);
+
 struct TreeResult {
   std::string path;  // root: the source; others: where the copy (tree) is
   std::uint64_t files = 0, directories = 0, symlinks = 0;
@@ -48,7 +53,9 @@ struct TreeResult {
 };
 
 // Every rank calls it with the same root; `spec.source` (the root's) is a file
-// or a directory, `spec.output` where the copy goes. Throws as broadcast_file
+// or a directory, `spec.output` where the copy goes; or `spec.sources` are
+// several, and each goes to `spec.output`/NAME (two with the same NAME are
+// refused). Throws as broadcast_file
 // does, naming the rank, the path and the errno text.
 TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int root);
 

@@ -143,6 +143,8 @@ class Launcher {
   void begin_broadcast(int iteration);
   void end_broadcast() { broadcast_iteration_ = -1; }
   bool finishing() const { return finishing_; }
+  // --file: what the root reported sending of each file in this broadcast.
+  std::vector<control::FileRecord> take_file_records() { return std::move(file_records_); }
 
   LaunchResult result;
 
@@ -187,6 +189,7 @@ class Launcher {
   Clock::time_point broadcast_start_{}, last_change_{}, last_report_{};
   std::uint64_t last_total_ = 0;
   std::deque<std::pair<Clock::time_point, std::uint64_t>> held_samples_;
+  std::vector<control::FileRecord> file_records_;
 };
 
 void Launcher::send(int r, const control::ToRank& m) {
@@ -249,6 +252,7 @@ void Launcher::begin_broadcast(int iteration) {
   broadcast_start_ = last_change_ = last_report_ = Clock::now();
   last_total_ = 0;
   held_samples_.clear();
+  file_records_.clear();
   for (auto& st : ranks_) {
     st.bytes_in = st.bytes_out = st.bytes_worked = 0;
     st.done = false;
@@ -282,6 +286,24 @@ void Launcher::on_message(int r, control::ToLauncher m) {
   if (std::holds_alternative<control::Finished>(m)) {
     st.finished = true;
     ev_.notify_all();
+    return;
+  }
+  if (auto* l = std::get_if<control::FileList>(&m)) {
+    // Only the root of the broadcast under way, and never more records than
+    // the job has files (the launcher counted them itself).
+    const bool root = broadcast_iteration_ >= 0 &&
+                      iteration_at(o_.params, broadcast_iteration_, o_.grid).root == r;
+    if (!root || l->iteration != broadcast_iteration_ || o_.params.files.empty()) {
+      fail(Cause::kOther, who(r) + " sent a file list it was not asked for");
+      return;
+    }
+    if (l->files.size() > o_.params.file_count -
+                              std::min<std::uint64_t>(file_records_.size(), o_.params.file_count)) {
+      fail(Cause::kOther,
+           who(r) + " reported more files than the job's " + std::to_string(o_.params.file_count));
+      return;
+    }
+    for (auto& f : l->files) file_records_.push_back(std::move(f));
     return;
   }
   if (auto* d = std::get_if<control::Done>(&m); d && d->iteration == broadcast_iteration_) {
@@ -534,6 +556,14 @@ asio::awaitable<void> BroadcastDriver::run(Launcher& l) {
       last[static_cast<size_t>(r)] = std::move(d);
     }
     l.end_broadcast();
+    if (!params.files.empty()) {
+      sum.files = l.take_file_records();
+      if (sum.files.size() != params.file_count) {
+        l.fail(Cause::kOther, l.who(it.root) + " reported " + std::to_string(sum.files.size()) +
+                                  " files sent of the job's " + std::to_string(params.file_count));
+        l.check();
+      }
+    }
     const auto& root = last[static_cast<size_t>(it.root)];
     std::int64_t end = root.t0_ns;
     IterationSummary is{it.root, it.size, root.algorithm, 0, 0};

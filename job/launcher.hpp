@@ -23,6 +23,7 @@
 #include "job/backend.hpp"
 #include "job/bench.hpp"
 #include "job/params.hpp"
+#include "job/protocol.hpp"
 #include "topology/grid.hpp"
 
 namespace gridbcast::job {
@@ -98,6 +99,8 @@ struct BroadcastSummary {
     std::string path;
   };
   std::vector<Copy> copies;
+  // --file: each regular file the root sent in the last iteration, in order.
+  std::vector<control::FileRecord> files;
 };
 
 struct BenchOutcome {

@@ -29,7 +29,11 @@ struct JobParams {
   std::uint64_t seed = 1;
   std::uint64_t segment_bytes = 0;  // 0: topology's or automatic
   std::int64_t timeout_ms = 30'000;
-  std::string file;    // the root's input file (absolute); empty: generated data
+  // The root's input files or directories (absolute); empty: generated data.
+  // One: `output` is its copy. Several: `output` is a directory that receives
+  // each under its own name.
+  std::vector<std::string> files;
+  std::uint64_t file_count = 0;  // regular files under `files` as the launcher saw them
   std::string output;  // where other ranks write it; {rank} and {node} are replaced
   // The source file as the launcher saw it on the root's host, so a rank can
   // refuse a destination that is the source and give its copy the same mode and

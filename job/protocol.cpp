@@ -25,6 +25,7 @@ enum class Type : std::uint8_t {
   kError = 27,
   kAbort = 28,
   kFinished = 29,
+  kFileList = 30,
 };
 
 class Writer {
@@ -118,7 +119,9 @@ void write_params(Writer& w, const JobParams& p) {
       .u64(p.seed)
       .u64(p.segment_bytes)
       .i64(p.timeout_ms)
-      .text(p.file)
+      .u32(static_cast<std::uint32_t>(p.files.size()));
+  for (const auto& f : p.files) w.text(f);
+  w.u64(p.file_count)
       .text(p.output)
       .u32(p.file_mode)
       .i64(p.file_mtime_ns)
@@ -147,7 +150,17 @@ JobParams read_params(Reader& r) {
   p.segment_bytes = r.u64();
   p.timeout_ms = r.i64();
   if (p.timeout_ms < 0) r.fail("timeout " + std::to_string(p.timeout_ms) + " ms is negative");
-  p.file = r.text("file");
+  const std::uint32_t sources = r.u32();
+  if (sources > kMaxSources)
+    r.fail(std::to_string(sources) + " files to send, over the limit of " +
+           std::to_string(kMaxSources));
+  for (std::uint32_t i = 0; i < sources; ++i) {
+    p.files.push_back(r.text("file"));
+    if (p.files.back().empty()) r.fail("an empty file name");
+  }
+  p.file_count = r.u64();
+  if (p.file_count > kMaxFiles)
+    r.fail(std::to_string(p.file_count) + " files, over the limit of " + std::to_string(kMaxFiles));
   p.output = r.text("output");
   p.file_mode = r.u32();
   if (p.file_mode > 07777) r.fail("file mode " + std::to_string(p.file_mode) + " is not a mode");
@@ -190,7 +203,8 @@ std::string name_of(const ToLauncher& m) {
                  [](const Progress&) { return "Progress"; }, [](const Done&) { return "Done"; },
                  [](const Alive&) { return "Alive"; }, [](const Point&) { return "Point"; },
                  [](const BenchDone&) { return "BenchDone"; }, [](const Error&) { return "Error"; },
-                 [](const Abort&) { return "Abort"; }, [](const Finished&) { return "Finished"; }},
+                 [](const Abort&) { return "Abort"; }, [](const Finished&) { return "Finished"; },
+                 [](const FileList&) { return "FileList"; }},
       m);
 }
 
@@ -216,42 +230,50 @@ std::string encode_body(const ToRank& m) {
 
 std::string encode_body(const ToLauncher& m) {
   return std::visit(
-      Overloaded{[](const Endpoints& e) {
-                   Writer w(Type::kEndpoints);
-                   for (const std::uint16_t p : e.ports) w.u16(p);
-                   return w.take();
-                 },
-                 [](const Ready& r) { return Writer(Type::kReady).i32(r.iteration).take(); },
-                 [](const Progress& p) {
-                   return Writer(Type::kProgress)
-                       .i32(p.iteration)
-                       .u64(p.bytes_in)
-                       .u64(p.bytes_out)
-                       .u64(p.bytes_worked)
-                       .take();
-                 },
-                 [](const Done& d) {
-                   return Writer(Type::kDone)
-                       .i32(d.iteration)
-                       .i64(d.t0_ns)
-                       .i64(d.t1_ns)
-                       .text(d.sha256)
-                       .text(d.algorithm)
-                       .u64(d.segment_bytes)
-                       .u64(d.rejected)
-                       .u64(d.peak_rss)
-                       .u64(d.rss)
-                       .text(d.path)
-                       .take();
-                 },
-                 [](const Alive&) { return Writer(Type::kAlive).take(); },
-                 [](const Point& p) { return Writer(Type::kPoint).text(p.encoded).take(); },
-                 [](const BenchDone& b) {
-                   return Writer(Type::kBenchDone).u64(b.rejected).u64(b.peak_rss).take();
-                 },
-                 [](const Error& e) { return Writer(Type::kError).text(e.what).take(); },
-                 [](const Abort& a) { return Writer(Type::kAbort).i32(a.code).text(a.why).take(); },
-                 [](const Finished&) { return Writer(Type::kFinished).take(); }},
+      Overloaded{
+          [](const Endpoints& e) {
+            Writer w(Type::kEndpoints);
+            for (const std::uint16_t p : e.ports) w.u16(p);
+            return w.take();
+          },
+          [](const Ready& r) { return Writer(Type::kReady).i32(r.iteration).take(); },
+          [](const Progress& p) {
+            return Writer(Type::kProgress)
+                .i32(p.iteration)
+                .u64(p.bytes_in)
+                .u64(p.bytes_out)
+                .u64(p.bytes_worked)
+                .take();
+          },
+          [](const Done& d) {
+            return Writer(Type::kDone)
+                .i32(d.iteration)
+                .i64(d.t0_ns)
+                .i64(d.t1_ns)
+                .text(d.sha256)
+                .text(d.algorithm)
+                .u64(d.segment_bytes)
+                .u64(d.rejected)
+                .u64(d.peak_rss)
+                .u64(d.rss)
+                .text(d.path)
+                .take();
+          },
+          [](const Alive&) { return Writer(Type::kAlive).take(); },
+          [](const Point& p) { return Writer(Type::kPoint).text(p.encoded).take(); },
+          [](const BenchDone& b) {
+            return Writer(Type::kBenchDone).u64(b.rejected).u64(b.peak_rss).take();
+          },
+          [](const Error& e) { return Writer(Type::kError).text(e.what).take(); },
+          [](const Abort& a) { return Writer(Type::kAbort).i32(a.code).text(a.why).take(); },
+          [](const Finished&) { return Writer(Type::kFinished).take(); },
+          [](const FileList& l) {
+            Writer w(Type::kFileList);
+            w.i32(l.iteration).u32(static_cast<std::uint32_t>(l.files.size()));
+            for (const auto& f : l.files)
+              w.text(f.path).u64(f.bytes).u64(f.chunks).u64(f.chunks_sent).text(f.root_digest);
+            return w.take();
+          }},
       m);
 }
 
@@ -396,6 +418,32 @@ ToLauncher decode_to_launcher(const std::string& body) {
       a.why = r.text("why");
       r.end();
       out = std::move(a);
+      break;
+    }
+    case Type::kFileList: {
+      Reader r(body, "FileList");
+      FileList l;
+      l.iteration = r.i32(0, kMaxIterations, "iteration");
+      const std::uint32_t n = r.u32();
+      if (n > kMaxFileRecordsPerList)
+        r.fail(std::to_string(n) + " file records, over the limit of " +
+               std::to_string(kMaxFileRecordsPerList));
+      l.files.resize(n);
+      for (auto& f : l.files) {
+        f.path = r.text("path");
+        if (f.path.empty() || f.path.size() > kMaxPathBytes)
+          r.fail("a file path of " + std::to_string(f.path.size()) + " bytes");
+        f.bytes = r.u64();
+        f.chunks = r.u64();
+        f.chunks_sent = r.u64();
+        if (f.chunks_sent > f.chunks) r.fail("more chunks sent than the file has");
+        f.root_digest = r.text("root_digest");
+        if (f.root_digest.size() != 64 ||
+            f.root_digest.find_first_not_of("0123456789abcdef") != std::string::npos)
+          r.fail("root_digest is not 64 lower-case hex digits");
+      }
+      r.end();
+      out = std::move(l);
       break;
     }
     case Type::kFinished: {

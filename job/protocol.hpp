@@ -44,6 +44,10 @@ inline constexpr std::uint32_t kMaxFrameBytes = 64u << 20;  // a topology of ~10
 inline constexpr std::uint32_t kMaxRanks = 1u << 20;
 inline constexpr std::uint32_t kMaxText = 16u << 20;  // one string field
 inline constexpr std::int32_t kMaxIterations = 1 << 30;
+inline constexpr std::uint32_t kMaxSources = 1u << 16;         // --file arguments of one job
+inline constexpr std::uint64_t kMaxFiles = 1ull << 32;         // regular files of one job
+inline constexpr std::uint32_t kMaxFileRecordsPerList = 1024;  // per FileList message
+inline constexpr std::uint32_t kMaxPathBytes = 4096;           // PATH_MAX
 inline constexpr size_t kTagBytes = 16;
 
 // launcher → rank
@@ -85,6 +89,20 @@ struct Done {
   std::uint64_t peak_rss = 0, rss = 0;
   std::string path;  // where this rank's copy of --file went; empty otherwise
 };
+// --file: what the root sent of each regular file, in manifest order, in
+// lists of at most kMaxFileRecordsPerList, before its Done. The launcher takes
+// at most the job's file_count of them.
+struct FileRecord {
+  std::string path;  // within the job: the file's name, or its path under a directory
+  std::uint64_t bytes = 0;
+  std::uint64_t chunks = 0;
+  std::uint64_t chunks_sent = 0;  // fewer than chunks with --resume
+  std::string root_digest;        // hex: SHA-256 over the chunks' SHA-256
+};
+struct FileList {
+  std::int32_t iteration = 0;
+  std::vector<FileRecord> files;
+};
 struct Alive {};  // a heartbeat between messages of substance
 struct Point {
   std::string encoded;  // a BenchPoint (job/bench.hpp)
@@ -103,8 +121,8 @@ struct Abort {  // MPI_Abort
 struct Finished {};  // MPI_Finalize
 
 using ToRank = std::variant<Config, Table, Go, Exit>;
-using ToLauncher =
-    std::variant<Endpoints, Ready, Progress, Done, Alive, Point, BenchDone, Error, Abort, Finished>;
+using ToLauncher = std::variant<Endpoints, Ready, Progress, Done, Alive, Point, BenchDone, Error,
+                                Abort, Finished, FileList>;
 
 // The message's name in errors ("Done", ...).
 std::string name_of(const ToRank& m);

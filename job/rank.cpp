@@ -132,8 +132,12 @@ int run_file_rank(Session& session) {
   const auto& node = grid.nodes[static_cast<size_t>(rank)];
   install_signal_cleanup();
   FileSpec spec;
-  spec.source = params.file;
-  spec.expected_size = params.size;
+  if (params.files.size() == 1) {
+    spec.source = params.files.front();
+    spec.expected_size = params.size;
+  } else {
+    spec.sources = params.files;
+  }
   if (params.output.find("{node}") != std::string::npos) check_node_name_for_path(node.name);
   spec.output = output_path(params.output, rank, node.name);
   spec.window_bytes = params.window_bytes;
@@ -148,6 +152,25 @@ int run_file_rank(Session& session) {
         it.algorithm == "auto" ? std::nullopt : topology::parse_algorithm(it.algorithm);
     const TreeResult r = broadcast_tree(comm, spec, it.root);
     done.t1_ns = now_ns();
+    if (rank == it.root) {
+      if (params.file_count != 0 && r.files != params.file_count)
+        throw std::runtime_error("rank " + std::to_string(rank) +
+                                 ": the source changed since "
+                                 "the launch began: " +
+                                 std::to_string(r.files) + " files sent, " +
+                                 std::to_string(params.file_count) + " announced");
+      // What was sent of each file, for the launcher's summary, in lists of
+      // at most kMaxFileRecordsPerList.
+      control::FileList list{i, {}};
+      for (size_t f = 0; f < r.per_file.size(); ++f) {
+        const FileResult& fr = r.per_file[f];
+        list.files.push_back({fr.name, fr.size, fr.chunks, fr.chunks_sent, fr.root_digest});
+        if (list.files.size() == control::kMaxFileRecordsPerList || f + 1 == r.per_file.size()) {
+          session.send(list);
+          list.files.clear();
+        }
+      }
+    }
     session.report_progress(-1);
     done.sha256 = r.root_digest;
     done.algorithm = r.algorithm;
@@ -175,7 +198,7 @@ int run_broadcast_rank(Session& session) {
   const topology::Grid& grid = session.grid();
   const JobParams& params = session.params();
   runtime::Communicator& comm = session.communicator();
-  if (!params.file.empty()) return run_file_rank(session);
+  if (!params.files.empty()) return run_file_rank(session);
   runtime::MappedBuffer buffer = runtime::MappedBuffer::anonymous(params.size);
 
   for (int i = 0; i < params.iterations; ++i) {

@@ -256,5 +256,61 @@ TEST(LaunchFile, ADirectoryIsDistributedWithItsSymlinksAsLinks) {
   }
 }
 
+// Several --file in one job: each lands under its own name in the --output
+// directory of every node, and the summary lists each file (text and JSON).
+// Two with one name, standard input among several, and a source without a
+// name are usage errors before any rank starts.
+TEST(LaunchFile, SeveralFilesLandUnderTheirNamesAndAreReportedPerFile) {
+  TempDir dir;
+  fs::create_directories(dir / "x" / "set");
+  fs::create_directories(dir / "y");
+  const std::string one = pattern(3'000'001, 11), two = pattern(77, 12);
+  write_file(dir / "x" / "one.bin", one);
+  write_file(dir / "x" / "set" / "inner.txt", "inner");
+  write_file(dir / "y" / "two.bin", two);
+  Child text({kBin, "launch", "--file", (dir / "x" / "one.bin").string(), "--file",
+              (dir / "x" / "set").string(), "--file", (dir / "y" / "two.bin").string(), "--output",
+              (dir / "out" / "{node}").string()},
+             dir.path().string());
+  ASSERT_EQ(text.wait(60s), 0) << text.err();
+  EXPECT_NE(text.out().find("  files: 3\n    one.bin  2.86 MiB\n    set/inner.txt  5 B\n"
+                            "    two.bin  77 B\n"),
+            std::string::npos)
+      << text.out();
+  for (const auto& n : kNonRoot) {
+    EXPECT_EQ(slurp((dir / "out" / n / "one.bin").string()), one) << n;
+    EXPECT_EQ(slurp((dir / "out" / n / "set" / "inner.txt").string()), "inner") << n;
+    EXPECT_EQ(slurp((dir / "out" / n / "two.bin").string()), two) << n;
+  }
+  Child json({kBin, "launch", "--file", (dir / "x" / "one.bin").string(), "--file",
+              (dir / "y" / "two.bin").string(), "--output",
+              (dir / "out2" / "{node}").string() + "/", "--json"},
+             dir.path().string());
+  ASSERT_EQ(json.wait(60s), 0) << json.err();
+  EXPECT_TRUE(std::regex_search(
+      json.out(),
+      std::regex(R"re("files": \[\{"path": "one.bin", "bytes": 3000001, "chunks": 1, )re"
+                 R"re("chunks_sent": 1, "root_digest": "[0-9a-f]{64}"\}, \{"path": "two.bin")re")))
+      << json.out();
+  EXPECT_EQ(slurp((dir / "out2" / "b4" / "two.bin").string()), two);
+
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"--file", (dir / "x" / "one.bin").string(), "--file", (dir / "x" / "one.bin").string()},
+       "two files would be copied as \"one.bin\""},
+      {{"--file", "-", "--file", (dir / "y" / "two.bin").string()},
+       "- (standard input) cannot be one of several files"},
+      {{"--file", "/", "--file", (dir / "y" / "two.bin").string()}, "has no name to copy it under"},
+  };
+  for (const auto& [args, why] : refused) {
+    std::vector<std::string> argv = {kBin, "launch"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.insert(argv.end(), {"--output", (dir / "out3" / "{node}").string()});
+    Child c(argv, dir.path().string());
+    EXPECT_NE(c.wait(60s), 0);
+    EXPECT_NE(c.err().find(why), std::string::npos) << c.err();
+    EXPECT_FALSE(fs::exists(dir / "out3")) << why;
+  }
+}
+
 }  // namespace
 }  // namespace gridbcast::testing

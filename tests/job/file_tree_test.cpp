@@ -143,6 +143,77 @@ TEST(FileTree, ASingleFileLandsAtTheOutputPath) {
   }
 }
 
+// Several sources in one job: each lands under its own name in the output
+// directory (a file, a directory with a symlink, a file from elsewhere), and
+// each is reported with its name in the job.
+TEST(FileTree, SeveralSourcesLandUnderTheirNamesAndAreReportedPerFile) {
+  TempDir dir;
+  fs::create_directories(dir / "a" / "set" / "sub");
+  fs::create_directories(dir / "b");
+  write_file(dir / "a" / "one.bin", pattern_bytes(300'001, 1), 0640);
+  write_file(dir / "a" / "set" / "sub" / "two.txt", "two", 0600);
+  fs::create_symlink("sub/two.txt", dir / "a" / "set" / "link");
+  write_file(dir / "b" / "three.bin", pattern_bytes(5, 2), 0644);
+  const auto grid = make_grid({3});
+  Ranks ranks(grid);
+  const auto out = run(ranks, 1, [&](int r) {
+    FileSpec s;
+    s.sources = {(dir / "a" / "one.bin").string(), (dir / "a" / "set/").string(),
+                 (dir / "b" / "three.bin").string()};
+    s.output = (dir / ("n" + std::to_string(r))).string();
+    return s;
+  });
+  for (int r : {0, 2}) {
+    const fs::path copy = dir / ("n" + std::to_string(r));
+    EXPECT_EQ(out.at(r).root_digest, out.at(1).root_digest);
+    EXPECT_EQ(slurp((copy / "one.bin").string()), pattern_bytes(300'001, 1));
+    EXPECT_EQ(slurp((copy / "set" / "sub" / "two.txt").string()), "two");
+    EXPECT_EQ(fs::read_symlink(copy / "set" / "link"), "sub/two.txt");
+    EXPECT_EQ(slurp((copy / "three.bin").string()), pattern_bytes(5, 2));
+    EXPECT_EQ(lstat_of(copy / "one.bin").mode & 07777, 0640u);
+  }
+  EXPECT_FALSE(fs::exists(dir / "n1")) << "the root writes no copy";
+  for (int r : {0, 1, 2}) {
+    const auto& pf = out.at(r).per_file;
+    ASSERT_EQ(pf.size(), 3u);
+    EXPECT_EQ(pf[0].name, "one.bin");
+    EXPECT_EQ(pf[1].name, "set/sub/two.txt");
+    EXPECT_EQ(pf[2].name, "three.bin");
+    EXPECT_EQ(pf[0].size, 300'001u);
+    EXPECT_EQ(pf[1].root_digest, out.at(1).per_file[1].root_digest);
+  }
+}
+
+TEST(FileTree, TwoSourcesWithOneNameFailEveryRankBeforeAnythingIsWritten) {
+  TempDir dir;
+  fs::create_directories(dir / "a");
+  fs::create_directories(dir / "b");
+  write_file(dir / "a" / "x.bin", "a", 0644);
+  write_file(dir / "b" / "x.bin", "b", 0644);
+  const auto grid = make_grid({2});
+  Ranks ranks(grid);
+  std::map<int, std::string> errors;
+  std::mutex m;
+  ranks.run([&](runtime::Communicator& c) {
+    FileSpec s;
+    s.sources = {(dir / "a" / "x.bin").string(), (dir / "b" / "x.bin").string()};
+    s.output = (dir / "copy").string();
+    try {
+      broadcast_tree(c, s, 0);
+    } catch (const std::exception& e) {
+      std::lock_guard lock(m);
+      errors[c.rank()] = e.what();
+    }
+  });
+  ASSERT_EQ(errors.size(), 2u);
+  for (const auto& [r, e] : errors)
+    EXPECT_NE(e.find("two sources would be copied as \"x.bin\""), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(dir / "copy"));
+  EXPECT_THROW(source_name("/"), std::runtime_error);
+  EXPECT_EQ(source_name("/data/set/"), "set");
+  EXPECT_EQ(source_name("rel/x.bin"), "x.bin");
+}
+
 TEST(FileTree, ASocketOrDeviceInTheSourceFailsEveryRankNamingIt) {
   TempDir dir;
   fs::create_directory(dir / "src");

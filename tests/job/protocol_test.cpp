@@ -20,7 +20,8 @@ TEST(ControlProtocol, EveryMessageRoundTrips) {
   p.random_roots = true;
   p.seed = 99;
   p.timeout_ms = 1234;
-  p.file = "/data/in.bin";
+  p.files = {"/data/in.bin", "/data/more"};
+  p.file_count = 12;
   p.output = "/tmp/{node}/x";
   p.file_mode = 0640;
   p.file_mtime_ns = -5;
@@ -39,6 +40,8 @@ TEST(ControlProtocol, EveryMessageRoundTrips) {
   EXPECT_EQ(back.params.root, 3);
   EXPECT_EQ(back.params.iterations, 7);
   EXPECT_TRUE(back.params.random_roots);
+  EXPECT_EQ(back.params.files, p.files);
+  EXPECT_EQ(back.params.file_count, 12u);
   EXPECT_EQ(back.params.file_mode, 0640u);
   EXPECT_EQ(back.params.file_mtime_ns, -5);
   EXPECT_EQ(back.params.source_ino, 1ull << 60);
@@ -70,6 +73,16 @@ TEST(ControlProtocol, EveryMessageRoundTrips) {
   EXPECT_EQ(pp.bytes_worked, 4u);
   EXPECT_EQ(std::get<Abort>(decode_to_launcher(encode_body(Abort{-3, "why"}))).code, -3);
   EXPECT_EQ(std::get<Endpoints>(decode_to_launcher(encode_body(Endpoints{{5, 6}}))).ports[1], 6);
+  FileList fl;
+  fl.iteration = 1;
+  fl.files.push_back({"dir/a.bin", 5, 1, 1, std::string(64, 'b')});
+  fl.files.push_back({"dir/b.bin", 1ull << 40, 1ull << 18, 7, std::string(64, 'c')});
+  const auto fb = std::get<FileList>(decode_to_launcher(encode_body(fl)));
+  ASSERT_EQ(fb.files.size(), 2u);
+  EXPECT_EQ(fb.files[1].path, "dir/b.bin");
+  EXPECT_EQ(fb.files[1].bytes, 1ull << 40);
+  EXPECT_EQ(fb.files[1].chunks_sent, 7u);
+  EXPECT_EQ(fb.files[0].root_digest, std::string(64, 'b'));
   for (const ToLauncher& m : std::vector<ToLauncher>{Alive{}, Finished{}, Ready{4}, Point{"p"},
                                                      BenchDone{1, 2}, Error{"e"}})
     EXPECT_EQ(name_of(decode_to_launcher(encode_body(m))), name_of(m));
@@ -112,7 +125,26 @@ TEST(ControlProtocol, DecodersRefuseWhatIsOutOfRange) {
   bad_digest.sha256 = "not hex";
   refused_by_launcher(encode_body(bad_digest));
   refused_by_launcher(std::string(1, '\x01'));  // a Config sent to the launcher
+  // File lists: more records than one list may hold, more chunks sent than
+  // the file has, a digest that is not one, an empty or over-long path.
+  FileList many;
+  many.files.assign(kMaxFileRecordsPerList + 1, {"a", 1, 1, 1, std::string(64, 'a')});
+  refused_by_launcher(encode_body(many));
+  for (const FileRecord& bad :
+       {FileRecord{"a", 1, 1, 2, std::string(64, 'a')}, FileRecord{"a", 1, 1, 1, "zz"},
+        FileRecord{"", 1, 1, 1, std::string(64, 'a')},
+        FileRecord{std::string(kMaxPathBytes + 1, 'p'), 1, 1, 1, std::string(64, 'a')}}) {
+    FileList one;
+    one.files.push_back(bad);
+    refused_by_launcher(encode_body(one));
+  }
+  std::string claims = encode_body(FileList{});
+  claims[5] = '\x7f';  // a record count of 2^31-ish in an empty message
+  refused_by_launcher(claims);
   JobParams p;
+  p.files = {""};
+  refused_by_rank(encode_body(Config{"t", "y", p}));
+  p.files.clear();
   p.iterations = 0;
   refused_by_rank(encode_body(Config{"t", "y", p}));
   p.iterations = 1;
