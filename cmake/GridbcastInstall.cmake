@@ -28,4 +28,5 @@ endfunction()
 # pkg-config files find the prefix from their own place (relocatable), however
 # deep CMAKE_INSTALL_LIBDIR is (lib, or lib/x86_64-linux-gnu with prefix /usr).
 file(RELATIVE_PATH GRIDBCAST_PC_TO_PREFIX /p/${CMAKE_INSTALL_LIBDIR}/pkgconfig /p)
+string(REGEX REPLACE "/$" "" GRIDBCAST_PC_TO_PREFIX "${GRIDBCAST_PC_TO_PREFIX}")
 set(GRIDBCAST_PC_PREFIX "\${pcfiledir}/${GRIDBCAST_PC_TO_PREFIX}")
