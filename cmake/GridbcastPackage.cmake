@@ -29,7 +29,7 @@ add_custom_command(OUTPUT ${PROJECT_BINARY_DIR}/man/stamp
   COMMENT "Man pages from gridbcast --help")
 add_custom_target(gridbcast_man ALL DEPENDS ${PROJECT_BINARY_DIR}/man/stamp)
 install(DIRECTORY ${GRIDBCAST_MAN_DIR}/ DESTINATION ${CMAKE_INSTALL_MANDIR}/man1
-  COMPONENT runtime FILES_MATCHING PATTERN "*.1")
+  COMPONENT runtime FILES_MATCHING PATTERN "*.1" PATTERN "*.1.gz")
 
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/site-configs/
   DESTINATION ${CMAKE_INSTALL_DATADIR}/gridbcast/site-configs COMPONENT runtime)

@@ -1,5 +1,5 @@
 # Writes man pages from the --help texts: gridbcast.1 (the command) and
-# gridbcast-SUB.1 for each subcommand its --help lists. Run at build time:
+# gridbcast-SUB.1 for each subcommand its --help lists, gzipped when gzip is there. Run at build time:
 #   cmake -DGRIDBCAST=path/to/gridbcast -DOUT=dir -DVERSION=x.y.z -P gridbcast_man.cmake
 foreach(v GRIDBCAST OUT VERSION)
   if(NOT DEFINED ${v})
@@ -58,10 +58,18 @@ function(write_page file title name summary help more see_also)
     string(APPEND page ".SH SEE ALSO\n${see_also}\n")
   endif()
   file(WRITE ${file} "${page}")
+  # Compressed, as Debian ships man pages (gzip is Essential there).
+  if(GZIP)
+    execute_process(COMMAND ${GZIP} -9nf ${file} RESULT_VARIABLE rc)
+    if(NOT rc EQUAL 0)
+      message(FATAL_ERROR "gzip ${file} failed")
+    endif()
+  endif()
 endfunction()
 
+find_program(GZIP gzip)
 file(MAKE_DIRECTORY ${OUT})
-file(GLOB stale ${OUT}/*.1)
+file(GLOB stale ${OUT}/*.1 ${OUT}/*.1.gz)
 if(stale)
   file(REMOVE ${stale})
 endif()

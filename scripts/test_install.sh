@@ -27,12 +27,14 @@ configs=$prefix/share/gridbcast/site-configs
 step "(a) installed gridbcast"
 "$gb" --help | grep -q 'Subcommands' || fail "gridbcast --help"
 "$gb" --version | grep -q "gridbcast" || fail "gridbcast --version"
-for page in gridbcast gridbcast-plan gridbcast-launch; do
-  f=$prefix/share/man/man1/$page.1
-  [ -s "$f" ] && head -1 "$f" | grep -q '^\.TH' || fail "man page $f"
+man1=$prefix/share/man/man1
+for page in gridbcast gridbcast-plan gridbcast-launch gridbcast-certs; do
+  f=$(find "$man1" -name "$page.1*" -print -quit)
+  [ -n "$f" ] && zcat -f "$f" | head -1 | grep -q '^\.TH' || fail "man page $page.1 in $man1"
 done
+zcat -f "$man1"/gridbcast-certs.1* | grep -q 'certs issue' || fail "gridbcast-certs.1 lacks 'certs issue'"
 if command -v man >/dev/null; then
-  MANWIDTH=80 man -l "$prefix/share/man/man1/gridbcast-plan.1" 2>/dev/null | grep -q -- '--algorithm' ||
+  MANWIDTH=80 man -l "$man1"/gridbcast-plan.1* 2>/dev/null | grep -q -- '--algorithm' ||
     fail "man -l gridbcast-plan.1 does not show --algorithm"
 fi
 "$gb" plan "$configs/testbed-2x4.yaml" --algorithm multilane --check >"$tmp/plan.txt" ||
@@ -126,6 +128,9 @@ C
 # shellcheck disable=SC2046
 cc -Wall -Werror "$tmp/hello.c" -o "$tmp/hello" $(pkg-config --cflags --libs gridbcast-mpi) ||
   fail "cc against pkg-config gridbcast-mpi"
+"$prefix/bin/gridbcast-cc" -Wall -Werror "$tmp/hello.c" -o "$tmp/hello-cc" || fail "installed gridbcast-cc"
+"$gb" launch "$configs/loopback-pair.yaml" --timeout 60 -- "$tmp/hello-cc" | grep -q 'hello: 2 ranks got 42' ||
+  fail "hello (gridbcast-cc) under the installed gridbcast launch"
 "$gb" launch "$configs/loopback-pair.yaml" --timeout 60 -- "$tmp/hello" | grep -q 'hello: 2 ranks got 42' ||
   fail "hello under the installed gridbcast launch"
 # shellcheck disable=SC2046
@@ -151,7 +156,7 @@ for d in gridbcast libyaml-cpp-dev libssl-dev libasio-dev; do
 done
 dpkg-deb --contents "$main" >"$tmp/main.list"
 dpkg-deb --contents "$dev" >"$tmp/dev.list"
-for f in ./usr/bin/gridbcast ./usr/share/man/man1/gridbcast.1 ./usr/share/man/man1/gridbcast-plan.1 \
+for f in ./usr/bin/gridbcast ./usr/share/man/man1/gridbcast.1.gz ./usr/share/man/man1/gridbcast-plan.1.gz \
          /libgridbcast_mpi.so ./usr/share/gridbcast/site-configs/default.yaml; do
   grep -q -- "$f\$" "$tmp/main.list" || fail "gridbcast .deb lacks $f"
 done
