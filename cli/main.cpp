@@ -10,6 +10,7 @@
 
 #include "cli/bench_report.hpp"
 #include "cli/launch_report.hpp"
+#include "cli/usage.hpp"
 #include "job/file_sink.hpp"
 #include "job/file_source.hpp"
 #include "job/file_tree.hpp"
@@ -69,6 +70,13 @@ topology::Algorithm resolve_algorithm(const std::string& name, const topology::G
     throw CLI::ValidationError(
         "--algorithm", "unknown algorithm \"" + name + "\"; one of auto, " + algorithm_list());
   return *a;
+}
+
+// A --root outside the grid is a bad value (exit 2), not a failure of the run.
+void check_root(int root, const topology::Grid& g) {
+  if (root < 0 || root >= g.size())
+    throw CLI::ValidationError("--root", "rank " + std::to_string(root) + " is outside 0.." +
+                                             std::to_string(g.size() - 1));
 }
 
 std::string self_exe() {
@@ -217,7 +225,8 @@ int main(int argc, char** argv) {
   app.footer(
       "Examples:\n  gridbcast launch                       # embedded default topology\n"
       "  gridbcast plan site-configs/three-sites-hetero.yaml --format text\n"
-      "Run 'gridbcast COMMAND --help' for a command's options.");
+      "Run 'gridbcast COMMAND --help' for a command's options.\n" +
+      std::string(cli::kExitStatusHelp));
 
   // plan
   auto* plan_cmd = app.add_subcommand(
@@ -480,15 +489,21 @@ int main(int argc, char** argv) {
     break;
   }
 
+  if (const std::string unknown = cli::unknown_command(app, {argv + 1, argv + argc});
+      !unknown.empty()) {
+    std::cerr << unknown;
+    return cli::kExitUsage;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return cli::usage_exit(app, e);
   }
 
   try {
     if (*plan_cmd) {
       const Loaded l = load(plan_topology);
+      check_root(plan_root, l.grid);
       const std::uint64_t size = parse_size_option(plan_size, "--size");
       const auto algo = resolve_algorithm(plan_algorithm, l.grid, size);
       const auto plan = topology::build_plan(l.grid, algo, plan_root, size);
@@ -518,6 +533,7 @@ int main(int argc, char** argv) {
       } else {
         grid = load(s_topology).grid;
       }
+      check_root(s_root, grid);
       std::vector<std::uint64_t> sizes;
       if (s_sweep) {
         for (std::uint64_t sz = 1024; sz <= (256ull << 20); sz *= 4) sizes.push_back(sz);
@@ -572,9 +588,7 @@ int main(int argc, char** argv) {
     if (*bench_cmd) {
       Loaded l = load(b_topology);
       job::LaunchOptions o;
-      if (b_root < 0 || b_root >= l.grid.size())
-        throw CLI::ValidationError("--root", "rank " + std::to_string(b_root) + " is outside 0.." +
-                                                 std::to_string(l.grid.size() - 1));
+      check_root(b_root, l.grid);
       b_spec.sizes = parse_sizes(b_sizes);
       if (b_algorithms == "all") {
         for (const auto& a : topology::algorithms()) b_spec.algorithms.emplace_back(a.name);
@@ -692,9 +706,7 @@ int main(int argc, char** argv) {
       o.params.algorithm = l_algorithm;
       if (l_algorithm != "auto" && l_algorithm != "random")
         (void)resolve_algorithm(l_algorithm, l.grid, 0);
-      if (l_root < 0 || l_root >= l.grid.size())
-        throw CLI::ValidationError("--root", "rank " + std::to_string(l_root) + " is outside 0.." +
-                                                 std::to_string(l.grid.size() - 1));
+      check_root(l_root, l.grid);
       o.params.root = l_root;
       o.params.iterations = l_iterations;
       o.params.random_roots = l_random_roots;
@@ -805,13 +817,13 @@ int main(int argc, char** argv) {
       return 0;
     }
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return cli::usage_exit(app, e);
   } catch (const topology::ConfigError& e) {
     std::cerr << "gridbcast: " << e.what() << "\n";
-    return 2;
+    return cli::kExitUsage;
   } catch (const std::exception& e) {
     std::cerr << "gridbcast: " << e.what() << "\n";
-    return 1;
+    return cli::kExitFailure;
   }
   return 0;
 }
