@@ -290,7 +290,7 @@ int main(int argc, char** argv) {
       ->add_option("--algorithm,-a", l_algorithm,
                    "auto, random (per iteration) or one of: " + algorithm_list())
       ->capture_default_str();
-  launch_cmd->add_option("--iterations,-n", l_iterations, "back-to-back broadcasts")
+  launch_cmd->add_option("--iterations,-i", l_iterations, "back-to-back broadcasts")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   launch_cmd->add_flag("--random-roots", l_random_roots,

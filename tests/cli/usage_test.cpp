@@ -44,16 +44,17 @@ TEST(ExitStatus, EveryKindOfUsageErrorExitsTwo) {
     std::string says;
   };
   const std::vector<Case> cases = {
-      {{}, "subcommand"},                                          // no command
-      {{"certs"}, "subcommand"},                                   // no subcommand
-      {{"plan", "--bogus"}, "--bogus"},                            // unknown option
-      {{"plan", "--size"}, "--size"},                              // missing argument
-      {{"plan", "--size", "banana"}, "expected a size"},           // bad value
-      {{"plan", "--format", "xml"}, "xml"},                        // not one of
-      {{"plan", "--root", "x"}, "--root"},                         // not a number
-      {{"plan", "--root", "99"}, "outside"},                       // out of range
-      {{"simulate", "--root", "-1"}, "outside"},                   // out of range
-      {{"launch", "--iterations", "0"}, "--iterations"},           // check fails
+      {{}, "subcommand"},                                 // no command
+      {{"certs"}, "subcommand"},                          // no subcommand
+      {{"plan", "--bogus"}, "--bogus"},                   // unknown option
+      {{"plan", "--size"}, "--size"},                     // missing argument
+      {{"plan", "--size", "banana"}, "expected a size"},  // bad value
+      {{"plan", "--format", "xml"}, "xml"},               // not one of
+      {{"plan", "--root", "x"}, "--root"},                // not a number
+      {{"plan", "--root", "99"}, "outside"},              // out of range
+      {{"simulate", "--root", "-1"}, "outside"},          // out of range
+      {{"launch", "--iterations", "0"}, "--iterations"},  // check fails
+      {{"launch", "-n", "3"}, "-n"},  // -n is mpiexec's rank count, not iterations
       {{"launch", "--file", topo, "--size", "1"}, "--file"},       // conflicting options
       {{"launch", "--window", "1MiB"}, "only applies to --file"},  // conflicting options
       {{"certs", "init"}, "DIR"},                                  // required argument missing
@@ -81,6 +82,31 @@ TEST(ExitStatus, HelpAndVersionExitZero) {
   Child version({kBin, "--version"});
   EXPECT_EQ(version.wait(30s), 0);
   EXPECT_TRUE(has(version.out(), "gridbcast 0.1.0")) << version.out();
+}
+
+TEST(Iterations, DashIIsIterationsAndDashNIsRefused) {
+  Child i({kBin, "launch", "--size", "64KiB", "-i", "3", "--json"});
+  ASSERT_EQ(i.wait(120s), 0) << i.err();
+  EXPECT_TRUE(has(i.out(), "\"iterations\": 3")) << i.out();
+  Child n({kBin, "launch", "--size", "64KiB", "-n", "3"});
+  EXPECT_EQ(n.wait(30s), 2);
+  EXPECT_TRUE(has(n.err(), "-n")) << n.err();
+  Child help({kBin, "launch", "--help"});
+  EXPECT_EQ(help.wait(30s), 0);
+  EXPECT_TRUE(has(help.out(), "-i,--iterations")) << help.out();
+  EXPECT_FALSE(has(help.out(), "-n,")) << help.out();
+}
+
+TEST(Sizes, TheCommandReadsDdLetters) {
+  Child plan({kBin, "plan", "--size", "1M", "--format", "json"});
+  ASSERT_EQ(plan.wait(30s), 0) << plan.err();
+  Child mib({kBin, "plan", "--size", "1MiB", "--format", "json"});
+  ASSERT_EQ(mib.wait(30s), 0) << mib.err();
+  EXPECT_EQ(plan.out(), mib.out());
+  Child bad({kBin, "plan", "--size", "1Mb"});
+  EXPECT_EQ(bad.wait(30s), 2);
+  EXPECT_TRUE(has(bad.err(), "--size")) << bad.err();
+  EXPECT_TRUE(has(bad.err(), "unknown unit \"Mb\"")) << bad.err();
 }
 
 TEST(ExitStatus, RuntimeFailureExitsOne) {
