@@ -19,7 +19,8 @@ constexpr std::string_view kBandwidthExpected =
     R"(a bandwidth such as "1 Gbit" (units bit, Kbit, Mbit, Gbit, Tbit, optionally with "/s"; )"
     R"(bps, Kbps, Mbps, Gbps, Tbps; B/s, KB/s, MB/s, GB/s, TB/s))";
 constexpr std::string_view kSizeExpected =
-    R"(a size such as "256 KiB" (a byte count, or units B, KB, MB, GB, TB, KiB, MiB, GiB, TiB))";
+    R"(a size such as "256 KiB" (a byte count, or units B; KB or kB, MB, GB, TB (powers of 1000); )"
+    R"(KiB, MiB, GiB, TiB or K, M, G, T in either case (powers of 1024)))";
 constexpr std::string_view kFractionExpected =
     R"(a fraction such as "0.1 %" or "0.001" (at least 0 and below 1, i.e. below 100 %))";
 
@@ -51,10 +52,20 @@ constexpr SizeUnit kSizeUnits[] = {
     {"MB", 1000ULL * 1000},
     {"GB", 1000ULL * 1000 * 1000},
     {"TB", 1000ULL * 1000 * 1000 * 1000},
+    {"kB", 1000ULL},
     {"KiB", 1ULL << 10},
     {"MiB", 1ULL << 20},
     {"GiB", 1ULL << 30},
     {"TiB", 1ULL << 40},
+    // dd's and iperf3's single letters: powers of 1024, either case.
+    {"K", 1ULL << 10},
+    {"k", 1ULL << 10},
+    {"M", 1ULL << 20},
+    {"m", 1ULL << 20},
+    {"G", 1ULL << 30},
+    {"g", 1ULL << 30},
+    {"T", 1ULL << 40},
+    {"t", 1ULL << 40},
 };
 
 [[noreturn]] void fail(std::string_view expected, std::string_view text,

@@ -19,8 +19,9 @@ double parse_duration(std::string_view text);
 // KB/s, MB/s, GB/s, TB/s (x8). Case-sensitive: "Mbit" is not "MB/s".
 double parse_bandwidth(std::string_view text);
 
-// Bytes. A bare integer is bytes; units B, KB, MB, GB, TB (powers of 1000) and
-// KiB, MiB, GiB, TiB (powers of 1024). Fractions are allowed only when the result
+// Bytes. A bare integer is bytes; units B, KB (or kB), MB, GB, TB (powers of
+// 1000), KiB, MiB, GiB, TiB and, as in dd and iperf3, K, M, G, T in either case
+// (powers of 1024). Fractions are allowed only when the result
 // is a whole number of bytes ("1.5 MiB"); the result must fit in 64 bits.
 std::uint64_t parse_size(std::string_view text);
 

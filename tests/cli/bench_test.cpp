@@ -68,7 +68,7 @@ TEST(BenchCommand, BadArgumentsAreNamed) {
     std::vector<std::string> argv{kBin, "bench"};
     argv.insert(argv.end(), args.begin(), args.end());
     Child c(argv);
-    EXPECT_NE(c.wait(30s), 0) << args[0];
+    EXPECT_EQ(c.wait(30s), 2) << args[0];  // a usage error
     EXPECT_NE(c.err().find(what), std::string::npos) << args[0] << ": " << c.err();
   }
 }

@@ -133,8 +133,48 @@ TEST(ParseSize, RejectsBadInputWithExpectation) {
   EXPECT_TRUE(contains(error_of(parse_size, "16777216 TiB"), "larger than"));
   EXPECT_TRUE(contains(error_of(parse_size, "-1"), "negative"));
   EXPECT_TRUE(contains(error_of(parse_size, "1 kb"), "unknown unit \"kb\""));
+  EXPECT_TRUE(contains(error_of(parse_size, "1 KB/s"), "unknown unit"));
   EXPECT_TRUE(contains(error_of(parse_size, "1 MiB/s"), "unknown unit"));
   EXPECT_TRUE(contains(error_of(parse_size, "KiB"), "no number"));
+}
+
+TEST(ParseSize, AcceptsDdAndIperfLettersAsPowersOfTwo) {
+  EXPECT_EQ(parse_size("1K"), 1u << 10);
+  EXPECT_EQ(parse_size("1k"), 1u << 10);
+  EXPECT_EQ(parse_size("1M"), 1u << 20);
+  EXPECT_EQ(parse_size("1m"), 1u << 20);
+  EXPECT_EQ(parse_size("1G"), 1ull << 30);
+  EXPECT_EQ(parse_size("1g"), 1ull << 30);
+  EXPECT_EQ(parse_size("1T"), 1ull << 40);
+  EXPECT_EQ(parse_size("1t"), 1ull << 40);
+  EXPECT_EQ(parse_size("64 M"), 64u << 20);
+  EXPECT_EQ(parse_size("1.5k"), 1536u);
+  EXPECT_EQ(parse_size("0.5 G"), 1u << 29);
+  // The letters mean what KiB and friends mean; kB is KB (powers of ten).
+  EXPECT_EQ(parse_size("3K"), parse_size("3 KiB"));
+  EXPECT_EQ(parse_size("3t"), parse_size("3 TiB"));
+  EXPECT_EQ(parse_size("2 kB"), 2000u);
+  EXPECT_EQ(parse_size("2kB"), parse_size("2 KB"));
+  // The largest whole number of TiB, and one more.
+  EXPECT_EQ(parse_size("16777215T"), 16777215ull << 40);
+  EXPECT_TRUE(contains(error_of(parse_size, "16777216T"), "larger than"));
+  EXPECT_TRUE(contains(error_of(parse_size, "16777216t"), "larger than"));
+  EXPECT_TRUE(contains(error_of(parse_size, "17179869184 G"), "larger than"));
+  EXPECT_TRUE(contains(error_of(parse_size, "99999999999999999999k"), "larger than"));
+}
+
+TEST(ParseSize, RejectsGarbageNextToTheLetters) {
+  for (const char* bad : {"1 KK", "1Kb", "1 kib", "1 mb", "1P", "1 E", "K1", "1 K B", "1,5K", "1e3",
+                          "0x10", "1M extra", ""}) {
+    const std::string message = error_of(parse_size, bad);
+    EXPECT_TRUE(contains(message, R"(expected a size such as "256 KiB")"))
+        << bad << ": " << message;
+    EXPECT_TRUE(contains(message, "K, M, G, T")) << bad << ": " << message;
+  }
+  EXPECT_TRUE(contains(error_of(parse_size, "1P"), "unknown unit \"P\""));
+  EXPECT_TRUE(contains(error_of(parse_size, "-1K"), "negative"));
+  EXPECT_TRUE(contains(error_of(parse_size, "k"), "no number"));
+  EXPECT_TRUE(contains(error_of(parse_size, "1.3k"), "not a whole number of bytes"));
 }
 
 TEST(ParseFraction, AcceptsPercentAndPlainFractions) {

@@ -1,9 +1,11 @@
-#include "testbed/cli.hpp"
-
+// gridbcast testbed: the emulated grid on this machine (docs/TESTBED.md), and the
+// internal delay line and traffic commands it starts.
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 
+#include "cli/commands.hpp"
 #include "testbed/compose.hpp"
 #include "testbed/delay_line.hpp"
 #include "testbed/testbed.hpp"
@@ -11,9 +13,13 @@
 #include "topology/loader.hpp"
 #include "topology/units.hpp"
 
-namespace gridbcast::testbed {
+namespace gridbcast::cli {
 
-struct TestbedCommand::Impl {
+namespace {
+
+using namespace gridbcast::testbed;
+
+struct Testbed {
   CLI::App* cmd = nullptr;
   CLI::App *up = nullptr, *down = nullptr, *status = nullptr, *run = nullptr, *exec = nullptr,
            *compose = nullptr, *delayline = nullptr, *traffic = nullptr, *server = nullptr,
@@ -43,10 +49,12 @@ struct TestbedCommand::Impl {
     if (topology.empty()) throw CLI::ValidationError("TOPOLOGY", "give a TOPOLOGY or --prefix");
     return testbed_prefix(grid().name, id);
   }
+
+  explicit Testbed(CLI::App& app);
 };
 
-TestbedCommand::TestbedCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
-  auto& m = *impl_;
+Testbed::Testbed(CLI::App& app) {
+  auto& m = *this;
   m.cmd = app.add_subcommand(
       "testbed", "Emulate a topology's grid on this machine with network namespaces (root)");
   m.cmd->require_subcommand(1);
@@ -172,14 +180,9 @@ TestbedCommand::TestbedCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) 
                        "TCP congestion control, e.g. cubic");
 }
 
-TestbedCommand::~TestbedCommand() = default;
-
-bool TestbedCommand::selected() const {
-  return impl_->cmd->parsed();
-}
-
-int TestbedCommand::run() {
-  auto& m = *impl_;
+// Runs the chosen sub-subcommand; errors are thrown (TestbedError,
+// topology::ConfigError) for main to report.
+int run_testbed(Testbed& m) {
   if (m.up->parsed()) {
     up(m.grid(), m.up_options(), std::cerr);
     return 0;
@@ -253,4 +256,11 @@ int TestbedCommand::run() {
   return 0;
 }
 
-}  // namespace gridbcast::testbed
+}  // namespace
+
+Command register_testbed(CLI::App& app) {
+  auto t = std::make_shared<Testbed>(app);
+  return {t->cmd, [t] { return run_testbed(*t); }};
+}
+
+}  // namespace gridbcast::cli

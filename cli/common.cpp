@@ -1,0 +1,161 @@
+// What several subcommands share: loading a topology, sizes and algorithms
+// given as options, and the options and backend that start the ranks.
+#include "cli/common.hpp"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "testbed/testbed.hpp"
+#include "topology/loader.hpp"
+#include "topology/units.hpp"
+
+namespace gridbcast::cli {
+
+namespace {
+
+std::string self_exe() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "gridbcast" : p.string();
+}
+
+// The program of `launch ... -- PROGRAM`: a path, or a name on PATH, that this
+// user may execute. Throws naming what is wrong before any rank starts.
+std::string resolve_program(const std::string& name) {
+  auto runnable = [](const std::string& p) {
+    std::error_code ec;
+    return ::access(p.c_str(), X_OK) == 0 && !std::filesystem::is_directory(p, ec);
+  };
+  if (name.find('/') != std::string::npos) {
+    if (!runnable(name))
+      throw std::runtime_error("launch: cannot run " + name + ": no such executable");
+    return name;
+  }
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path ? path : "/usr/bin:/bin");
+  for (std::string dir; std::getline(dirs, dir, ':');)
+    if (runnable((dir.empty() ? "." : dir) + "/" + name))
+      return (dir.empty() ? "." : dir) + "/" + name;
+  throw std::runtime_error("launch: cannot run " + name + ": not found on PATH");
+}
+
+}  // namespace
+
+Loaded load(const std::string& path) {
+  if (path.empty()) return {topology::default_grid(), topology::default_topology_yaml()};
+  std::ifstream in(path);
+  if (!in) throw topology::ConfigError({path, 0, 0}, "cannot read the file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return {topology::load_grid_string(ss.str(), path), ss.str()};
+}
+
+std::uint64_t parse_size_option(const std::string& text, const char* option) {
+  try {
+    return topology::parse_size(text);
+  } catch (const std::exception& e) {
+    throw CLI::ValidationError(option, e.what());
+  }
+}
+
+std::string algorithm_list() {
+  std::string s;
+  for (const auto& a : topology::algorithms()) s += (s.empty() ? "" : ", ") + std::string(a.name);
+  return s;
+}
+
+topology::Algorithm resolve_algorithm(const std::string& name, const topology::Grid& g,
+                                      std::uint64_t size) {
+  if (name == "auto")
+    return topology::select_algorithm(g, size, topology::SelectionThresholds::from_environment());
+  auto a = topology::parse_algorithm(name);
+  if (!a)
+    throw CLI::ValidationError(
+        "--algorithm", "unknown algorithm \"" + name + "\"; one of auto, " + algorithm_list());
+  return *a;
+}
+
+// A --root outside the grid is a bad value (exit 2), not a failure of the run.
+void check_root(int root, const topology::Grid& g) {
+  if (root < 0 || root >= g.size())
+    throw CLI::ValidationError("--root", "rank " + std::to_string(root) + " is outside 0.." +
+                                             std::to_string(g.size() - 1));
+}
+
+void add_run_options(CLI::App* cmd, RunOptions& r) {
+  cmd->add_option("--segment", r.segment,
+                  "pipelining segment, e.g. \"256 KiB\"; 0 = topology's or automatic")
+      ->capture_default_str();
+  cmd->add_option(
+         "--timeout", r.timeout,
+         "seconds without progress before a broadcast fails: no data from a peer for this long "
+         "fails a rank, no byte moved anywhere fails the job; a broadcast that keeps moving may "
+         "last hours (launch -- PROGRAM: every blocking MPI call, none unless given)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--startup-timeout", r.startup, "seconds for every rank to connect")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--silence-timeout", r.silence,
+                  "without --timeout (launch -- PROGRAM): seconds a rank may send nothing, not "
+                  "even its heartbeat, before the job fails naming it (stopped, or its host or "
+                  "network is down)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--backend", r.backend,
+                  "local (fork/exec), ssh, netns (the namespace testbed; default when "
+                  "GRIDBCAST_BACKEND=netns), "
+                  "or external (ranks started by srun, mpiexec, compose, by hand)")
+      ->check(CLI::IsMember({"local", "ssh", "netns", "external"}))
+      ->capture_default_str();
+  cmd->add_option("--ssh-command", r.ssh, "ssh command for the ssh backend")->capture_default_str();
+  cmd->add_option("--rank-exe", r.exe, "gridbcast binary the ranks run (default: this one)");
+  cmd->add_option(
+         "--listen", r.listen,
+         "address of the launcher's control listener (netns: the testbed's management address)")
+      ->capture_default_str();
+  cmd->add_option("--port", r.port, "port of the control listener (0: any)")->capture_default_str();
+  cmd->add_option("--cert-dir", r.cert_dir,
+                  "certificates for WAN links marked tls: true (made by 'gridbcast certs'); "
+                  "every rank reads DIR/ca.crt, DIR/NODE.crt, DIR/NODE.key (default: each rank's "
+                  "GRIDBCAST_CERT_DIR)");
+}
+
+// Fills the launch options `r` decides and returns the backend that starts the
+// ranks (`command`: what each rank runs; empty: `gridbcast rank`).
+std::unique_ptr<job::Backend> make_backend(CLI::App* cmd, RunOptions& r, job::LaunchOptions& o,
+                                           std::vector<std::string> command) {
+  o.params.segment_bytes = parse_size_option(r.segment, "--segment");
+  if (!r.cert_dir.empty()) o.params.cert_dir = std::filesystem::absolute(r.cert_dir).string();
+  o.params.timeout_ms = static_cast<std::int64_t>(r.timeout * 1000);
+  o.listen_address = r.listen;
+  o.listen_port = r.port;
+  o.startup_timeout_ms = static_cast<std::int64_t>(r.startup * 1000);
+  o.program_silence_ms = static_cast<std::int64_t>(r.silence * 1000);
+  const std::string exe = r.exe.empty() ? self_exe() : r.exe;
+  // `gridbcast testbed run` selects the netns backend through the environment.
+  if (const char* b = std::getenv("GRIDBCAST_BACKEND"); b && *b && !cmd->count("--backend"))
+    r.backend = b;
+  const bool program = !command.empty();
+  if (!program) command = {exe, "rank"};
+  if (program && r.backend == "local") command[0] = resolve_program(command[0]);
+  if (program && r.backend == "netns")
+    throw CLI::ValidationError("--backend",
+                               "netns does not run programs yet (launch -- PROGRAM); use local");
+  if (r.backend == "local") return job::make_local_backend(command);
+  if (r.backend == "ssh") return job::make_ssh_backend(r.ssh, command);
+  if (r.backend == "external") return job::make_external_backend();
+  if (r.backend == "netns") {
+    auto netns = testbed::make_netns_launch(o.grid, exe);
+    if (!cmd->count("--listen")) o.listen_address = netns.listen_address;
+    return std::move(netns.backend);
+  }
+  throw CLI::ValidationError("GRIDBCAST_BACKEND",
+                             "\"" + r.backend + "\" is not local, ssh, netns or external");
+}
+
+}  // namespace gridbcast::cli

@@ -1,0 +1,52 @@
+// What several subcommands share: loading a topology, sizes and algorithms
+// given as options, and the options and backend that start the ranks.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "job/launcher.hpp"
+#include "topology/grid.hpp"
+#include "topology/plan/plan.hpp"
+
+namespace gridbcast::cli {
+
+// A topology and its YAML text; an empty path is the embedded default.
+struct Loaded {
+  topology::Grid grid;
+  std::string yaml;
+};
+
+Loaded load(const std::string& path);
+
+// topology::parse_size, a bad value reported as a usage error naming `option`.
+std::uint64_t parse_size_option(const std::string& text, const char* option);
+
+// "multilane, binomial, ...": every algorithm's name.
+std::string algorithm_list();
+
+// "auto" or an algorithm's name; anything else is a usage error (--algorithm).
+topology::Algorithm resolve_algorithm(const std::string& name, const topology::Grid& g,
+                                      std::uint64_t size);
+
+// A --root outside the grid is a bad value (exit 2), not a failure of the run.
+void check_root(int root, const topology::Grid& g);
+
+// How ranks are started and reached: the options `launch` and `bench` share.
+struct RunOptions {
+  std::string backend = "local", ssh = "ssh", exe, listen = "127.0.0.1", segment = "0", cert_dir;
+  double timeout = 30, startup = 60, silence = 30;
+  std::uint16_t port = 0;
+};
+
+void add_run_options(CLI::App* cmd, RunOptions& r);
+
+// Fills the launch options `r` decides and returns the backend that starts the
+// ranks (`command`: what each rank runs; empty: `gridbcast rank`).
+std::unique_ptr<job::Backend> make_backend(CLI::App* cmd, RunOptions& r, job::LaunchOptions& o,
+                                           std::vector<std::string> command = {});
+
+}  // namespace gridbcast::cli

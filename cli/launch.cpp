@@ -1,0 +1,214 @@
+// gridbcast launch: start one rank per node and broadcast, or run a program on every rank.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include "cli/commands.hpp"
+#include "cli/common.hpp"
+#include "cli/file_job.hpp"
+#include "cli/launch_report.hpp"
+#include "job/file_sink.hpp"
+#include "job/file_source.hpp"
+#include "job/file_tree.hpp"
+#include "job/launcher.hpp"
+#include "topology/units.hpp"
+
+namespace gridbcast::cli {
+
+namespace {
+
+struct Launch {
+  CLI::App* launch_cmd = nullptr;
+  std::string l_topology, l_algorithm = "auto", l_size = "64 MiB",
+                          l_output = "/tmp/gridbcast/{node}/";
+  std::vector<std::string> l_files;
+  int l_root = 0, l_iterations = 1;
+  RunOptions l_run;
+  std::uint64_t l_seed = 1;
+  bool l_json = false, l_no_verify = false, l_random_roots = false, l_random_sizes = false;
+  std::string l_progress;
+  std::string l_window = "64 MiB";
+  bool l_resume = false;
+  std::vector<std::string> l_program;
+  bool l_program_given = false;
+
+  Launch(CLI::App& app, std::optional<std::vector<std::string>> program)
+      : l_program(program.value_or(std::vector<std::string>{})),
+        l_program_given(program.has_value()) {
+    launch_cmd = app.add_subcommand("launch",
+                                    "Start one rank per node and broadcast (the main job), or "
+                                    "run a program on every rank (-- PROGRAM)");
+    launch_cmd->add_option(
+        "TOPOLOGY", l_topology,
+        "site-config YAML (default: the embedded default, 2 sites x 4 nodes on loopback)");
+    launch_cmd->add_option("--size,-s", l_size, "bytes to broadcast, e.g. 1048576, \"64 MiB\"")
+        ->capture_default_str();
+    launch_cmd
+        ->add_option("--file", l_files,
+                     "broadcast this file or directory (recursively, symlinks as links) "
+                     "instead of generated data; repeat for several, each copied under its name "
+                     "into the --output directory (- reads standard input, spooled to $TMPDIR "
+                     "first; docs/FILES.md)")
+        ->allow_extra_args(false);
+    launch_cmd
+        ->add_option("--output,-o", l_output,
+                     "where other ranks write --file; {node} and {rank} are replaced; a trailing / "
+                     "appends the file name; with several files, the directory they go into")
+        ->capture_default_str();
+    launch_cmd
+        ->add_option("--window", l_window,
+                     "memory per rank for --file data in flight (the file may be larger)")
+        ->capture_default_str();
+    launch_cmd->add_flag("--resume", l_resume,
+                         "--file: keep the chunks each copy (or a partial copy a failed run left) "
+                         "already holds, checked against the digests; move only the rest");
+    launch_cmd->add_option("--root,-r", l_root, "root rank")->capture_default_str();
+    launch_cmd
+        ->add_option("--algorithm,-a", l_algorithm,
+                     "auto, random (per iteration) or one of: " + algorithm_list())
+        ->capture_default_str();
+    launch_cmd->add_option("--iterations,-i", l_iterations, "back-to-back broadcasts")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
+    launch_cmd->add_flag("--random-roots", l_random_roots,
+                         "draw each iteration's root at random (from --seed)");
+    launch_cmd->add_flag("--random-sizes", l_random_sizes,
+                         "draw each iteration's size from [0, --size] (from --seed)");
+    launch_cmd->add_option("--seed", l_seed, "seed for generated data and random draws")
+        ->capture_default_str();
+    add_run_options(launch_cmd, l_run);
+    launch_cmd->add_flag("--json", l_json, "print the summary (or the failure) as JSON");
+    launch_cmd->add_option("--progress", l_progress,
+                           "write a JSON progress record about every second to FILE (- for "
+                           "stderr) while a broadcast runs");
+    launch_cmd->add_flag("--no-verify", l_no_verify, "skip the SHA-256 check of every copy");
+    launch_cmd->footer(
+        "Examples:\n  gridbcast launch\n  gridbcast launch site-configs/single-site-15.yaml --size "
+        "256MiB --algorithm multilane\n"
+        "  gridbcast launch --file big.iso --output /tmp/copies/{node}.iso\n"
+        "  tar c data | gridbcast launch --file - --output /scratch/data.tar --resume\n"
+        "  gridbcast launch site-configs/default.yaml -- ./my_mpi_program ARGS   # docs/MPI.md\n"
+        "  gridbcast launch site-configs/two-sites-tls.yaml --cert-dir /etc/gridbcast/certs   # "
+        "docs/SECURITY.md\n"
+        "After --, every rank runs the program (built with gridbcast-cc against libgridbcast_mpi)\n"
+        "instead of the broadcast job; the launcher exits with the first failing rank's status.\n"
+        "The job secret never appears in argv: ranks get it through an inherited pipe (local),\n"
+        "on standard input (ssh) or from GRIDBCAST_SECRET (external).");
+  }
+
+  int run() {
+    // `--file -`: the spooled copy of standard input, removed when the job ends.
+    struct Spool {
+      std::string path;
+      ~Spool() {
+        if (!path.empty()) ::unlink(path.c_str());
+      }
+    } spool;
+    Loaded l = load(l_topology);
+    job::LaunchOptions o;
+    o.params.algorithm = l_algorithm;
+    if (l_algorithm != "auto" && l_algorithm != "random")
+      (void)resolve_algorithm(l_algorithm, l.grid, 0);
+    check_root(l_root, l.grid);
+    o.params.root = l_root;
+    o.params.iterations = l_iterations;
+    o.params.random_roots = l_random_roots;
+    o.params.random_sizes = l_random_sizes;
+    o.params.seed = l_seed;
+    o.params.verify = !l_no_verify;
+    if (l_program_given) {
+      if (l_program.empty())
+        throw CLI::ValidationError("--", "name the program every rank runs after --");
+      o.params.kind = job::JobKind::kProgram;
+      o.program = l_program;
+    }
+    if (!l_files.empty()) {
+      if (launch_cmd->count("--size"))
+        throw CLI::ValidationError("--size", "cannot be used with --file: the file's size is sent");
+      if (l_random_sizes)
+        throw CLI::ValidationError("--random-sizes", "cannot be used with --file");
+      if (l_random_roots)
+        throw CLI::ValidationError("--random-roots",
+                                   "cannot be used with --file: the file is on the root's host");
+      FileJobRequest fr;
+      fr.files = l_files;
+      fr.output = l_output;
+      fr.window_bytes = parse_size_option(l_window, "--window");
+      fr.resume = l_resume;
+      fr.one_host = l_run.backend == "local" || l_run.backend == "netns";
+      fr.root = l_root;
+      spool.path = prepare_file_job(fr, l.grid, o.params);
+    } else {
+      for (const char* opt : {"--output", "--window", "--resume"})
+        if (launch_cmd->count(opt)) throw CLI::ValidationError(opt, "only applies to --file");
+      o.params.size = parse_size_option(l_size, "--size");
+    }
+    o.grid = std::move(l.grid);
+    o.yaml_text = std::move(l.yaml);
+    // Progress: a line on a terminal (stderr, so stdout stays the summary),
+    // and with --progress one JSON record a second to a file or stderr.
+    const bool progress_line = ::isatty(2) && ::isatty(1) && !l_json;
+    std::unique_ptr<std::ofstream> progress_file;
+    if (!l_progress.empty() && l_progress != "-") {
+      progress_file = std::make_unique<std::ofstream>(l_progress, std::ios::app);
+      if (!*progress_file)
+        throw CLI::ValidationError("--progress", l_progress + ": cannot open for writing");
+    }
+    bool line_shown = false;
+    if (progress_line || !l_progress.empty())
+      o.on_progress = [&](const job::ProgressSample& s) {
+        if (progress_line) {
+          std::cerr << cli::progress_line(s) << std::flush;
+          line_shown = true;
+        }
+        if (!l_progress.empty()) {
+          std::ostream& to = progress_file ? *progress_file : std::cerr;
+          to << cli::progress_json(s) << std::endl;
+        }
+      };
+    auto backend = make_backend(launch_cmd, l_run, o, l_program);
+    // An MPI program waits as long as its peers compute: no progress deadline
+    // unless asked (a rank that stops or dies is still noticed: heartbeats).
+    if (o.params.program() && !launch_cmd->count("--timeout")) o.params.timeout_ms = 0;
+    const job::LaunchResult result = job::launch(o, *backend, std::cerr);
+    if (line_shown) std::cerr << "\r" << std::string(100, ' ') << "\r" << std::flush;
+    if (result.status != 0) {
+      cli::print_failure(std::cerr, std::cout, result, l_json);
+      return result.status;
+    }
+    if (result.broadcast) {
+      if (l_json)
+        cli::print_broadcast_json(std::cout, *result.broadcast);
+      else
+        cli::print_broadcast_text(std::cout, *result.broadcast);
+    }
+    return 0;
+  }
+};
+
+}  // namespace
+
+std::optional<std::vector<std::string>> take_program(int& argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (argv[i][0] == '-') continue;
+    if (std::string(argv[i]) != "launch") break;
+    for (int j = i + 1; j < argc; ++j) {
+      if (std::string(argv[j]) != "--") continue;
+      std::vector<std::string> program(argv + j + 1, argv + argc);
+      argc = j;
+      return program;
+    }
+    break;
+  }
+  return std::nullopt;
+}
+
+Command register_launch(CLI::App& app, std::optional<std::vector<std::string>> program) {
+  auto c = std::make_shared<Launch>(app, std::move(program));
+  return {c->launch_cmd, [c] { return c->run(); }};
+}
+
+}  // namespace gridbcast::cli
