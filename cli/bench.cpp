@@ -52,8 +52,9 @@ std::vector<std::uint64_t> parse_sizes(const std::string& text) {
 
 struct Bench {
   CLI::App* bench_cmd = nullptr;
-  std::string b_topology, b_sizes = "1KiB:64MiB", b_algorithms = "all", b_method = "ack", b_plot,
-                          b_target = "3%";
+  TopologyOptions b_topology_options;
+  std::string b_sizes = "1KiB:64MiB", b_algorithms = "all", b_method = "ack", b_plot,
+              b_target = "3%";
   int b_root = 0;
   bool b_json = false, b_csv = false;
   RunOptions b_run;
@@ -63,8 +64,9 @@ struct Bench {
     bench_cmd = app.add_subcommand(
         "bench",
         "Measure broadcast time over sizes x algorithms (OSU-style table, JSON, CSV, SVG plot)");
-    bench_cmd->add_option("TOPOLOGY", b_topology,
+    bench_cmd->add_option("TOPOLOGY", b_topology_options.path,
                           "site-config YAML (default: the embedded default)");
+    add_topology_options(bench_cmd, b_topology_options);
     bench_cmd
         ->add_option("--sizes,-s", b_sizes,
                      "FROM:TO (x4 steps), FROM:TO:xN, or a list such as 4096,1MiB")
@@ -123,7 +125,7 @@ struct Bench {
   }
 
   int run() {
-    Loaded l = load(b_topology);
+    Loaded l = load(b_topology_options);
     job::LaunchOptions o;
     check_root(b_root, l.grid);
     b_spec.sizes = parse_sizes(b_sizes);

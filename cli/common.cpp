@@ -2,6 +2,8 @@
 // given as options, and the options and backend that start the ranks.
 #include "cli/common.hpp"
 
+#include <netdb.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -10,6 +12,7 @@
 #include <sstream>
 
 #include "testbed/testbed.hpp"
+#include "topology/hosts.hpp"
 #include "topology/loader.hpp"
 #include "topology/units.hpp"
 
@@ -52,6 +55,107 @@ Loaded load(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return {topology::load_grid_string(ss.str(), path), ss.str()};
+}
+
+namespace {
+
+// A host's address as its lanes bind to it: the first IPv4 address its name
+// resolves to, else the first IPv6 one.
+std::string resolve_host(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res); rc != 0)
+    throw std::runtime_error(::gai_strerror(rc));
+  std::string v4, v6;
+  for (addrinfo* a = res; a; a = a->ai_next) {
+    char text[NI_MAXHOST];
+    if (::getnameinfo(a->ai_addr, a->ai_addrlen, text, sizeof text, nullptr, 0, NI_NUMERICHOST))
+      continue;
+    if (a->ai_family == AF_INET && v4.empty()) v4 = text;
+    if (a->ai_family == AF_INET6 && v6.empty()) v6 = text;
+  }
+  ::freeaddrinfo(res);
+  if (v4.empty() && v6.empty()) throw std::runtime_error("no IPv4 or IPv6 address");
+  return v4.empty() ? v6 : v4;
+}
+
+template <typename T, typename Parse>
+std::optional<T> parsed(const std::string& text, const char* option, Parse parse) {
+  if (text.empty()) return std::nullopt;
+  try {
+    return parse(text);
+  } catch (const std::exception& e) {
+    throw CLI::ValidationError(option, e.what());
+  }
+}
+
+}  // namespace
+
+void add_topology_options(CLI::App* cmd, TopologyOptions& t, bool congestion, bool short_f) {
+  cmd->add_option("--hosts", t.hosts,
+                  "the topology from host names instead of TOPOLOGY: hostlists, each optionally "
+                  "prefixed SITE:, e.g. 'tokyo:a[01-08],osaka:b[01-08]' (one NIC each, at the "
+                  "address the name resolves to; docs/TOPOLOGY.md)");
+  cmd->add_option(short_f ? "--hostfile,-f" : "--hostfile", t.hostfile,
+                  "the topology from a host file: HOST [site=S] [nics=N] [bandwidth=B] "
+                  "[address=A,...] per line");
+  cmd->add_option("--nic-bandwidth", t.nic_bandwidth,
+                  "every NIC's bandwidth, e.g. 25Gbit (default with --hosts: 10Gbit)");
+  cmd->add_option("--wan-latency", t.wan_latency,
+                  "every WAN link's one-way latency, e.g. 10ms (default with --hosts: 10ms)");
+  cmd->add_option("--wan-bandwidth", t.wan_bandwidth,
+                  "every WAN link's bandwidth (default with --hosts: 10Gbit)");
+  cmd->add_option("--streams", t.streams,
+                  "TCP streams per WAN hop on every link (default with --hosts: 4)")
+      ->check(CLI::Range(1, 64));
+  if (congestion)
+    cmd->add_option("--congestion", t.congestion,
+                    "TCP congestion control of every socket, e.g. cubic or bbr");
+}
+
+Loaded load(const TopologyOptions& t) {
+  const int given = !t.path.empty() + !t.hosts.empty() + !t.hostfile.empty();
+  if (given > 1)
+    throw CLI::ValidationError("--hosts", "give one of TOPOLOGY, --hosts and --hostfile");
+  topology::Overrides o;
+  o.nic_bandwidth_bps =
+      parsed<double>(t.nic_bandwidth, "--nic-bandwidth", topology::parse_bandwidth);
+  o.wan_latency_s = parsed<double>(t.wan_latency, "--wan-latency", topology::parse_duration);
+  o.wan_bandwidth_bps =
+      parsed<double>(t.wan_bandwidth, "--wan-bandwidth", topology::parse_bandwidth);
+  if (t.streams > 0) o.streams = t.streams;
+  if (!t.congestion.empty()) o.congestion = t.congestion;
+  if (t.hosts.empty() && t.hostfile.empty()) {
+    Loaded l = load(t.path);
+    if (!o.any()) return l;
+    std::string yaml = topology::apply_overrides(l.yaml, o);
+    const std::string source = t.path.empty() ? "<embedded default>" : t.path;
+    return {topology::load_grid_string(yaml, source), std::move(yaml)};
+  }
+  topology::HostDefaults d;
+  d.resolve = resolve_host;
+  if (o.nic_bandwidth_bps) d.nic_bandwidth_bps = *o.nic_bandwidth_bps;
+  if (o.wan_latency_s) d.wan_latency_s = *o.wan_latency_s;
+  if (o.wan_bandwidth_bps) d.wan_bandwidth_bps = *o.wan_bandwidth_bps;
+  if (o.streams) d.streams = *o.streams;
+  if (o.congestion) d.congestion = *o.congestion;
+  std::vector<topology::HostEntry> hosts;
+  std::string source = "--hosts";
+  if (!t.hosts.empty()) {
+    hosts = topology::parse_hosts(t.hosts);
+  } else {
+    std::ifstream in(t.hostfile);
+    if (!in) throw topology::ConfigError({t.hostfile, 0, 0}, "cannot read the file");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    hosts = topology::parse_hostfile(ss.str(), t.hostfile);
+    source = t.hostfile;
+    d.name = std::filesystem::path(t.hostfile).stem().string();
+  }
+  std::string yaml = topology::hosts_to_yaml(hosts, d);
+  return {topology::load_grid_string(yaml, source), std::move(yaml)};
 }
 
 std::uint64_t parse_size_option(const std::string& text, const char* option) {

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,26 @@ struct Loaded {
 };
 
 Loaded load(const std::string& path);
+
+// Where a command's topology comes from: the TOPOLOGY file (or the embedded
+// default), --hosts or --hostfile (topology/hosts.hpp), and the overrides of
+// its NIC and WAN figures.
+struct TopologyOptions {
+  std::string path;  // the TOPOLOGY positional
+  std::string hosts, hostfile;
+  std::string nic_bandwidth, wan_latency, wan_bandwidth, congestion;
+  int streams = 0;
+};
+
+// The options above on `cmd` (the positional is the command's own);
+// `congestion`: whether to add --congestion too (simulate has its own);
+// `short_f`: -f for --hostfile, as mpiexec has it (plan's -f is --format).
+void add_topology_options(CLI::App* cmd, TopologyOptions& t, bool congestion = true,
+                          bool short_f = true);
+
+// The topology `t` names, overrides applied; giving more than one of
+// TOPOLOGY, --hosts and --hostfile is a usage error.
+Loaded load(const TopologyOptions& t);
 
 // topology::parse_size, a bad value reported as a usage error naming `option`.
 std::uint64_t parse_size_option(const std::string& text, const char* option);

@@ -22,8 +22,8 @@ namespace {
 
 struct Launch {
   CLI::App* launch_cmd = nullptr;
-  std::string l_topology, l_algorithm = "auto", l_size = "64 MiB",
-                          l_output = "/tmp/gridbcast/{node}/";
+  TopologyOptions l_topology_options;
+  std::string l_algorithm = "auto", l_size = "64 MiB", l_output = "/tmp/gridbcast/{node}/";
   std::vector<std::string> l_files;
   int l_root = 0, l_iterations = 1;
   RunOptions l_run;
@@ -42,8 +42,9 @@ struct Launch {
                                     "Start one rank per node and broadcast (the main job), or "
                                     "run a program on every rank (-- PROGRAM)");
     launch_cmd->add_option(
-        "TOPOLOGY", l_topology,
+        "TOPOLOGY", l_topology_options.path,
         "site-config YAML (default: the embedded default, 2 sites x 4 nodes on loopback)");
+    add_topology_options(launch_cmd, l_topology_options);
     launch_cmd->add_option("--size,-s", l_size, "bytes to broadcast, e.g. 1048576, \"64 MiB\"")
         ->capture_default_str();
     launch_cmd
@@ -107,7 +108,7 @@ struct Launch {
         if (!path.empty()) ::unlink(path.c_str());
       }
     } spool;
-    Loaded l = load(l_topology);
+    Loaded l = load(l_topology_options);
     job::LaunchOptions o;
     o.params.algorithm = l_algorithm;
     if (l_algorithm != "auto" && l_algorithm != "random")

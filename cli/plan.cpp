@@ -15,15 +15,17 @@ namespace {
 
 struct Plan {
   CLI::App* plan_cmd = nullptr;
-  std::string plan_topology, plan_algorithm = "auto", plan_format = "text", plan_size = "1 MiB";
+  TopologyOptions plan_topology_options;
+  std::string plan_algorithm = "auto", plan_format = "text", plan_size = "1 MiB";
   int plan_root = 0;
   bool plan_check = false;
 
   explicit Plan(CLI::App& app) {
     plan_cmd = app.add_subcommand(
         "plan", "Print the broadcast plan (who sends what to whom) for a topology");
-    plan_cmd->add_option("TOPOLOGY", plan_topology,
+    plan_cmd->add_option("TOPOLOGY", plan_topology_options.path,
                          "site-config YAML (default: the embedded default)");
+    add_topology_options(plan_cmd, plan_topology_options, true, /*short_f=*/false);
     plan_cmd->add_option("--algorithm,-a", plan_algorithm, "auto or one of: " + algorithm_list())
         ->capture_default_str();
     plan_cmd->add_option("--root,-r", plan_root, "root rank")->capture_default_str();
@@ -41,7 +43,7 @@ struct Plan {
   }
 
   int run() {
-    const Loaded l = load(plan_topology);
+    const Loaded l = load(plan_topology_options);
     check_root(plan_root, l.grid);
     const std::uint64_t size = parse_size_option(plan_size, "--size");
     const auto algo = resolve_algorithm(plan_algorithm, l.grid, size);

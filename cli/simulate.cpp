@@ -18,7 +18,8 @@ namespace {
 
 struct Simulate {
   CLI::App* sim_cmd = nullptr;
-  std::string s_topology, s_algorithm = "multilane", s_size = "64 MiB", s_scale, s_segment = "0";
+  TopologyOptions s_topology_options;
+  std::string s_algorithm = "multilane", s_size = "64 MiB", s_scale, s_segment = "0";
   int s_root = 0;
   bool s_sweep = false, s_json = false;
   std::string s_congestion = "cubic";
@@ -26,7 +27,9 @@ struct Simulate {
   explicit Simulate(CLI::App& app) {
     sim_cmd =
         app.add_subcommand("simulate", "Predict broadcast times with a cost model (no network)");
-    sim_cmd->add_option("TOPOLOGY", s_topology, "site-config YAML (default: the embedded default)");
+    sim_cmd->add_option("TOPOLOGY", s_topology_options.path,
+                        "site-config YAML (default: the embedded default)");
+    add_topology_options(sim_cmd, s_topology_options, /*congestion=*/false);
     sim_cmd
         ->add_option("--algorithm,-a", s_algorithm,
                      "auto, all, or a comma-separated list of: " + algorithm_list())
@@ -62,7 +65,7 @@ struct Simulate {
       grid = topology::synthetic_grid(std::stoi(s_scale.substr(0, x)),
                                       std::stoi(s_scale.substr(x + 1)));
     } else {
-      grid = load(s_topology).grid;
+      grid = load(s_topology_options).grid;
     }
     check_root(s_root, grid);
     std::vector<std::uint64_t> sizes;

@@ -254,4 +254,35 @@ std::string hosts_to_yaml(const std::vector<HostEntry>& hosts, const HostDefault
   return std::string(y.c_str()) + "\n";
 }
 
+std::string apply_overrides(const std::string& yaml, const Overrides& o) {
+  YAML::Node root = YAML::Load(yaml);
+  const auto bits = [](double bps) { return std::to_string(std::llround(bps)) + " bit"; };
+  const auto ns = [](double s) { return std::to_string(std::llround(s * 1e9)) + " ns"; };
+  YAML::Node defaults = root["defaults"];
+  if (!defaults.IsMap()) defaults = YAML::Node(YAML::NodeType::Map);
+  YAML::Node wan_defaults = defaults["wan"];
+  if (!wan_defaults.IsMap()) wan_defaults = YAML::Node(YAML::NodeType::Map);
+  if (o.nic_bandwidth_bps) {
+    defaults["nic_bandwidth"] = bits(*o.nic_bandwidth_bps);
+    for (auto site : root["sites"])
+      for (auto node : site["nodes"])
+        for (auto nic : node["nics"]) nic["bandwidth"] = bits(*o.nic_bandwidth_bps);
+  }
+  if (o.congestion) defaults["congestion"] = *o.congestion;
+  auto each_link = [&](const char* key, const std::string& value) {
+    wan_defaults[key] = value;
+    if (root["wan"].IsSequence())
+      for (auto link : root["wan"]) link[key] = value;
+  };
+  if (o.wan_latency_s) each_link("latency", ns(*o.wan_latency_s));
+  if (o.wan_bandwidth_bps) each_link("bandwidth", bits(*o.wan_bandwidth_bps));
+  if (o.streams) each_link("streams", std::to_string(*o.streams));
+  if (o.congestion) each_link("congestion", *o.congestion);
+  if (wan_defaults.size() > 0) defaults["wan"] = wan_defaults;
+  if (defaults.size() > 0) root["defaults"] = defaults;
+  YAML::Emitter y;
+  y << root;
+  return std::string(y.c_str()) + "\n";
+}
+
 }  // namespace gridbcast::topology

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -61,5 +62,23 @@ struct HostDefaults {
 // Throws ConfigError at the entry for a host named twice or one that does not
 // resolve.
 std::string hosts_to_yaml(const std::vector<HostEntry>& hosts, const HostDefaults& defaults);
+
+// Command-line overrides of a topology (`--nic-bandwidth`, `--wan-latency`,
+// `--wan-bandwidth`, `--streams`, `--congestion`): each set one replaces the
+// value on every NIC or WAN link and in `defaults`.
+struct Overrides {
+  std::optional<double> nic_bandwidth_bps;
+  std::optional<double> wan_latency_s;
+  std::optional<double> wan_bandwidth_bps;
+  std::optional<int> streams;
+  std::optional<std::string> congestion;
+  bool any() const {
+    return nic_bandwidth_bps || wan_latency_s || wan_bandwidth_bps || streams || congestion;
+  }
+};
+
+// The site-config `yaml` with `overrides` applied (comments are not kept).
+// The text must have loaded already: this only rewrites values.
+std::string apply_overrides(const std::string& yaml, const Overrides& overrides);
 
 }  // namespace gridbcast::topology
