@@ -110,7 +110,7 @@ std::vector<HostEntry> parse_hostfile(const std::string& text, const std::string
     if (words.empty()) continue;
     HostEntry proto;
     proto.where = {file, number, words[0].second};
-    std::vector<std::string> addresses;
+    std::vector<std::vector<std::string>> addresses;  // per NIC: one per host of the line
     Location addresses_at;
     for (size_t w = 1; w < words.size(); ++w) {
       const auto& [word, col] = words[w];
@@ -135,10 +135,8 @@ std::vector<HostEntry> parse_hostfile(const std::string& text, const std::string
           if (!(proto.bandwidth_bps > 0)) throw std::invalid_argument("bandwidth must be above 0");
         } else if (key == "address") {
           addresses_at = at;
-          for (const auto& [a, off] : split_items(value)) {
-            const auto more = expand(trim(a), at);
-            addresses.insert(addresses.end(), more.begin(), more.end());
-          }
+          addresses.clear();
+          for (const auto& [a, off] : split_items(value)) addresses.push_back(expand(trim(a), at));
         } else if (key == "slots") {
           if (value != "1")
             throw std::invalid_argument("gridbcast runs one rank per node; slots must be 1, not " +
@@ -154,31 +152,30 @@ std::vector<HostEntry> parse_hostfile(const std::string& text, const std::string
       }
     }
     const auto names = expand(words[0].first, proto.where);
-    // address= lists every NIC of every host of the line, host by host.
+    // address= has one item per NIC, as a NIC's address in YAML: a hostlist
+    // with one address per host of the line, in order.
     const size_t nics = static_cast<size_t>(proto.nics > 0 ? proto.nics : 0);
     if (addresses.empty() && nics > 1)
       throw ConfigError(proto.where, "nics=" + std::to_string(nics) +
                                          " needs address= with one address per NIC (a host "
                                          "name gives one)");
     if (!addresses.empty()) {
-      const size_t per_host = addresses.size() / names.size();
-      if (per_host * names.size() != addresses.size() || (nics != 0 && per_host != nics))
-        throw ConfigError(addresses_at, std::to_string(addresses.size()) + " addresses for " +
-                                            std::to_string(names.size()) + " host(s)" +
-                                            (nics ? " of " + std::to_string(nics) + " NICs" : "") +
-                                            ": give one per NIC of each host");
-      if (per_host > static_cast<size_t>(kMaxNics))
+      if (nics != 0 && addresses.size() != nics)
+        throw ConfigError(addresses_at, std::to_string(addresses.size()) +
+                                            " addresses (NICs) for nics=" + std::to_string(nics));
+      if (addresses.size() > static_cast<size_t>(kMaxNics))
         throw ConfigError(addresses_at, "more than " + std::to_string(kMaxNics) + " NICs per host");
+      for (const auto& nic : addresses)
+        if (nic.size() != names.size())
+          throw ConfigError(addresses_at,
+                            "a NIC's addresses expand to " + std::to_string(nic.size()) + " for " +
+                                std::to_string(names.size()) + " host(s): give one per host");
     }
     for (size_t i = 0; i < names.size(); ++i) {
       HostEntry h = proto;
       h.name = names[i];
-      if (!addresses.empty()) {
-        const size_t per_host = addresses.size() / names.size();
-        h.addresses.assign(addresses.begin() + static_cast<std::ptrdiff_t>(i * per_host),
-                           addresses.begin() + static_cast<std::ptrdiff_t>((i + 1) * per_host));
-        h.nics = static_cast<int>(per_host);
-      }
+      for (const auto& nic : addresses) h.addresses.push_back(nic[i]);
+      if (!addresses.empty()) h.nics = static_cast<int>(addresses.size());
       out.push_back(std::move(h));
     }
   }

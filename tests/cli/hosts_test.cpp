@@ -26,8 +26,9 @@ TEST(HostsOption, AHostListNeedsNoYaml) {
   EXPECT_TRUE(has(c.out(), "1 ranks in 1 site(s), root localhost(0)")) << c.out();
   Child gone({kBin, "plan", "--hosts", "a:localhost,gridbcast-no-such-host.invalid"});
   EXPECT_EQ(gone.wait(30s), 2);
-  EXPECT_TRUE(has(gone.err(), "--hosts:1:13: host \"gridbcast-no-such-host.invalid\" has no "
-                              "address"))
+  EXPECT_TRUE(has(gone.err(),
+                  "--hosts:1:13: host \"gridbcast-no-such-host.invalid\" has no "
+                  "address"))
       << gone.err();
   Child both({kBin, "plan", kSrc + "/site-configs/testbed-2x2.yaml", "--hosts", "localhost"});
   EXPECT_EQ(both.wait(30s), 2);
@@ -36,9 +37,10 @@ TEST(HostsOption, AHostListNeedsNoYaml) {
 
 TEST(HostsOption, AHostFileLaunchesAndVerifiesOnLoopback) {
   TempDir dir;
-  std::ofstream(dir / "grid.hosts") << "# two sites on loopback\n"
-                                       "e[1-2] site=east address=127.0.1.[1-4] nics=2\n"
-                                       "w[1-2] site=west address=127.0.2.[1-2] bandwidth=1Gbit\n";
+  std::ofstream(dir / "grid.hosts")
+      << "# two sites on loopback\n"
+         "e[1-2] site=east address=127.0.1.[1-2],127.0.1.[3-4] nics=2\n"
+         "w[1-2] site=west address=127.0.2.[1-2] bandwidth=1Gbit\n";
   Child c({kBin, "launch", "-f", (dir / "grid.hosts").string(), "--size", "3MiB", "--json"});
   ASSERT_EQ(c.wait(60s), 0) << c.err();
   EXPECT_TRUE(has(c.out(), "\"ranks\": 4, \"sites\": 2")) << c.out();
@@ -46,7 +48,8 @@ TEST(HostsOption, AHostFileLaunchesAndVerifiesOnLoopback) {
   std::ofstream(dir / "bad.hosts") << "e1\ne2 slots=4\n";
   Child bad({kBin, "launch", "--hostfile", (dir / "bad.hosts").string()});
   EXPECT_EQ(bad.wait(30s), 2);
-  EXPECT_TRUE(has(bad.err(), "bad.hosts:2:4: slots: gridbcast runs one rank per node")) << bad.err();
+  EXPECT_TRUE(has(bad.err(), "bad.hosts:2:4: slots: gridbcast runs one rank per node"))
+      << bad.err();
 }
 
 TEST(HostsOption, OverridesReplaceEveryNicAndWanFigure) {

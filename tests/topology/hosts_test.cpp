@@ -87,7 +87,8 @@ TEST(Hosts, MistakesInTheListNameTheColumn) {
 TEST(Hosts, AHostFileSetsSitesNicsBandwidthsAndAddresses) {
   const std::string text =
       "# the grid\n"
-      "a[1-2]   site=tokyo nics=3 address=10.1.[1-6].1 bandwidth=25Gbit   # fast nodes\n"
+      "a[1-2]   site=tokyo nics=3 address=10.1.[1-2].1,10.1.[3-4].1,10.1.[5-6].1 "
+      "bandwidth=25Gbit   # fast nodes\n"
       "\n"
       "b1 site=osaka address=10.2.0.1,10.3.0.1 slots=1\n"
       "b[2-3] site=osaka address=10.2.0.[2-3],10.3.0.[2-3] bandwidth=1Gbit\n";
@@ -97,15 +98,17 @@ TEST(Hosts, AHostFileSetsSitesNicsBandwidthsAndAddresses) {
   ASSERT_EQ(g.sites.size(), 2u);
   EXPECT_EQ(g.nodes[0].nics.size(), 3u);
   EXPECT_DOUBLE_EQ(g.nodes[1].nics[2].bandwidth_bps, 25e9);
-  EXPECT_EQ(g.nodes[1].nics[0].address, "10.1.4.1");
+  EXPECT_EQ(g.nodes[1].nics[0].address, "10.1.2.1");
+  EXPECT_EQ(g.nodes[1].nics[2].address, "10.1.6.1");
   ASSERT_EQ(g.nodes[2].nics.size(), 2u);
   EXPECT_EQ(g.nodes[2].nics[1].address, "10.3.0.1");
   EXPECT_DOUBLE_EQ(g.nodes[2].nics[0].bandwidth_bps, 10e9);
-  // b[2-3] with address=10.2.0.[2-3],10.3.0.[2-3]: the addresses are taken
-  // host by host, so b2 gets the first two.
+  // b[2-3] with address=10.2.0.[2-3],10.3.0.[2-3]: one item per NIC, each
+  // with one address per host, as in YAML.
   EXPECT_EQ(g.nodes[3].nics[0].address, "10.2.0.2");
-  EXPECT_EQ(g.nodes[3].nics[1].address, "10.2.0.3");
-  EXPECT_EQ(g.nodes[4].nics[0].address, "10.3.0.2");
+  EXPECT_EQ(g.nodes[3].nics[1].address, "10.3.0.2");
+  EXPECT_EQ(g.nodes[4].nics[0].address, "10.2.0.3");
+  EXPECT_EQ(g.nodes[4].nics[1].address, "10.3.0.3");
   EXPECT_DOUBLE_EQ(g.nodes[4].nics[1].bandwidth_bps, 1e9);
 }
 
@@ -119,7 +122,9 @@ TEST(Hosts, MistakesInAHostFileNameLineAndColumn) {
   EXPECT_NE(err("a1 nics=9\n").find("h.txt:1:4: nics: nics must be 1..8"), std::string::npos);
   EXPECT_NE(err("a1 nics=x\n").find("h.txt:1:4: nics:"), std::string::npos);
   EXPECT_NE(err("a1 bandwidth=10\n").find("h.txt:1:4: bandwidth:"), std::string::npos);
-  EXPECT_NE(err("a1 nics=2 address=10.0.0.1\n").find("h.txt:1:11: 1 addresses for 1 host(s) of 2"),
+  EXPECT_NE(err("a1 nics=2 address=10.0.0.1\n").find("h.txt:1:11: 1 addresses (NICs) for nics=2"),
+            std::string::npos);
+  EXPECT_NE(err("a[1-2] address=10.0.0.1\n").find("h.txt:1:8: a NIC's addresses expand to 1 for 2"),
             std::string::npos);
   EXPECT_NE(err("a1 nics=2\n").find("h.txt:1:1: nics=2 needs address="), std::string::npos);
   EXPECT_NE(err("a1 novalue\n").find("h.txt:1:4: expected KEY=VALUE"), std::string::npos);
