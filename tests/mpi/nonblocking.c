@@ -6,10 +6,10 @@
  * non-overtaking of Isends with one tag, truncation (MPI_ERR_TRUNCATE,
  * MPI_ERR_IN_STATUS), MPI_PROC_NULL and null requests, Request_free.
  * Rank 0 prints "nonblocking: N ranks, C checks, F failed"; exit status 0
- * when every check held on every rank.
+ * when every check held on every rank. Plain MPI: Open MPI 4.1 passes it too.
  *
- * `nonblocking stall`: rank 0 waits for a message rank 1 never sends (rank 1
- * sleeps 30 s), for the --timeout test. */
+ * `nonblocking stall`: rank 0 waits for a message rank 1 never sends (the
+ * others sleep 30 s), for the --timeout test. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,9 +196,9 @@ static void probing(void) {
   for (int i = 0; i < count2; ++i) bad |= in[i] != left * 1000 + i;
   CHECK(!bad, "the probed message's data");
   MPI_Wait(&req, MPI_STATUS_IGNORE);
-  MPI_Barrier(MPI_COMM_WORLD);
+  /* (Any tag: a neighbour may be on to the next phase's message already.) */
   flag = 1;
-  MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+  MPI_Iprobe(MPI_ANY_SOURCE, 20 + left, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
   CHECK(flag == 0, "Iprobe with nothing pending");
   free(out);
   free(in);
@@ -287,11 +287,13 @@ static void truncation(void) {
     MPI_Request req;
     MPI_Status st;
     MPI_Irecv(small, 10, MPI_INT, 0, 50, comm, &req);
-    int rc = MPI_Wait(&req, &st), cls = -1, count = -1;
+    int rc = MPI_Wait(&req, &st), cls = -1;
     MPI_Error_class(rc, &cls);
-    MPI_Get_count(&st, MPI_INT, &count);
-    CHECK(cls == MPI_ERR_TRUNCATE && small[9] == 9 && count == 10 && req == MPI_REQUEST_NULL,
-          "Wait on a truncated message: class %d count %d", cls, count);
+    /* The count of a truncated receive differs between MPIs (Open MPI: the
+     * message's length, MPICH 4: 0, gridbcast: the buffer's): not checked. */
+    CHECK(cls == MPI_ERR_TRUNCATE && small[9] == 9 && st.MPI_SOURCE == 0 && st.MPI_TAG == 50 &&
+              req == MPI_REQUEST_NULL,
+          "Wait on a truncated message: class %d", cls);
     MPI_Request reqs[2];
     MPI_Status sts[2];
     int ok = -1;
@@ -346,8 +348,8 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       MPI_Irecv(&v, 1, MPI_INT, 1, 99, MPI_COMM_WORLD, &req);
       MPI_Wait(&req, MPI_STATUS_IGNORE);
-    } else if (rank == 1) {
-      sleep(30);
+    } else {
+      sleep(30); /* rank 1 never sends; the others stay out of MPI calls */
     }
     MPI_Finalize();
     return 0;
