@@ -15,10 +15,12 @@ bool matches(const std::optional<int>& want_source, std::uint64_t want_context,
 
 // Passes a destination to the next ticket, also when a send throws.
 struct SendTurn {
+  std::shared_ptr<bool> alive;
   std::map<int, std::uint64_t>& turn;
   Event& changed;
   int dest;
   ~SendTurn() {
+    if (!*alive) return;
     ++turn[dest];
     changed.notify_all();
   }
@@ -230,7 +232,7 @@ asio::awaitable<void> Messenger::send(int dest, std::uint64_t context, std::int6
   // One writer per connection, in ticket order: frames must not interleave,
   // and messages to one destination are not overtaken.
   while (send_turn_[dest] != ticket) co_await changed_.wait();
-  SendTurn turn{send_turn_, changed_, dest};
+  SendTurn turn{alive_, send_turn_, changed_, dest};
   if (!closed_all_.empty()) throw lanes::NetworkError(closed_all_);
   lanes::Stream* socket =
       co_await transport_.outgoing(LinkKey{dest, 0, 0, kMessageStream}, connect_deadline);

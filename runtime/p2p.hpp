@@ -61,6 +61,7 @@ struct PostedReceive {
 class Messenger {
  public:
   explicit Messenger(Transport& transport);
+  ~Messenger() { *alive_ = false; }
   Messenger(const Messenger&) = delete;
   Messenger& operator=(const Messenger&) = delete;
 
@@ -139,6 +140,9 @@ class Messenger {
   std::map<int, Arriving> arriving_;        // peer -> its unexpected message in progress
   std::string closed_all_;
   Event changed_;  // a message arrived, a receive completed, a send ended, a peer left
+  // False once destroyed: a send's frame destroyed with the io_context after
+  // the messenger (a send never driven to its end) must not touch it.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
 }  // namespace gridbcast::runtime
