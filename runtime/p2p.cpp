@@ -267,7 +267,8 @@ void Messenger::deliver_local(std::uint64_t context, std::int64_t tag, const std
     p->info = MessageInfo{self, tag, bytes};
     p->done = true;
   } else {
-    unexpected_.push_back(Unexpected{self, context, tag, std::vector<std::byte>(data, data + bytes)});
+    unexpected_.push_back(
+        Unexpected{self, context, tag, std::vector<std::byte>(data, data + bytes)});
     unexpected_bytes_ += bytes;
   }
   changed_.notify_all();

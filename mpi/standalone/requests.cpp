@@ -75,8 +75,10 @@ Outcome finish(MPI_Request* handle, MPI_Status* status) {
   *handle = MPI_REQUEST_NULL;
   Outcome o;
   if (!r.op) {  // MPI_PROC_NULL
-    if (r.is_receive) fill_status(status, MPI_PROC_NULL, MPI_ANY_TAG, 0);
-    else empty_status(status);
+    if (r.is_receive)
+      fill_status(status, MPI_PROC_NULL, MPI_ANY_TAG, 0);
+    else
+      empty_status(status);
     return o;
   }
   const runtime::P2pState s = state().world->state(r.op);
@@ -229,8 +231,10 @@ GRIDBCAST_EXPORT int PMPI_Irecv(void* buf, int count, MPI_Datatype datatype, int
       if (source != MPI_ANY_SOURCE) check_rank(c, source, MPI_ERR_RANK, "source");
       check_buffer(buf, capacity);
       std::optional<int> from;
-      if (source != MPI_ANY_SOURCE) from = c.members[static_cast<size_t>(source)];
-      else if (!c.is_world) r.members = c.members;
+      if (source != MPI_ANY_SOURCE)
+        from = c.members[static_cast<size_t>(source)];
+      else if (!c.is_world)
+        r.members = c.members;
       std::optional<std::int64_t> want_tag;
       if (tag != MPI_ANY_TAG) want_tag = tag;
       r.op = state().world->irecv(from, c.context, want_tag, buf, capacity);
@@ -393,7 +397,8 @@ GRIDBCAST_EXPORT int PMPI_Sendrecv(const void* sendbuf, int sendcount, MPI_Datat
     // The parts report to this call: errors come back as classes here.
     st.comms.at(comm).errhandler = MPI_ERRORS_RETURN;
     int rc = PMPI_Irecv(recvbuf, recvcount, recvtype, source, recvtag, comm, &reqs[0]);
-    if (rc == MPI_SUCCESS) rc = PMPI_Isend(sendbuf, sendcount, sendtype, dest, sendtag, comm, &reqs[1]);
+    if (rc == MPI_SUCCESS)
+      rc = PMPI_Isend(sendbuf, sendcount, sendtype, dest, sendtag, comm, &reqs[1]);
     std::string detail = rc == MPI_SUCCESS ? "" : st.last_detail[rc];
     std::string failure;
     Outcome recv_outcome, send_outcome;

@@ -58,10 +58,10 @@ struct Request {
   bool is_receive = false;
   runtime::P2pRequest op;  // null: complete at once (MPI_PROC_NULL)
   MPI_Comm comm = MPI_COMM_NULL;
-  int peer = MPI_PROC_NULL;       // destination or source, a rank of the communicator
-  std::vector<int> members;       // a receive from MPI_ANY_SOURCE: the ranks, to map the sender
-  std::uint64_t capacity = 0;     // a receive's buffer, bytes
-  bool freed = false;             // MPI_Request_free before completion: forgotten when complete
+  int peer = MPI_PROC_NULL;    // destination or source, a rank of the communicator
+  std::vector<int> members;    // a receive from MPI_ANY_SOURCE: the ranks, to map the sender
+  std::uint64_t capacity = 0;  // a receive's buffer, bytes
+  bool freed = false;          // MPI_Request_free before completion: forgotten when complete
 };
 
 struct State {
@@ -79,7 +79,7 @@ struct State {
   // MPI_Bcast's algorithm: GRIDBCAST_ALGORITHM, else the launcher's --algorithm.
   std::optional<topology::Algorithm> algorithm;
   bool random_algorithm = false;
-  std::map<int, std::string> last_detail;  // error class -> what happened last
+  std::map<int, std::string> last_detail;   // error class -> what happened last
   std::map<MPI_Request, Request> requests;  // active requests (freed ones until complete)
   MPI_Request next_request = 1;
 };
