@@ -303,8 +303,9 @@ void Communicator::send(int dest, std::uint64_t context, std::int64_t tag, const
   if (dest < 0 || dest >= im.grid.size())
     throw std::invalid_argument("destination rank " + std::to_string(dest) + " is outside 0.." +
                                 std::to_string(im.grid.size() - 1));
+  const std::uint64_t ticket = dest == im.rank ? 0 : im.messenger.reserve_send(dest);
   im.drive_watched(im.messenger.send(dest, context, tag, static_cast<const std::byte*>(data), bytes,
-                                     lanes::Clock::now() + im.options.timeout),
+                                     lanes::Clock::now() + im.options.timeout, ticket),
                    "sending to " + im.transport.describe(dest, 0));
 }
 
@@ -321,6 +322,148 @@ Received Communicator::receive(std::optional<int> source, std::uint64_t context,
       source ? "waiting for a message from " + im.transport.describe(*source, 0)
              : std::string("waiting for a message from any rank"));
   return Received{m.source, m.tag, m.bytes};
+}
+
+struct P2pOperation {
+  bool is_receive = false;
+  int peer = -1;           // destination, or source (-1: any)
+  PostedReceive posted;    // a receive
+  bool sent = false;       // a send: complete
+  std::string send_error;  // a send: why it failed
+  P2pState state() const {
+    if (!is_receive) return P2pState{sent, send_error, {}};
+    const bool complete = posted.done || !posted.error.empty();
+    return P2pState{complete, posted.error,
+                    Received{posted.info.source, posted.info.tag, posted.info.bytes}};
+  }
+};
+
+P2pRequest Communicator::isend(int dest, std::uint64_t context, std::int64_t tag, const void* data,
+                               std::uint64_t bytes) {
+  auto& im = *impl_;
+  if (im.failed) std::rethrow_exception(im.failed);
+  if (dest < 0 || dest >= im.grid.size())
+    throw std::invalid_argument("destination rank " + std::to_string(dest) + " is outside 0.." +
+                                std::to_string(im.grid.size() - 1));
+  auto op = std::make_shared<P2pOperation>();
+  op->peer = dest;
+  const auto* p = static_cast<const std::byte*>(data);
+  if (dest == im.rank) {
+    im.messenger.deliver_local(context, tag, p, bytes);
+    op->sent = true;
+    return op;
+  }
+  // The ticket now, so the bytes leave in the order the sends were started.
+  const std::uint64_t ticket = im.messenger.reserve_send(dest);
+  asio::co_spawn(im.io,
+                 im.messenger.send(dest, context, tag, p, bytes,
+                                   lanes::Clock::now() + im.options.timeout, ticket),
+                 [op, &im](std::exception_ptr e) {
+                   if (e) op->send_error = lanes::what_of(e);
+                   op->sent = true;
+                   im.messenger.notify();
+                 });
+  return op;
+}
+
+P2pRequest Communicator::irecv(std::optional<int> source, std::uint64_t context,
+                               std::optional<std::int64_t> tag, void* data,
+                               std::uint64_t capacity) {
+  auto& im = *impl_;
+  if (im.failed) std::rethrow_exception(im.failed);
+  if (source && (*source < 0 || *source >= im.grid.size()))
+    throw std::invalid_argument("source rank " + std::to_string(*source) + " is outside 0.." +
+                                std::to_string(im.grid.size() - 1));
+  auto op = std::make_shared<P2pOperation>();
+  op->is_receive = true;
+  op->peer = source.value_or(-1);
+  op->posted.source = source;
+  op->posted.context = context;
+  op->posted.tag = tag;
+  op->posted.data = static_cast<std::byte*>(data);
+  op->posted.capacity = capacity;
+  im.messenger.post(op->posted);
+  return op;
+}
+
+void Communicator::poll() {
+  auto& im = *impl_;
+  if (im.io.stopped()) im.io.restart();
+  im.io.poll();
+}
+
+P2pState Communicator::state(const P2pRequest& request) const {
+  return request ? request->state() : P2pState{true, {}, {}};
+}
+
+void Communicator::wait(const std::vector<P2pRequest>& requests, size_t needed) {
+  auto& im = *impl_;
+  // Enough complete, or one failed.
+  auto ready = [&requests, needed] {
+    size_t complete = 0;
+    for (const auto& r : requests) {
+      const P2pState s = r ? r->state() : P2pState{true, {}, {}};
+      if (!s.error.empty()) return true;
+      if (s.complete) ++complete;
+    }
+    return complete >= needed;
+  };
+  auto first_error = [&requests]() -> std::string {
+    for (const auto& r : requests)
+      if (r && !r->state().error.empty()) return r->state().error;
+    return {};
+  };
+  if (!ready()) {
+    if (im.failed) std::rethrow_exception(im.failed);
+    std::string what = "waiting for requests";
+    for (const auto& r : requests) {
+      if (!r || r->state().complete) continue;
+      if (!r->is_receive)
+        what = "sending to " + im.transport.describe(r->peer, 0);
+      else if (r->peer >= 0)
+        what = "waiting for a message from " + im.transport.describe(r->peer, 0);
+      else
+        what = "waiting for a message from any rank";
+      break;
+    }
+    auto until = [](Messenger& m, std::function<bool()> done) -> asio::awaitable<void> {
+      while (!done()) co_await m.changed();
+    };
+    im.drive_watched(until(im.messenger, ready), what);
+  }
+  if (const std::string e = first_error(); !e.empty()) {
+    if (im.failed) std::rethrow_exception(im.failed);  // the deadline's account
+    throw lanes::NetworkError(e);
+  }
+}
+
+void Communicator::cancel_receive(const P2pRequest& request) {
+  if (request && request->is_receive) impl_->messenger.unpost(request->posted);
+}
+
+std::optional<Received> Communicator::probe(std::optional<int> source, std::uint64_t context,
+                                            std::optional<std::int64_t> tag, bool block) {
+  auto& im = *impl_;
+  if (im.failed) std::rethrow_exception(im.failed);
+  if (source && (*source < 0 || *source >= im.grid.size()))
+    throw std::invalid_argument("source rank " + std::to_string(*source) + " is outside 0.." +
+                                std::to_string(im.grid.size() - 1));
+  poll();
+  std::optional<MessageInfo> m = im.messenger.probe(source, context, tag);
+  if (!m && block) {
+    auto until = [](Messenger& ms, std::optional<int> src, std::uint64_t ctx,
+                    std::optional<std::int64_t> t) -> asio::awaitable<MessageInfo> {
+      for (;;) {
+        if (auto found = ms.probe(src, ctx, t)) co_return *found;
+        co_await ms.changed();
+      }
+    };
+    m = im.drive_watched(until(im.messenger, source, context, tag),
+                         source ? "probing for a message from " + im.transport.describe(*source, 0)
+                                : std::string("probing for a message from any rank"));
+  }
+  if (!m) return std::nullopt;
+  return Received{m->source, m->tag, m->bytes};
 }
 
 void Communicator::set_idle_hook(std::function<void()> hook, std::chrono::microseconds interval) {

@@ -46,6 +46,19 @@ struct Received {
   std::uint64_t bytes = 0;
 };
 
+// A started non-blocking send or receive (Communicator::isend / irecv). It
+// moves whenever the communicator's event loop runs, i.e. inside any call of
+// the communicator (test, wait, send, receive, bcast, ...); between calls
+// nothing moves. Shared by the caller and the loop; the buffer it was given
+// must stay valid until it is complete (done or failed).
+struct P2pOperation;
+using P2pRequest = std::shared_ptr<P2pOperation>;
+struct P2pState {
+  bool complete = false;  // done or failed
+  std::string error;      // failed: why, naming the peer
+  Received received;      // a completed receive: sender, tag, full length
+};
+
 class Communicator {
  public:
   Communicator(topology::Grid grid, int rank, JobCredentials creds, CommOptions options = {});
@@ -85,6 +98,31 @@ class Communicator {
             std::uint64_t bytes);
   Received receive(std::optional<int> source, std::uint64_t context,
                    std::optional<std::int64_t> tag, void* data, std::uint64_t capacity);
+
+  // Non-blocking point-to-point with the semantics of send() and receive():
+  // isend's bytes leave after those of every earlier send to `dest` (a send to
+  // this rank completes at once, queued as unexpected if nobody waits); irecv
+  // is posted at once, so receives are matched in the order they were started,
+  // blocking ones included. Throw std::runtime_error if the communicator failed.
+  P2pRequest isend(int dest, std::uint64_t context, std::int64_t tag, const void* data,
+                   std::uint64_t bytes);
+  P2pRequest irecv(std::optional<int> source, std::uint64_t context,
+                   std::optional<std::int64_t> tag, void* data, std::uint64_t capacity);
+  // Runs whatever is ready without blocking.
+  void poll();
+  P2pState state(const P2pRequest& request) const;
+  // Blocks until at least `needed` of `requests` are complete (null entries
+  // count as complete), or one failed. Fails, naming the first peer still
+  // awaited, when nothing moves for the timeout (then the communicator fails
+  // as receive() does and the requests fail). Throws std::runtime_error then.
+  void wait(const std::vector<P2pRequest>& requests, size_t needed);
+  // Withdraws a receive that has not completed yet (its buffer is released).
+  void cancel_receive(const P2pRequest& request);
+  // The message a receive posted now would take first: nullopt when none has
+  // arrived (or started arriving); with `block`, waits for one (with the
+  // timeout of receive()).
+  std::optional<Received> probe(std::optional<int> source, std::uint64_t context,
+                                std::optional<std::int64_t> tag, bool block);
 
   // Called about every `interval` while a call of this communicator waits, e.g.
   // to let another communication library make progress. Empty: none.

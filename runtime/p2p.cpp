@@ -13,13 +13,15 @@ bool matches(const std::optional<int>& want_source, std::uint64_t want_context,
          (!want_tag || *want_tag == tag);
 }
 
-// Releases a destination for the next writer, also when a send throws.
-struct SendSlot {
-  std::set<int>& busy;
+// Passes a destination to the next ticket, also when a send throws.
+struct SendTurn {
+  std::shared_ptr<bool> alive;
+  std::map<int, std::uint64_t>& turn;
   Event& changed;
   int dest;
-  ~SendSlot() {
-    busy.erase(dest);
+  ~SendTurn() {
+    if (!*alive) return;
+    ++turn[dest];
     changed.notify_all();
   }
 };
@@ -151,6 +153,8 @@ asio::awaitable<void> Messenger::read_loop(int peer, lanes::Stream& socket) {
       // holds the sender back, until a receive takes a queued message or is
       // posted for this one.
       Unexpected u{peer, context, tag, {}};
+      arriving_[peer] = Arriving{context, tag, length};  // for probes
+      changed_.notify_all();
       std::uint64_t got = 0;
       Posted* late = nullptr;
       while (!failure && got < length) {
@@ -168,6 +172,9 @@ asio::awaitable<void> Messenger::read_loop(int peer, lanes::Stream& socket) {
         got += piece;
         bytes_moved_ += piece;
       }
+      // Taken by a receive, queued or failed: no longer a message to probe.
+      // (Not RAII: the frame may outlive the messenger at shutdown.)
+      arriving_.erase(peer);
       if (failure || !closed_all_.empty()) {
         unexpected_bytes_ -= u.data.size();
       } else if (late != nullptr || (late = take_posted(peer, context, tag)) != nullptr) {
@@ -215,27 +222,18 @@ asio::awaitable<void> Messenger::read_loop(int peer, lanes::Stream& socket) {
 
 asio::awaitable<void> Messenger::send(int dest, std::uint64_t context, std::int64_t tag,
                                       const std::byte* data, std::uint64_t bytes,
-                                      lanes::Clock::time_point connect_deadline) {
-  if (!closed_all_.empty()) throw lanes::NetworkError(closed_all_);
+                                      lanes::Clock::time_point connect_deadline,
+                                      std::uint64_t ticket) {
   if (dest == transport_.rank()) {
-    // To itself: straight into a waiting receive, else queued.
-    if (Posted* p = take_posted(dest, context, tag)) {
-      if (const auto n = std::min(bytes, p->capacity); n > 0)
-        std::memcpy(p->data, data, static_cast<size_t>(n));
-      p->info = MessageInfo{dest, tag, bytes};
-      p->done = true;
-    } else {
-      unexpected_.push_back(
-          Unexpected{dest, context, tag, std::vector<std::byte>(data, data + bytes)});
-      unexpected_bytes_ += bytes;
-    }
-    changed_.notify_all();
+    if (!closed_all_.empty()) throw lanes::NetworkError(closed_all_);
+    deliver_local(context, tag, data, bytes);
     co_return;
   }
-  // One writer per connection: frames must not interleave.
-  while (sending_.contains(dest)) co_await changed_.wait();
-  sending_.insert(dest);
-  SendSlot slot{sending_, changed_, dest};
+  // One writer per connection, in ticket order: frames must not interleave,
+  // and messages to one destination are not overtaken.
+  while (send_turn_[dest] != ticket) co_await changed_.wait();
+  SendTurn turn{alive_, send_turn_, changed_, dest};
+  if (!closed_all_.empty()) throw lanes::NetworkError(closed_all_);
   lanes::Stream* socket =
       co_await transport_.outgoing(LinkKey{dest, 0, 0, kMessageStream}, connect_deadline);
   const auto header = lanes::encode(lanes::FrameHeader{lanes::FrameKind::kMessage, context,
@@ -260,30 +258,80 @@ asio::awaitable<void> Messenger::send(int dest, std::uint64_t context, std::int6
                               " failed: " + ec.message());
 }
 
-asio::awaitable<MessageInfo> Messenger::receive(std::optional<int> source, std::uint64_t context,
-                                                std::optional<std::int64_t> tag, std::byte* data,
-                                                std::uint64_t capacity) {
+void Messenger::deliver_local(std::uint64_t context, std::int64_t tag, const std::byte* data,
+                              std::uint64_t bytes) {
+  const int self = transport_.rank();
+  if (Posted* p = take_posted(self, context, tag)) {
+    if (const auto n = std::min(bytes, p->capacity); n > 0)
+      std::memcpy(p->data, data, static_cast<size_t>(n));
+    p->info = MessageInfo{self, tag, bytes};
+    p->done = true;
+  } else {
+    unexpected_.push_back(
+        Unexpected{self, context, tag, std::vector<std::byte>(data, data + bytes)});
+    unexpected_bytes_ += bytes;
+  }
+  changed_.notify_all();
+}
+
+void Messenger::post(PostedReceive& r) {
+  r.done = false;
+  r.error.clear();
   for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
-    if (!matches(source, context, tag, it->source, it->context, it->tag)) continue;
-    const MessageInfo info{it->source, it->tag, it->data.size()};
-    if (const auto n = std::min<std::uint64_t>(info.bytes, capacity); n > 0)
-      std::memcpy(data, it->data.data(), static_cast<size_t>(n));
+    if (!matches(r.source, r.context, r.tag, it->source, it->context, it->tag)) continue;
+    r.info = MessageInfo{it->source, it->tag, it->data.size()};
+    if (const auto n = std::min<std::uint64_t>(r.info.bytes, r.capacity); n > 0)
+      std::memcpy(r.data, it->data.data(), static_cast<size_t>(n));
     unexpected_bytes_ -= it->data.size();
     unexpected_.erase(it);
+    r.done = true;
     changed_.notify_all();  // a reader may wait for the budget
-    co_return info;
+    return;
   }
+  if (!closed_all_.empty()) {
+    r.error = closed_all_;
+    return;
+  }
+  if (r.source) {
+    if (auto it = closed_.find(*r.source); it != closed_.end()) {
+      r.error = it->second;
+      return;
+    }
+  }
+  posted_.push_back(&r);
+  changed_.notify_all();  // a reader may wait for the budget with this one's message
+}
+
+void Messenger::unpost(PostedReceive& r) {
+  posted_.remove(&r);
+}
+
+std::optional<MessageInfo> Messenger::probe(std::optional<int> source, std::uint64_t context,
+                                            std::optional<std::int64_t> tag) const {
+  for (const auto& u : unexpected_)
+    if (matches(source, context, tag, u.source, u.context, u.tag))
+      return MessageInfo{u.source, u.tag, u.data.size()};
+  // A message still arriving comes after every queued one from its sender.
+  for (const auto& [peer, a] : arriving_)
+    if (matches(source, context, tag, peer, a.context, a.tag))
+      return MessageInfo{peer, a.tag, a.length};
   if (!closed_all_.empty()) throw lanes::NetworkError(closed_all_);
   if (source) {
     if (auto it = closed_.find(*source); it != closed_.end()) throw lanes::NetworkError(it->second);
   }
-  Posted posted;
+  return std::nullopt;
+}
+
+asio::awaitable<MessageInfo> Messenger::receive(std::optional<int> source, std::uint64_t context,
+                                                std::optional<std::int64_t> tag, std::byte* data,
+                                                std::uint64_t capacity) {
+  PostedReceive posted;
   posted.source = source;
   posted.context = context;
   posted.tag = tag;
   posted.data = data;
   posted.capacity = capacity;
-  posted_.push_back(&posted);
+  post(posted);  // done or failed, it is off the posted list
   while (!posted.done && posted.error.empty()) co_await changed_.wait();
   if (!posted.error.empty()) throw lanes::NetworkError(posted.error);
   co_return posted.info;

@@ -91,47 +91,14 @@ const char* class_name(int error_class) {
       return "MPI_ERR_OTHER: other error";
     case MPI_ERR_INTERN:
       return "MPI_ERR_INTERN: internal error";
+    case MPI_ERR_IN_STATUS:
+      return "MPI_ERR_IN_STATUS: error code in status";
     case MPI_ERR_PENDING:
       return "MPI_ERR_PENDING: pending request";
+    case MPI_ERR_REQUEST:
+      return "MPI_ERR_REQUEST: invalid request";
     default:
       return nullptr;
-  }
-}
-
-// Raises an error the way the communicator's handler says; returns the class.
-// A fatal error that came from the network (a peer that exited or failed) is
-// most likely a consequence: the launcher is given a moment to report and end
-// the rank that failed first before this one reports its own view.
-int raise(MPI_Comm comm, const char* function, int error_class, const std::string& what,
-          bool from_network = false) {
-  State& st = state();
-  st.last_detail[error_class] = std::string(function) + ": " + what;
-  MPI_Errhandler handler = MPI_ERRORS_ARE_FATAL;
-  if (auto it = st.comms.find(comm); it != st.comms.end()) {
-    handler = it->second.errhandler;
-  } else if (auto w = st.comms.find(MPI_COMM_WORLD); w != st.comms.end()) {
-    handler = w->second.errhandler;  // errors without a valid communicator
-  }
-  if (handler == MPI_ERRORS_RETURN) return error_class;
-  const char* name = class_name(error_class);
-  const std::string message = std::string(function) + ": " + (name ? name : "error") + ": " + what;
-  if (from_network && st.session) ::sleep(2);
-  std::fflush(stdout);
-  std::fprintf(stderr, "gridbcast MPI rank %d: %s (MPI_ERRORS_ARE_FATAL)\n",
-               st.world ? st.world->rank() : -1, message.c_str());
-  abort_process(error_class, message);
-}
-
-// Runs an entry point's body; exceptions become MPI errors on `comm`.
-template <typename F>
-int guarded(MPI_Comm comm, const char* function, F&& body) {
-  try {
-    body();
-    return MPI_SUCCESS;
-  } catch (const Error& e) {
-    return raise(comm, function, e.error_class(), e.what());
-  } catch (const std::exception& e) {
-    return raise(comm, function, MPI_ERR_OTHER, e.what(), true);
   }
 }
 
@@ -165,34 +132,11 @@ MPI_Comm add_comm(Comm c) {
   return handle;
 }
 
-void check_count(int count) {
-  if (count < 0) throw Error(MPI_ERR_COUNT, "count " + std::to_string(count) + " is negative");
-}
-
-void check_buffer(const void* buf, std::uint64_t bytes) {
-  if (buf == nullptr && bytes > 0)
-    throw Error(MPI_ERR_BUFFER, "a null buffer for " + std::to_string(bytes) + " bytes");
-}
-
-void check_rank(const Comm& c, int rank, int error_class, const char* what) {
-  if (rank < 0 || rank >= c.size())
-    throw Error(error_class, std::string(what) + " " + std::to_string(rank) +
-                                 " is outside the communicator's ranks 0.." +
-                                 std::to_string(c.size() - 1));
-}
-
 // As Open MPI and MPICH: predefined operations take predefined datatypes only.
 void check_reduction(MPI_Op op, const TypeInfo& t) {
   check_op(op, t.base);
   if (!t.predefined)
     throw Error(MPI_ERR_OP, "predefined operations are defined on predefined datatypes only");
-}
-
-void fill_status(MPI_Status* status, int source, int tag, std::uint64_t bytes) {
-  if (status == MPI_STATUS_IGNORE || status == nullptr) return;
-  status->MPI_SOURCE = source;
-  status->MPI_TAG = tag;
-  status->gridbcast_bytes = static_cast<long long>(bytes);
 }
 
 std::string hostname() {
@@ -284,6 +228,53 @@ int initialize(int required, int* provided) {
 }
 
 }  // namespace
+
+// Raises an error the way the communicator's handler says; returns the class.
+// A fatal error that came from the network (a peer that exited or failed) is
+// most likely a consequence: the launcher is given a moment to report and end
+// the rank that failed first before this one reports its own view.
+int raise(MPI_Comm comm, const char* function, int error_class, const std::string& what,
+          bool from_network) {
+  State& st = state();
+  st.last_detail[error_class] = std::string(function) + ": " + what;
+  MPI_Errhandler handler = MPI_ERRORS_ARE_FATAL;
+  if (auto it = st.comms.find(comm); it != st.comms.end()) {
+    handler = it->second.errhandler;
+  } else if (auto w = st.comms.find(MPI_COMM_WORLD); w != st.comms.end()) {
+    handler = w->second.errhandler;  // errors without a valid communicator
+  }
+  if (handler == MPI_ERRORS_RETURN) return error_class;
+  const char* name = class_name(error_class);
+  const std::string message = std::string(function) + ": " + (name ? name : "error") + ": " + what;
+  if (from_network && st.session) ::sleep(2);
+  std::fflush(stdout);
+  std::fprintf(stderr, "gridbcast MPI rank %d: %s (MPI_ERRORS_ARE_FATAL)\n",
+               st.world ? st.world->rank() : -1, message.c_str());
+  abort_process(error_class, message);
+}
+
+void check_count(int count) {
+  if (count < 0) throw Error(MPI_ERR_COUNT, "count " + std::to_string(count) + " is negative");
+}
+
+void check_buffer(const void* buf, std::uint64_t bytes) {
+  if (buf == nullptr && bytes > 0)
+    throw Error(MPI_ERR_BUFFER, "a null buffer for " + std::to_string(bytes) + " bytes");
+}
+
+void check_rank(const Comm& c, int rank, int error_class, const char* what) {
+  if (rank < 0 || rank >= c.size())
+    throw Error(error_class, std::string(what) + " " + std::to_string(rank) +
+                                 " is outside the communicator's ranks 0.." +
+                                 std::to_string(c.size() - 1));
+}
+
+void fill_status(MPI_Status* status, int source, int tag, std::uint64_t bytes) {
+  if (status == MPI_STATUS_IGNORE || status == nullptr) return;
+  status->MPI_SOURCE = source;
+  status->MPI_TAG = tag;
+  status->gridbcast_bytes = static_cast<long long>(bytes);
+}
 
 State& state() {
   static State st;
@@ -382,6 +373,7 @@ GRIDBCAST_EXPORT int PMPI_Finalize(void) {
   const int rc = guarded(MPI_COMM_WORLD, "MPI_Finalize", [&] {
     check_initialized();
     State& st = state();
+    flush_sends();  // MPI_Request_free'd sends included
     // Collective: nobody closes its connections while a peer still needs them.
     barrier(st.comms.at(MPI_COMM_WORLD));
     if (st.session) {
@@ -395,6 +387,7 @@ GRIDBCAST_EXPORT int PMPI_Finalize(void) {
   st.world = nullptr;
   st.session.reset();
   st.singleton.reset();
+  st.requests.clear();  // after the communicator: receives never matched were posted there
   return MPI_SUCCESS;
 }
 GRIDBCAST_ALIAS(Finalize)

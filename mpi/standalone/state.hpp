@@ -52,6 +52,18 @@ struct Comm {
   std::uint64_t collective_context() const { return context + 1; }
 };
 
+// A non-blocking send or receive (requests.cpp). A receive keeps what it needs
+// to report its status after its communicator is freed.
+struct Request {
+  bool is_receive = false;
+  runtime::P2pRequest op;  // null: complete at once (MPI_PROC_NULL)
+  MPI_Comm comm = MPI_COMM_NULL;
+  int peer = MPI_PROC_NULL;    // destination or source, a rank of the communicator
+  std::vector<int> members;    // a receive from MPI_ANY_SOURCE: the ranks, to map the sender
+  std::uint64_t capacity = 0;  // a receive's buffer, bytes
+  bool freed = false;          // MPI_Request_free before completion: forgotten when complete
+};
+
 struct State {
   bool initialized = false;
   bool finalized = false;
@@ -67,7 +79,9 @@ struct State {
   // MPI_Bcast's algorithm: GRIDBCAST_ALGORITHM, else the launcher's --algorithm.
   std::optional<topology::Algorithm> algorithm;
   bool random_algorithm = false;
-  std::map<int, std::string> last_detail;  // error class -> what happened last
+  std::map<int, std::string> last_detail;   // error class -> what happened last
+  std::map<MPI_Request, Request> requests;  // active requests (freed ones until complete)
+  MPI_Request next_request = 1;
 };
 
 State& state();
@@ -79,6 +93,36 @@ void check_initialized();
 
 // Sends a fatal failure to the launcher (if any) and ends this process.
 [[noreturn]] void abort_process(int code, const std::string& why);
+
+// Raises an error the way the communicator's handler says; returns the class.
+// A fatal error that came from the network (a peer that exited or failed) is
+// most likely a consequence: the launcher is given a moment to report and end
+// the rank that failed first before this one reports its own view.
+int raise(MPI_Comm comm, const char* function, int error_class, const std::string& what,
+          bool from_network = false);
+
+// Runs an entry point's body; exceptions become MPI errors on `comm`.
+template <typename F>
+int guarded(MPI_Comm comm, const char* function, F&& body) {
+  try {
+    body();
+    return MPI_SUCCESS;
+  } catch (const Error& e) {
+    return raise(comm, function, e.error_class(), e.what());
+  } catch (const std::exception& e) {
+    return raise(comm, function, MPI_ERR_OTHER, e.what(), true);
+  }
+}
+
+// Argument checks that throw Error with the right class.
+void check_count(int count);
+void check_buffer(const void* buf, std::uint64_t bytes);
+void check_rank(const Comm& c, int rank, int error_class, const char* what);
+// MPI_SOURCE, MPI_TAG and the length (MPI_STATUS_IGNORE: nothing).
+void fill_status(MPI_Status* status, int source, int tag, std::uint64_t bytes);
+
+// Completes the active send requests, freed ones included (MPI_Finalize).
+void flush_sends();
 
 // Collectives over runtime point-to-point and broadcasts (collectives.cpp).
 void bcast_bytes(Comm& c, void* buffer, std::uint64_t bytes, int root);

@@ -140,6 +140,53 @@ TEST(MpiStandalone, WrapperAndPkgConfigBuildTheBenchmarkUnmodified) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(MpiStandalone, NonBlockingPointToPointOnTheDefaultTopology) {
+  // Ring exchanges (1 B, 64 KiB, 16 MiB; sends first, some receives late), a
+  // 72 MiB exchange beyond the unexpected-message budget, MPI_ANY_SOURCE with
+  // Waitany, Test polling, probes, Sendrecv, ordering, truncation.
+  Child c({kBin, "launch", "--", kMpiBin + "/nonblocking_gridbcast"});
+  ASSERT_EQ(c.wait(180s), 0) << c.err();
+  EXPECT_NE(c.out().find("nonblocking: 8 ranks, "), std::string::npos) << c.out();
+  EXPECT_NE(c.out().find(" checks, 0 failed"), std::string::npos) << c.out();
+}
+
+TEST(MpiStandalone, NonBlockingPointToPointOnTwoRanksAndAlone) {
+  Child pair({kBin, "launch", kSrc + "/site-configs/loopback-pair.yaml", "--",
+              kMpiBin + "/nonblocking_gridbcast"});
+  ASSERT_EQ(pair.wait(180s), 0) << pair.err();
+  EXPECT_NE(pair.out().find("nonblocking: 2 ranks, "), std::string::npos) << pair.out();
+  EXPECT_NE(pair.out().find(" checks, 0 failed"), std::string::npos) << pair.out();
+  Child alone({kMpiBin + "/nonblocking_gridbcast"});
+  ASSERT_EQ(alone.wait(60s), 0) << alone.err();
+  EXPECT_NE(alone.out().find("nonblocking: 1 ranks, "), std::string::npos) << alone.out();
+}
+
+TEST(MpiStandalone, AWaitWithoutProgressFailsAtTheTimeoutNamingThePeer) {
+  // Rank 0 waits on an MPI_Irecv from rank 1, which sleeps 30 s.
+  const auto start = std::chrono::steady_clock::now();
+  Child c({kBin, "launch", "--timeout", "2", "--", kMpiBin + "/nonblocking_gridbcast", "stall"});
+  EXPECT_NE(c.wait(60s), 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+  EXPECT_NE(c.err().find("FAILED: rank 0 (a1) called MPI_Abort with error code 15: MPI_Wait: "
+                         "MPI_ERR_OTHER: other error: waiting for a message from rank 1 (a2"),
+            std::string::npos)
+      << c.err();
+  EXPECT_NE(c.err().find("nothing moved for 2000 ms (--timeout)"), std::string::npos) << c.err();
+}
+
+TEST(MpiStandalone, OsuBenchmarkIdiomsCompileWithTheWrapperAndRun) {
+  // MPI_Request arrays with MPI_Waitall, MPI_Wait, MPI_Test: what the OSU
+  // Micro-Benchmarks' collective suite needs besides the collectives.
+  const std::string dir = temp_dir();
+  Child cc({kMpiLibDir + "/gridbcast-cc", "-O2", "-Wall", "-Wextra", "-Werror",
+            kSrc + "/tests/mpi/osu_idioms.c", "-o", dir + "/osu_idioms"});
+  ASSERT_EQ(cc.wait(120s), 0) << cc.err();
+  Child run({kBin, "launch", "--", dir + "/osu_idioms"});
+  ASSERT_EQ(run.wait(120s), 0) << run.err();
+  EXPECT_EQ(run.out(), "osu_idioms: 8 ranks, ok\n");
+  std::filesystem::remove_all(dir);
+}
+
 TEST(MpiStandalone, MistakesAreNamedBeforeAnyRankStarts) {
   Child missing({kBin, "launch", "--", "/no/such/program"});
   EXPECT_EQ(missing.wait(30s), 1);

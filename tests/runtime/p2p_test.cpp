@@ -79,6 +79,55 @@ TEST(Messages, TagsContextsWildcardsAndOrderPerSender) {
   });
 }
 
+TEST(Messages, NonBlockingSendsKeepTheirOrderAndReceivesMatchInPostingOrder) {
+  // Rank 0 starts six sends to rank 1 with one tag, large and small mixed,
+  // before driving any; rank 1 posts two receives late, probes the third
+  // (which may still be arriving), then receives the rest blocking and
+  // non-blocking. Then both exchange 8 MiB with isend first.
+  const auto grid = make_grid({2});
+  Ranks ranks(grid);
+  ranks.run([&](Communicator& c) {
+    const std::uint64_t sizes[6] = {8, 3u << 20, 8, 8, 1u << 20, 8};
+    if (c.rank() == 0) {
+      std::vector<std::vector<std::byte>> out;
+      std::vector<P2pRequest> reqs;
+      for (int i = 0; i < 6; ++i) out.push_back(pattern(sizes[i], static_cast<std::uint64_t>(i)));
+      for (int i = 0; i < 6; ++i) reqs.push_back(c.isend(1, 3, 4, out[i].data(), sizes[i]));
+      c.wait(reqs, reqs.size());
+      for (const auto& r : reqs) EXPECT_TRUE(c.state(r).complete && c.state(r).error.empty());
+    } else {
+      std::vector<std::vector<std::byte>> in(6, std::vector<std::byte>(4u << 20));
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      auto r0 = c.irecv(0, 3, 4, in[0].data(), in[0].size());
+      auto r1 = c.irecv(std::nullopt, 3, std::nullopt, in[1].data(), in[1].size());
+      c.wait({r0, r1}, 2);
+      EXPECT_EQ(c.state(r1).received.bytes, sizes[1]);
+      const auto probed = c.probe(0, 3, 4, true);
+      ASSERT_TRUE(probed);
+      EXPECT_EQ(probed->bytes, sizes[2]);
+      c.receive(0, 3, 4, in[2].data(), in[2].size());
+      auto r3 = c.irecv(0, 3, 4, in[3].data(), in[3].size());
+      c.receive(0, 3, 4, in[4].data(), in[4].size());  // after r3: the fifth message
+      auto r5 = c.irecv(0, 3, 4, in[5].data(), in[5].size());
+      while (!c.state(r5).complete) c.poll();
+      c.wait({r3}, 1);
+      for (int i = 0; i < 6; ++i)
+        EXPECT_EQ(std::memcmp(in[static_cast<size_t>(i)].data(),
+                              pattern(sizes[i], static_cast<std::uint64_t>(i)).data(), sizes[i]),
+                  0)
+            << "message " << i;
+      EXPECT_FALSE(c.probe(std::nullopt, 3, std::nullopt, false));
+    }
+    const int peer = 1 - c.rank();
+    const auto out = pattern(8u << 20, 50 + static_cast<std::uint64_t>(c.rank()));
+    std::vector<std::byte> in(8u << 20);
+    auto s = c.isend(peer, 5, 0, out.data(), out.size());
+    auto r = c.irecv(peer, 5, 0, in.data(), in.size());
+    c.wait({s, r}, 2);
+    EXPECT_EQ(in, pattern(8u << 20, 50 + static_cast<std::uint64_t>(peer)));
+  });
+}
+
 TEST(Messages, TruncationReportsTheFullLengthAndSelfSendsQueue) {
   const auto grid = make_grid({2});
   Ranks ranks(grid);

@@ -29,6 +29,7 @@ typedef int MPI_Comm;
 typedef int MPI_Datatype;
 typedef int MPI_Op;
 typedef int MPI_Errhandler;
+typedef int MPI_Request;
 typedef ptrdiff_t MPI_Aint;
 
 typedef struct MPI_Status {
@@ -43,6 +44,9 @@ typedef struct MPI_Status {
 #define MPI_COMM_NULL 0
 #define MPI_COMM_WORLD 1
 #define MPI_COMM_SELF 2
+
+/* Requests (non-blocking point to point) */
+#define MPI_REQUEST_NULL 0
 
 /* Basic datatypes */
 #define MPI_DATATYPE_NULL 0
@@ -102,16 +106,20 @@ typedef struct MPI_Status {
 #define MPI_ERR_TRUNCATE 14
 #define MPI_ERR_OTHER 15
 #define MPI_ERR_INTERN 16
+#define MPI_ERR_IN_STATUS 17
 #define MPI_ERR_PENDING 18
+#define MPI_ERR_REQUEST 19
 #define MPI_ERR_LASTCODE 0x3fffffff
 
 /* Special values */
 #ifdef __cplusplus
 #define MPI_IN_PLACE (reinterpret_cast<void*>(-1))
 #define MPI_STATUS_IGNORE (reinterpret_cast<MPI_Status*>(1))
+#define MPI_STATUSES_IGNORE (reinterpret_cast<MPI_Status*>(1))
 #else
 #define MPI_IN_PLACE ((void*)-1)
 #define MPI_STATUS_IGNORE ((MPI_Status*)1)
+#define MPI_STATUSES_IGNORE ((MPI_Status*)1)
 #endif
 #define MPI_ANY_SOURCE (-1)
 #define MPI_PROC_NULL (-2)
@@ -172,6 +180,30 @@ GRIDBCAST_MPI_DECLARE(int, Send, (const void* buf, int count, MPI_Datatype datat
                                   MPI_Comm comm))
 GRIDBCAST_MPI_DECLARE(int, Recv, (void* buf, int count, MPI_Datatype datatype, int source, int tag,
                                   MPI_Comm comm, MPI_Status* status))
+
+GRIDBCAST_MPI_DECLARE(int, Sendrecv, (const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+                                      int dest, int sendtag, void* recvbuf, int recvcount,
+                                      MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm,
+                                      MPI_Status* status))
+GRIDBCAST_MPI_DECLARE(int, Probe, (int source, int tag, MPI_Comm comm, MPI_Status* status))
+GRIDBCAST_MPI_DECLARE(int, Iprobe, (int source, int tag, MPI_Comm comm, int* flag,
+                                    MPI_Status* status))
+
+/* Point to point (non-blocking): progressed inside MPI calls (docs/MPI.md) */
+GRIDBCAST_MPI_DECLARE(int, Isend, (const void* buf, int count, MPI_Datatype datatype, int dest,
+                                   int tag, MPI_Comm comm, MPI_Request* request))
+GRIDBCAST_MPI_DECLARE(int, Irecv, (void* buf, int count, MPI_Datatype datatype, int source,
+                                   int tag, MPI_Comm comm, MPI_Request* request))
+GRIDBCAST_MPI_DECLARE(int, Wait, (MPI_Request* request, MPI_Status* status))
+GRIDBCAST_MPI_DECLARE(int, Waitall, (int count, MPI_Request requests[], MPI_Status* statuses))
+GRIDBCAST_MPI_DECLARE(int, Waitany, (int count, MPI_Request requests[], int* index,
+                                     MPI_Status* status))
+GRIDBCAST_MPI_DECLARE(int, Test, (MPI_Request* request, int* flag, MPI_Status* status))
+GRIDBCAST_MPI_DECLARE(int, Testall, (int count, MPI_Request requests[], int* flag,
+                                     MPI_Status* statuses))
+GRIDBCAST_MPI_DECLARE(int, Testany, (int count, MPI_Request requests[], int* index, int* flag,
+                                     MPI_Status* status))
+GRIDBCAST_MPI_DECLARE(int, Request_free, (MPI_Request* request))
 
 /* Collectives */
 GRIDBCAST_MPI_DECLARE(int, Bcast, (void* buffer, int count, MPI_Datatype datatype, int root,
