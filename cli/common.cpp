@@ -220,7 +220,9 @@ void add_run_options(CLI::App* cmd, RunOptions& r) {
   cmd->add_option("--rank-exe", r.exe, "gridbcast binary the ranks run (default: this one)");
   cmd->add_option(
          "--listen", r.listen,
-         "address of the launcher's control listener (netns: the testbed's management address)")
+         "address of the launcher's control listener (default: 127.0.0.1; ssh and external: "
+         "where the route to the nodes leaves this host; netns: the testbed's management "
+         "address)")
       ->capture_default_str();
   cmd->add_option("--port", r.port, "port of the control listener (0: any)")->capture_default_str();
   cmd->add_option("--cert-dir", r.cert_dir,
@@ -251,6 +253,18 @@ std::unique_ptr<job::Backend> make_backend(CLI::App* cmd, RunOptions& r, job::La
     throw CLI::ValidationError("--backend",
                                "netns does not run programs yet (launch -- PROGRAM); use local");
   if (r.backend == "local") return job::make_local_backend(command);
+  if ((r.backend == "ssh" || r.backend == "external") && !cmd->count("--listen")) {
+    // Ranks on other hosts cannot reach 127.0.0.1: listen where the route to
+    // the nodes leaves this host.
+    std::string note;
+    try {
+      o.listen_address = job::reachable_listen_address(o.grid, job::route_source, &note);
+    } catch (const std::exception& e) {
+      throw CLI::ValidationError("--listen", std::string("cannot choose the launcher's address: ") +
+                                                 e.what() + "; give --listen");
+    }
+    if (!note.empty()) std::cerr << "gridbcast launch: " << note << "\n";
+  }
   if (r.backend == "ssh") return job::make_ssh_backend(r.ssh, command);
   if (r.backend == "external") return job::make_external_backend();
   if (r.backend == "netns") {

@@ -62,4 +62,18 @@ std::unique_ptr<Backend> make_prefixed_backend(std::string name, CommandPrefix p
 // One word for a POSIX shell: 'it''s' style quoting, safe for any bytes.
 std::string shell_quote(const std::string& word);
 
+// The local address this host sends from to reach `destination` (an IPv4 or
+// IPv6 literal), as the routing table picks it; throws when there is no route.
+std::string route_source(const std::string& destination);
+
+// Where the launcher's control listener should be for ranks started on other
+// hosts (ssh, external): 127.0.0.1 when every NIC of every node is a loopback
+// address; otherwise the source address `route` gives for the first node's
+// first NIC that is not loopback. Nodes that `route` reaches from another
+// address are named in `note` (one listener address cannot suit them all;
+// --listen chooses).
+std::string reachable_listen_address(const topology::Grid& grid,
+                                     const std::function<std::string(const std::string&)>& route,
+                                     std::string* note = nullptr);
+
 }  // namespace gridbcast::job

@@ -1,8 +1,11 @@
 // Launcher backends: local fork/exec, ssh, external, prefixed.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -248,6 +251,70 @@ std::unique_ptr<Backend> make_prefixed_backend(std::string name, CommandPrefix p
 std::unique_ptr<Backend> make_prefixed_backend(std::string name, CommandPrefix prefix,
                                                std::vector<std::string> command) {
   return std::make_unique<PrefixedBackend>(std::move(name), std::move(prefix), std::move(command));
+}
+
+std::string route_source(const std::string& destination) {
+  sockaddr_storage to{};
+  socklen_t len = 0;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&to);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&to);
+  if (::inet_pton(AF_INET, destination.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(9);
+    len = sizeof *v4;
+  } else if (::inet_pton(AF_INET6, destination.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(9);
+    len = sizeof *v6;
+  } else {
+    throw std::runtime_error(destination + " is not an IPv4 or IPv6 address");
+  }
+  // A UDP "connect" sends nothing: it only asks the kernel for the route.
+  const int fd = ::socket(to.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
+  sockaddr_storage from{};
+  socklen_t from_len = sizeof from;
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&to), len) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&from), &from_len) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!ok) throw std::runtime_error("no route to " + destination + ": " + std::strerror(err));
+  char text[INET6_ADDRSTRLEN] = {};
+  const void* addr =
+      from.ss_family == AF_INET
+          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&from)->sin_addr)
+          : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&from)->sin6_addr);
+  ::inet_ntop(from.ss_family, addr, text, sizeof text);
+  return text;
+}
+
+std::string reachable_listen_address(const topology::Grid& grid,
+                                     const std::function<std::string(const std::string&)>& route,
+                                     std::string* note) {
+  const auto loopback = [](const std::string& a) { return a.rfind("127.", 0) == 0 || a == "::1"; };
+  std::string chosen, first_node;
+  std::vector<std::string> others;
+  for (const auto& node : grid.nodes) {
+    for (const auto& nic : node.nics) {
+      if (loopback(nic.address)) continue;
+      const std::string from = route(nic.address);
+      if (chosen.empty()) {
+        chosen = from;
+        first_node = node.name;
+      } else if (from != chosen && others.size() < 4) {
+        others.push_back(node.name + " (" + nic.address + ", from " + from + ")");
+      }
+      break;  // a node's first NIC that is not loopback
+    }
+  }
+  if (chosen.empty()) return "127.0.0.1";
+  if (note && !others.empty()) {
+    *note = "the launcher listens on " + chosen + " (the route to " + first_node +
+            "); this host reaches other nodes from other addresses:";
+    for (const auto& o : others) *note += " " + o;
+    *note += "; give --listen if they cannot reach " + chosen;
+  }
+  return chosen;
 }
 
 }  // namespace gridbcast::job

@@ -8,6 +8,7 @@
 
 #include "job/backend.hpp"
 #include "support/process.hpp"
+#include "topology/loader.hpp"
 
 namespace gridbcast::job {
 namespace {
@@ -44,6 +45,50 @@ std::string fake_ssh(const std::string& dir) {
   f.close();
   ::chmod(path.c_str(), 0755);
   return path;
+}
+
+// The launcher's default listen address for ranks on other hosts: where the
+// route to the nodes leaves this host, not 127.0.0.1.
+TEST(ListenAddress, LoopbackGridsKeep127AndOthersGetTheRoutesSource) {
+  const auto never = [](const std::string& a) -> std::string {
+    ADD_FAILURE() << "asked the route to " << a << " for a loopback grid";
+    return "";
+  };
+  EXPECT_EQ(reachable_listen_address(topology::default_grid(), never), "127.0.0.1");
+
+  const topology::Grid remote = topology::load_grid_string(
+      "defaults: {nic_bandwidth: 1 Gbit, wan: {latency: 1 ms, bandwidth: 1 Gbit}}\n"
+      "sites:\n"
+      "  - name: a\n"
+      "    nodes:\n"
+      "      - name: a[1-2]\n"
+      "        nics:\n"
+      "          - address: 10.1.0.[1-2]\n"
+      "          - address: 10.2.0.[1-2]\n"
+      "  - name: b\n"
+      "    nodes:\n"
+      "      - name: b1\n"
+      "        nics:\n"
+      "          - address: 192.168.7.1\n"
+      "wan:\n"
+      "  - sites: [a, b]\n",
+      "remote.yaml");
+  std::vector<std::string> asked;
+  const auto route = [&](const std::string& a) {
+    asked.push_back(a);
+    return a.rfind("10.", 0) == 0 ? std::string("10.0.0.254") : std::string("192.168.7.254");
+  };
+  std::string note;
+  EXPECT_EQ(reachable_listen_address(remote, route, &note), "10.0.0.254");
+  EXPECT_EQ(asked, (std::vector<std::string>{"10.1.0.1", "10.1.0.2", "192.168.7.1"}))
+      << "each node's first NIC";
+  EXPECT_NE(note.find("b1 (192.168.7.1, from 192.168.7.254)"), std::string::npos) << note;
+  EXPECT_NE(note.find("give --listen"), std::string::npos) << note;
+
+  // The kernel's answer for real: loopback is reached from loopback, and a
+  // text that is no address is refused.
+  EXPECT_EQ(route_source("127.0.0.1"), "127.0.0.1");
+  EXPECT_THROW(route_source("not-an-address"), std::runtime_error);
 }
 
 TEST(SshBackend, ArgumentsReachTheProgramAsTheyWereGiven) {
