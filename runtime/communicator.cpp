@@ -52,6 +52,13 @@ std::vector<std::uint8_t> from_hex(const std::string& hex) {
 
 namespace {
 
+// A peer rank a point-to-point call names: inside the grid, or a clear error.
+void check_peer(int rank, int size, const char* role) {
+  if (rank < 0 || rank >= size)
+    throw std::invalid_argument(std::string(role) + " rank " + std::to_string(rank) +
+                                " is outside 0.." + std::to_string(size - 1));
+}
+
 // A group's broadcast sequence numbers: distinct from other groups' and from the
 // world's (plain 0, 1, 2, ...), the same on every member.
 std::uint64_t group_seq(std::uint64_t context, std::uint64_t n) {
@@ -300,9 +307,7 @@ void Communicator::send(int dest, std::uint64_t context, std::int64_t tag, const
                         std::uint64_t bytes) {
   auto& im = *impl_;
   if (im.failed) std::rethrow_exception(im.failed);
-  if (dest < 0 || dest >= im.grid.size())
-    throw std::invalid_argument("destination rank " + std::to_string(dest) + " is outside 0.." +
-                                std::to_string(im.grid.size() - 1));
+  check_peer(dest, im.grid.size(), "destination");
   const std::uint64_t ticket = dest == im.rank ? 0 : im.messenger.reserve_send(dest);
   im.drive_watched(im.messenger.send(dest, context, tag, static_cast<const std::byte*>(data), bytes,
                                      lanes::Clock::now() + im.options.timeout, ticket),
@@ -314,9 +319,7 @@ Received Communicator::receive(std::optional<int> source, std::uint64_t context,
                                std::uint64_t capacity) {
   auto& im = *impl_;
   if (im.failed) std::rethrow_exception(im.failed);
-  if (source && (*source < 0 || *source >= im.grid.size()))
-    throw std::invalid_argument("source rank " + std::to_string(*source) + " is outside 0.." +
-                                std::to_string(im.grid.size() - 1));
+  if (source) check_peer(*source, im.grid.size(), "source");
   const MessageInfo m = im.drive_watched(
       im.messenger.receive(source, context, tag, static_cast<std::byte*>(data), capacity),
       source ? "waiting for a message from " + im.transport.describe(*source, 0)
@@ -342,9 +345,7 @@ P2pRequest Communicator::isend(int dest, std::uint64_t context, std::int64_t tag
                                std::uint64_t bytes) {
   auto& im = *impl_;
   if (im.failed) std::rethrow_exception(im.failed);
-  if (dest < 0 || dest >= im.grid.size())
-    throw std::invalid_argument("destination rank " + std::to_string(dest) + " is outside 0.." +
-                                std::to_string(im.grid.size() - 1));
+  check_peer(dest, im.grid.size(), "destination");
   auto op = std::make_shared<P2pOperation>();
   op->peer = dest;
   const auto* p = static_cast<const std::byte*>(data);
@@ -371,9 +372,7 @@ P2pRequest Communicator::irecv(std::optional<int> source, std::uint64_t context,
                                std::uint64_t capacity) {
   auto& im = *impl_;
   if (im.failed) std::rethrow_exception(im.failed);
-  if (source && (*source < 0 || *source >= im.grid.size()))
-    throw std::invalid_argument("source rank " + std::to_string(*source) + " is outside 0.." +
-                                std::to_string(im.grid.size() - 1));
+  if (source) check_peer(*source, im.grid.size(), "source");
   auto op = std::make_shared<P2pOperation>();
   op->is_receive = true;
   op->peer = source.value_or(-1);
@@ -445,9 +444,7 @@ std::optional<Received> Communicator::probe(std::optional<int> source, std::uint
                                             std::optional<std::int64_t> tag, bool block) {
   auto& im = *impl_;
   if (im.failed) std::rethrow_exception(im.failed);
-  if (source && (*source < 0 || *source >= im.grid.size()))
-    throw std::invalid_argument("source rank " + std::to_string(*source) + " is outside 0.." +
-                                std::to_string(im.grid.size() - 1));
+  if (source) check_peer(*source, im.grid.size(), "source");
   poll();
   std::optional<MessageInfo> m = im.messenger.probe(source, context, tag);
   if (!m && block) {

@@ -67,6 +67,21 @@ std::map<int, TreeResult> run(Ranks& ranks, int root, const std::function<FileSp
   return out;
 }
 
+// Every rank's error when each runs broadcast_tree with `spec`.
+std::map<int, std::string> errors_of(Ranks& ranks, const FileSpec& spec) {
+  std::map<int, std::string> errors;
+  std::mutex m;
+  ranks.run([&](runtime::Communicator& c) {
+    try {
+      broadcast_tree(c, spec, 0);
+    } catch (const std::exception& e) {
+      std::lock_guard lock(m);
+      errors[c.rank()] = e.what();
+    }
+  });
+  return errors;
+}
+
 TEST(FileTree, ADirectoryArrivesWithModesMtimesAndSymlinksAsLinks) {
   TempDir dir;
   const fs::path src = dir / "src";
@@ -192,19 +207,10 @@ TEST(FileTree, TwoSourcesWithOneNameFailEveryRankBeforeAnythingIsWritten) {
   write_file(dir / "b" / "x.bin", "b", 0644);
   const auto grid = make_grid({2});
   Ranks ranks(grid);
-  std::map<int, std::string> errors;
-  std::mutex m;
-  ranks.run([&](runtime::Communicator& c) {
-    FileSpec s;
-    s.sources = {(dir / "a" / "x.bin").string(), (dir / "b" / "x.bin").string()};
-    s.output = (dir / "copy").string();
-    try {
-      broadcast_tree(c, s, 0);
-    } catch (const std::exception& e) {
-      std::lock_guard lock(m);
-      errors[c.rank()] = e.what();
-    }
-  });
+  FileSpec s;
+  s.sources = {(dir / "a" / "x.bin").string(), (dir / "b" / "x.bin").string()};
+  s.output = (dir / "copy").string();
+  const auto errors = errors_of(ranks, s);
   ASSERT_EQ(errors.size(), 2u);
   for (const auto& [r, e] : errors)
     EXPECT_NE(e.find("two sources would be copied as \"x.bin\""), std::string::npos) << e;
@@ -220,19 +226,10 @@ TEST(FileTree, ASocketOrDeviceInTheSourceFailsEveryRankNamingIt) {
   ASSERT_EQ(::mkfifo((dir / "src" / "pipe").c_str(), 0600), 0);
   const auto grid = make_grid({2});
   Ranks ranks(grid);
-  std::map<int, std::string> errors;
-  std::mutex m;
-  ranks.run([&](runtime::Communicator& c) {
-    FileSpec s;
-    s.source = (dir / "src").string();
-    s.output = (dir / "copy").string();
-    try {
-      broadcast_tree(c, s, 0);
-    } catch (const std::exception& e) {
-      std::lock_guard lock(m);
-      errors[c.rank()] = e.what();
-    }
-  });
+  FileSpec s;
+  s.source = (dir / "src").string();
+  s.output = (dir / "copy").string();
+  const auto errors = errors_of(ranks, s);
   ASSERT_EQ(errors.size(), 2u);
   for (const auto& [r, e] : errors)
     EXPECT_NE(e.find((dir / "src" / "pipe").string() + ": not a regular file"), std::string::npos)
