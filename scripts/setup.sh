@@ -10,7 +10,9 @@ packages=(g++ cmake ninja-build pkg-config libasio-dev libyaml-cpp-dev libssl-de
 # MPICH and Open MPI: the MPI providers and their tests, and the MPI peers the
 # benchmarks compare with (docs/MPI.md). Not in the container image, which runs
 # the broadcast, not MPI applications.
-mpi_packages=(mpich libmpich-dev openmpi-bin libopenmpi-dev)
+# python3-mpi4py (linked against Open MPI) and python3-numpy: the mpi4py test
+# of the provider (tests/mpi/mpi4py_bcast.py).
+mpi_packages=(mpich libmpich-dev openmpi-bin libopenmpi-dev python3-mpi4py python3-numpy)
 missing=()
 for p in "${packages[@]}" "${mpi_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
