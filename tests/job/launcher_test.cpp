@@ -3,9 +3,13 @@
 // no crash).
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "job/control.hpp"
 #include "runtime/run_until.hpp"
 #include "support/process.hpp"
+#include "support/temp_dir.hpp"
 
 namespace gridbcast::testing {
 namespace {
@@ -124,6 +128,60 @@ TEST(Launcher, HostileControlClientsWithTheSecretAreRefusedWithoutACrash) {
       << err;
   EXPECT_NE(err.find("FAILED: rank 0 (a1) sent a bad control message"), std::string::npos) << err;
   EXPECT_NE(err.find("authentication check"), std::string::npos) << err;
+}
+
+// A root rank holding the secret that reports more files than the job has,
+// or a file list when no broadcast asked for one: the launcher takes no more
+// records than the files it counted itself, and fails the job naming the rank
+// instead of growing.
+TEST(Launcher, ARootReportingMoreFilesThanTheJobHasFailsTheJob) {
+  TempDir dir;
+  std::ofstream(dir / "a.bin") << "a";
+  std::ofstream(dir / "b.bin") << "b";
+  for (const bool before_go : {false, true}) {
+    SCOPED_TRACE(before_go ? "a list before Go" : "three records for two files");
+    Child launcher({"/usr/bin/env", "GRIDBCAST_SECRET=" + kSecretHex, kBin, "launch", "--hosts",
+                    "localhost", "--backend", "external", "--file", (dir / "a.bin").string(),
+                    "--file", (dir / "b.bin").string(), "--output", (dir / "out").string(),
+                    "--startup-timeout", "30"});
+    const std::string hint = wait_for_hint(launcher);
+    const std::string where = hint_value(hint, "GRIDBCAST_LAUNCHER");
+    ASSERT_FALSE(where.empty()) << hint << launcher.err();
+    const auto colon = where.rfind(':');
+    const auto at = lanes::make_endpoint(
+        where.substr(0, colon), static_cast<std::uint16_t>(std::stoi(where.substr(colon + 1))));
+    const std::uint64_t job = std::stoull(hint_value(hint, "GRIDBCAST_JOB_ID"), nullptr, 16);
+    asio::io_context io;
+    auto socket = runtime::run_until(io, connect_as(at, job, 0));
+    job::control::Channel ch{std::move(*socket),
+                             job::control::Sealer(runtime::from_hex(kSecretHex), job, 0),
+                             job::control::Direction::kToLauncher, "the launcher"};
+    const auto receive = [&] {
+      return job::control::decode_to_rank(runtime::run_until(io, job::control::receive_body(ch)));
+    };
+    const auto send = [&](const job::control::ToLauncher& m) {
+      runtime::run_until(io, job::control::send_body(ch, job::control::encode_body(m)));
+    };
+    const auto config = std::get<job::control::Config>(receive());
+    EXPECT_EQ(config.params.file_count, 2u);
+    send(job::control::Endpoints{{40001, 40002}});
+    (void)std::get<job::control::Table>(receive());
+    job::control::FileList list{0, {}};
+    for (int i = 0; i < 3; ++i)
+      list.files.push_back({"f" + std::to_string(i), 1, 1, 1, std::string(64, 'a')});
+    if (!before_go) {
+      send(job::control::Ready{0});
+      (void)std::get<job::control::Go>(receive());
+    }
+    send(list);
+    EXPECT_EQ(launcher.wait(30s), 1) << launcher.err();
+    const std::string err = launcher.err();
+    EXPECT_NE(err.find(before_go ? "rank 0 (localhost) sent a file list it was not asked for"
+                                 : "rank 0 (localhost) reported more files than the job's 2"),
+              std::string::npos)
+        << err;
+    EXPECT_FALSE(std::filesystem::exists(dir / "out"));
+  }
 }
 
 }  // namespace
