@@ -225,6 +225,12 @@ void add_run_options(CLI::App* cmd, RunOptions& r) {
          "address)")
       ->capture_default_str();
   cmd->add_option("--port", r.port, "port of the control listener (0: any)")->capture_default_str();
+  cmd->add_flag("--tag-output", r.tag_output,
+                "prefix every line ranks write with [rank R], each line whole (ranks' output "
+                "goes through the launcher)");
+  cmd->add_flag("--timestamp-output", r.timestamp_output,
+                "prefix every line ranks write with the UTC time (implies whole lines, as "
+                "--tag-output)");
   cmd->add_option("--cert-dir", r.cert_dir,
                   "certificates for WAN links marked tls: true (made by 'gridbcast certs'); "
                   "every rank reads DIR/ca.crt, DIR/NODE.crt, DIR/NODE.key (default: each rank's "
@@ -233,8 +239,28 @@ void add_run_options(CLI::App* cmd, RunOptions& r) {
 
 // Fills the launch options `r` decides and returns the backend that starts the
 // ranks (`command`: what each rank runs; empty: `gridbcast rank`).
+namespace {
+
+std::unique_ptr<job::Backend> choose_backend(CLI::App* cmd, RunOptions& r, job::LaunchOptions& o,
+                                             std::vector<std::string> command);
+
+}  // namespace
+
 std::unique_ptr<job::Backend> make_backend(CLI::App* cmd, RunOptions& r, job::LaunchOptions& o,
                                            std::vector<std::string> command) {
+  auto backend = choose_backend(cmd, r, o, std::move(command));
+  try {
+    backend->set_output({r.tag_output, r.timestamp_output});
+  } catch (const std::invalid_argument& e) {
+    throw CLI::ValidationError(r.tag_output ? "--tag-output" : "--timestamp-output", e.what());
+  }
+  return backend;
+}
+
+namespace {
+
+std::unique_ptr<job::Backend> choose_backend(CLI::App* cmd, RunOptions& r, job::LaunchOptions& o,
+                                             std::vector<std::string> command) {
   o.params.segment_bytes = parse_size_option(r.segment, "--segment");
   if (!r.cert_dir.empty()) o.params.cert_dir = std::filesystem::absolute(r.cert_dir).string();
   o.params.timeout_ms = static_cast<std::int64_t>(r.timeout * 1000);
@@ -275,5 +301,7 @@ std::unique_ptr<job::Backend> make_backend(CLI::App* cmd, RunOptions& r, job::La
   throw CLI::ValidationError("GRIDBCAST_BACKEND",
                              "\"" + r.backend + "\" is not local, ssh, netns or external");
 }
+
+}  // namespace
 
 }  // namespace gridbcast::cli

@@ -60,6 +60,7 @@ void check_root(int root, const topology::Grid& g);
 struct RunOptions {
   std::string backend = "local", ssh = "ssh", exe, listen = "127.0.0.1", segment = "0", cert_dir;
   double timeout = 30, startup = 60, silence = 30;
+  bool tag_output = false, timestamp_output = false;
   std::uint16_t port = 0;
 };
 

@@ -175,6 +175,7 @@ struct Launch {
     // unless asked (a rank that stops or dies is still noticed: heartbeats).
     if (o.params.program() && !launch_cmd->count("--timeout")) o.params.timeout_ms = 0;
     const job::LaunchResult result = job::launch(o, *backend, std::cerr);
+    backend->drain_output(std::chrono::seconds(2));  // ranks' last lines before the summary
     if (line_shown) std::cerr << "\r" << std::string(100, ' ') << "\r" << std::flush;
     if (result.status != 0) {
       cli::print_failure(std::cerr, std::cout, result, l_json);

@@ -3,6 +3,8 @@
 // system slots in beside these. No Asio here.
 #pragma once
 
+#include <chrono>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
@@ -37,7 +39,26 @@ class Backend {
   virtual void signal_all(int signo) = 0;
   // True when ranks are started by someone else (external backend).
   virtual bool external() const { return false; }
+
+  // How ranks' standard output and error reach ours. Plain: inherited (lines
+  // of different ranks may mix). Tagged: each rank writes into pipes the
+  // launcher reads, and every whole line is written to ours in one write(),
+  // prefixed "[rank R] " (with `tag`) and an ISO 8601 UTC time (with
+  // `timestamps`; either makes lines whole); a line longer than
+  // kMaxOutputLine is cut into lines of that length. Set before
+  // the first start(); the external backend's ranks are not the launcher's to
+  // tag (std::invalid_argument).
+  struct OutputOptions {
+    bool tag = false;
+    bool timestamps = false;
+  };
+  virtual void set_output(OutputOptions options);
+  // Waits up to `limit` for the tagged output of exited ranks to be written
+  // (what a rank's leftover children keep open is cut off there).
+  virtual void drain_output(std::chrono::milliseconds limit) { (void)limit; }
 };
+
+inline constexpr std::size_t kMaxOutputLine = 64 * 1024;
 
 // Local fork/exec of `exe rank` (loopback topologies), or of `command` (a
 // program under `gridbcast launch TOPOLOGY -- PROGRAM ARGS`; found on PATH).

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -10,9 +11,16 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <map>
+#include <mutex>
 #include <sstream>
+#include <string_view>
+#include <thread>
 
 #include "job/backend.hpp"
 
@@ -29,6 +37,164 @@ std::string describe_status(int status) {
   }
   return "stopped (status " + std::to_string(status) + ")";
 }
+
+// Copies what ranks write into their pipes to the launcher's standard output
+// and error, one whole line per write(), each with its rank's prefix; one
+// thread polls every pipe.
+class OutputRelay {
+ public:
+  explicit OutputRelay(bool timestamps) : timestamps_(timestamps) {
+    if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0)
+      throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+    thread_ = std::thread([this] { run(); });
+  }
+  ~OutputRelay() {
+    drain(std::chrono::seconds(2));
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    wake();
+    thread_.join();
+    for (const auto& s : incoming_) ::close(s.fd);
+    ::close(wake_[0]);
+    ::close(wake_[1]);
+  }
+  // Takes `fd` (a pipe's read end); its lines go to `to` after `prefix`.
+  void add(int fd, int to, std::string prefix) {
+    {
+      std::lock_guard lock(mu_);
+      incoming_.push_back({fd, to, std::move(prefix), {}});
+    }
+    wake();
+  }
+  void drain(std::chrono::milliseconds limit) {
+    std::unique_lock lock(mu_);
+    done_.wait_for(lock, limit, [&] { return open_ == 0 && incoming_.empty(); });
+  }
+
+ private:
+  struct Stream {
+    int fd;
+    int to;
+    std::string prefix;
+    std::string pending;
+  };
+
+  void wake() {
+    const char c = 1;
+    [[maybe_unused]] auto n = ::write(wake_[1], &c, 1);
+  }
+
+  void emit(const Stream& s, std::string_view line) const {
+    std::string out;
+    if (timestamps_) {
+      const auto now = std::chrono::system_clock::now();
+      const std::time_t t = std::chrono::system_clock::to_time_t(now);
+      const auto ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() %
+          1000;
+      std::tm tm{};
+      ::gmtime_r(&t, &tm);
+      char stamp[96];
+      std::snprintf(stamp, sizeof stamp, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ ", tm.tm_year + 1900,
+                    tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                    static_cast<int>(ms));
+      out += stamp;
+    }
+    out += s.prefix;
+    out += line;
+    out += '\n';
+    for (size_t done = 0; done < out.size();) {
+      const ssize_t n = ::write(s.to, out.data() + done, out.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;
+      done += static_cast<size_t>(n);
+    }
+  }
+
+  // Whole lines of `s.pending`, and cuts of kMaxOutputLine; with `end`, the rest.
+  void flush(Stream& s, bool end) const {
+    size_t start = 0;
+    for (;;) {
+      const size_t nl = s.pending.find('\n', start);
+      if (nl != std::string::npos && nl - start <= kMaxOutputLine) {
+        emit(s, std::string_view(s.pending).substr(start, nl - start));
+        start = nl + 1;
+      } else if (s.pending.size() - start >= kMaxOutputLine) {
+        emit(s, std::string_view(s.pending).substr(start, kMaxOutputLine));
+        start += kMaxOutputLine;
+      } else {
+        break;
+      }
+    }
+    s.pending.erase(0, start);
+    if (end && !s.pending.empty()) {
+      emit(s, s.pending);
+      s.pending.clear();
+    }
+  }
+
+  void run() {
+    std::vector<Stream> streams;
+    std::vector<char> buf(64 * 1024);
+    for (;;) {
+      {
+        std::lock_guard lock(mu_);
+        for (auto& s : incoming_) streams.push_back(std::move(s));
+        incoming_.clear();
+        open_ = streams.size();
+        if (stop_) break;
+      }
+      done_.notify_all();
+      std::vector<pollfd> fds{{wake_[0], POLLIN, 0}};
+      for (const auto& s : streams) fds.push_back({s.fd, POLLIN, 0});
+      if (::poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) break;
+      if (fds[0].revents) {
+        char sink[64];
+        while (::read(wake_[0], sink, sizeof sink) > 0) {
+        }
+      }
+      std::vector<Stream> still;
+      for (size_t i = 0; i < streams.size(); ++i) {
+        Stream& s = streams[i];
+        bool ended = false;
+        if (fds[i + 1].revents) {
+          const ssize_t n = ::read(s.fd, buf.data(), buf.size());
+          if (n > 0) {
+            s.pending.append(buf.data(), static_cast<size_t>(n));
+            flush(s, false);
+          } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+            ended = true;
+          }
+        }
+        if (ended) {
+          flush(s, true);
+          ::close(s.fd);
+        } else {
+          still.push_back(std::move(s));
+        }
+      }
+      streams = std::move(still);
+    }
+    for (auto& s : streams) {
+      flush(s, true);
+      ::close(s.fd);
+    }
+    std::lock_guard lock(mu_);
+    open_ = 0;
+    done_.notify_all();
+  }
+
+  const bool timestamps_;
+  int wake_[2] = {-1, -1};
+  std::mutex mu_;
+  std::condition_variable done_;
+  std::vector<Stream> incoming_;
+  size_t open_ = 0;
+  bool stop_ = false;
+  std::thread thread_;
+};
 
 // How a started rank gets the job secret: an inherited pipe named by
 // GRIDBCAST_SECRET_FD (local processes; standard input stays the program's), or
@@ -62,6 +228,14 @@ class ProcessBackend : public Backend {
     for (const auto& [pid, rank] : pids_)
       if (::kill(-pid, signo) != 0) ::kill(pid, signo);
   }
+  void set_output(OutputOptions options) override {
+    tag_ = options.tag;
+    if (options.tag || options.timestamps)
+      relay_ = std::make_unique<OutputRelay>(options.timestamps);
+  }
+  void drain_output(std::chrono::milliseconds limit) override {
+    if (relay_) relay_->drain(limit);
+  }
 
  protected:
   void spawn(int rank, const std::vector<std::string>& argv, const Env& env,
@@ -69,6 +243,17 @@ class ProcessBackend : public Backend {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0)
       throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+    // Tagged output: the rank's standard output and error are pipes we read.
+    int out[2] = {-1, -1}, err[2] = {-1, -1};
+    const auto close_all = [&] {
+      for (int fd : {fds[0], fds[1], out[0], out[1], err[0], err[1]})
+        if (fd >= 0) ::close(fd);
+    };
+    if (relay_ && (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)) {
+      const int e = errno;
+      close_all();
+      throw std::runtime_error(std::string("pipe: ") + std::strerror(e));
+    }
     std::vector<std::string> env_strings;
     for (char** e = environ; *e; ++e) {
       const std::string kv = *e;
@@ -94,9 +279,9 @@ class ProcessBackend : public Backend {
     const bool stdin_is_terminal = ::isatty(0) == 1;
     const pid_t pid = ::fork();
     if (pid < 0) {
-      ::close(fds[0]);
-      ::close(fds[1]);
-      throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+      const int e = errno;
+      close_all();
+      throw std::runtime_error(std::string("fork: ") + std::strerror(e));
     }
     if (pid == 0) {
       ::setpgid(0, 0);
@@ -122,6 +307,10 @@ class ProcessBackend : public Backend {
           }
         }
       }
+      if (out[1] >= 0) {
+        ::dup2(out[1], 1);
+        ::dup2(err[1], 2);
+      }
       ::execvpe(cargv[0], cargv.data(), cenv.data());
       const std::string msg = exec_failed + std::strerror(errno) + "\n";
       [[maybe_unused]] auto n = ::write(2, msg.data(), msg.size());
@@ -129,6 +318,13 @@ class ProcessBackend : public Backend {
     }
     ::setpgid(pid, pid);  // EACCES once the child has exec'd: it did it itself
     ::close(fds[0]);
+    if (relay_) {
+      ::close(out[1]);
+      ::close(err[1]);
+      const std::string prefix = tag_ ? "[rank " + std::to_string(rank) + "] " : std::string();
+      relay_->add(out[0], 1, prefix);
+      relay_->add(err[0], 2, prefix);
+    }
     const std::string line = secret_hex + "\n";
     [[maybe_unused]] auto n = ::write(fds[1], line.data(), line.size());
     ::close(fds[1]);
@@ -136,6 +332,8 @@ class ProcessBackend : public Backend {
   }
 
   std::map<pid_t, int> pids_;
+  std::unique_ptr<OutputRelay> relay_;  // with tagged or timestamped output
+  bool tag_ = false;
 };
 
 class LocalBackend : public ProcessBackend {
@@ -251,6 +449,13 @@ std::unique_ptr<Backend> make_prefixed_backend(std::string name, CommandPrefix p
 std::unique_ptr<Backend> make_prefixed_backend(std::string name, CommandPrefix prefix,
                                                std::vector<std::string> command) {
   return std::make_unique<PrefixedBackend>(std::move(name), std::move(prefix), std::move(command));
+}
+
+void Backend::set_output(OutputOptions options) {
+  if (options.tag || options.timestamps)
+    throw std::invalid_argument("the " + name() +
+                                " backend's ranks were started by someone else: their output is "
+                                "not the launcher's to tag");
 }
 
 std::string route_source(const std::string& destination) {

@@ -191,8 +191,8 @@ struct Session::Impl {
         std::unique_lock lock(mu);
         if (closing) return;
       }
-      std::cerr << "gridbcast rank " << rank << ": the control channel's " << what
-                << " failed: " << why << "; exiting" << std::endl;
+      lanes::write_line("gridbcast rank " + std::to_string(rank) + ": the control channel's " +
+                        what + " failed: " + why + "; exiting");
       ::_exit(1);
     };
   }
@@ -279,7 +279,7 @@ struct Session::Impl {
     if (handler) {
       handler(what);
     } else {
-      std::cerr << "gridbcast rank " << rank << ": " << what << "; exiting" << std::endl;
+      lanes::write_line("gridbcast rank " + std::to_string(rank) + ": " + what + "; exiting");
       ::_exit(1);
     }
   }

@@ -1,6 +1,7 @@
 #include "lanes/net.hpp"
 
 #include <netinet/tcp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -13,6 +14,16 @@ namespace gridbcast::lanes {
 std::string endpoint_string(const tcp::endpoint& e) {
   const auto a = e.address();
   return (a.is_v6() ? "[" + a.to_string() + "]" : a.to_string()) + ":" + std::to_string(e.port());
+}
+
+void write_line(const std::string& line) {
+  const std::string whole = line + "\n";
+  for (size_t done = 0; done < whole.size();) {
+    const ssize_t n = ::write(2, whole.data() + done, whole.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // nowhere to say it
+    done += static_cast<size_t>(n);
+  }
 }
 
 std::string what_of(std::exception_ptr e) {
@@ -122,7 +133,7 @@ void Listener::start(OnConnection on_connection, OnReject on_reject, OnTrouble o
         if (self->on_trouble_)
           self->on_trouble_(line, true);
         else
-          std::cerr << "gridbcast: " << line << "\n";
+          write_line("gridbcast: " + line);
       });
 }
 

@@ -35,6 +35,11 @@ struct Credentials {
 // coroutines, which must report what escaped them, never drop it).
 std::string what_of(std::exception_ptr e);
 
+// Writes `line` and a newline to standard error in one write() (repeated only
+// if the kernel takes part of it), so lines from several threads or from the
+// ranks sharing the launcher's standard error do not tear into each other.
+void write_line(const std::string& line);
+
 // A network failure that names the peer it concerns.
 class NetworkError : public std::runtime_error {
  public:

@@ -1,5 +1,7 @@
 #include "lanes/rejections.hpp"
 
+#include "lanes/net.hpp"
+
 #include <iostream>
 
 namespace gridbcast::lanes {
@@ -54,7 +56,7 @@ void RejectionLog::emit(const std::string& line) {
   if (print_)
     print_(line);
   else
-    std::cerr << prefix_ << ": " << line << "\n";
+    write_line(prefix_ + ": " + line);
 }
 
 }  // namespace gridbcast::lanes

@@ -88,7 +88,7 @@ std::array<std::uint16_t, kLanes> Transport::listen() {
         [this](const std::string& what, bool fatal) {
           if (!fatal) return rejections_.note(what);
           // Always said, and the next collective on this rank fails with it.
-          std::cerr << "gridbcast rank " << rank_ << ": " << what << "\n";
+          lanes::write_line("gridbcast rank " + std::to_string(rank_) + ": " + what);
           if (failure_.empty()) failure_ = what;
           accepted_.notify_all();
         });
