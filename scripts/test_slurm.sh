@@ -192,4 +192,17 @@ for n in "${names[@]}"; do
     copies=$((copies + 1))
 done
 [ $copies = $((K - 1)) ] || fail "sbatch job: $copies copies, not $((K - 1))"
-echo "PASS: $K Slurm nodes ($list): srun, salloc + launch over srun, sbatch + launch --file"
+echo "-- a failing rank under srun: the launcher fails the job, no step is left"
+timeout 120 salloc -N"$K" "$gridbcast" launch --silence-timeout 10 -- /bin/sh -c \
+  '[ "$GRIDBCAST_RANK" != 1 ] || exit 3; exec sleep 59.25' >"$T/fail.out" 2>"$T/fail.err"
+rc=$?
+cat "$T/fail.err" >&2
+[ $rc != 0 ] && [ $rc != 124 ] || fail "launch with a failing rank exited $rc"
+grep -q "rank 1" "$T/fail.err" || fail "the launcher did not name rank 1"
+for _ in $(seq 50); do
+  [ -z "$(squeue -h -s 2>/dev/null)" ] && [ -z "$(squeue -h 2>/dev/null)" ] && break
+  sleep 0.2
+done
+[ -z "$(squeue -h -s 2>/dev/null)" ] || fail "job steps left after the failure: $(squeue -s)"
+pgrep -f "sleep 59.25" >/dev/null && fail "a rank's sleep outlived the job"
+echo "PASS: $K Slurm nodes ($list): srun, salloc + launch over srun, a failing rank, sbatch + launch --file"
