@@ -11,8 +11,9 @@
 #
 # Checks: `srun -N K hostname`; `salloc -N K gridbcast launch --size 4MiB
 # --json` (topology from SLURM_JOB_NODELIST, srun backend, every copy
-# verified, one job step per rank on its node); an sbatch of
-# examples/slurm/gridbcast.sbatch-style script with --file.
+# verified, one job step per rank on its node); examples/slurm/gridbcast.sbatch
+# under sbatch with --file (a copy on every node but the root's); a rank that
+# exits 3 under srun fails the job naming it and leaves no step or process.
 #
 # usage: scripts/test_slurm.sh GRIDBCAST_BINARY
 # Exits 77 (skipped) without root, without slurm-wlm/munge installed, or when
