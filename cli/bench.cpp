@@ -126,6 +126,7 @@ struct Bench {
 
   int run() {
     Loaded l = load(b_topology_options);
+    slurm_default_backend(bench_cmd, l, b_run);
     job::LaunchOptions o;
     check_root(b_root, l.grid);
     b_spec.sizes = parse_sizes(b_sizes);

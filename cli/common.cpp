@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include "testbed/testbed.hpp"
@@ -127,7 +128,9 @@ Loaded load(const TopologyOptions& t) {
       parsed<double>(t.wan_bandwidth, "--wan-bandwidth", topology::parse_bandwidth);
   if (t.streams > 0) o.streams = t.streams;
   if (!t.congestion.empty()) o.congestion = t.congestion;
-  if (t.hosts.empty() && t.hostfile.empty()) {
+  std::optional<topology::SlurmAllocation> slurm;
+  if (given == 0) slurm = topology::slurm_allocation(std::getenv);
+  if (t.hosts.empty() && t.hostfile.empty() && !slurm) {
     Loaded l = load(t.path);
     if (!o.any()) return l;
     std::string yaml = topology::apply_overrides(l.yaml, o);
@@ -143,7 +146,17 @@ Loaded load(const TopologyOptions& t) {
   if (o.congestion) d.congestion = *o.congestion;
   std::vector<topology::HostEntry> hosts;
   std::string source = "--hosts";
-  if (!t.hosts.empty()) {
+  if (slurm) {
+    hosts = std::move(slurm->hosts);
+    source = "SLURM_JOB_NODELIST";
+    d.name = "slurm-" + slurm->job_id;
+    std::cerr << "gridbcast: topology from SLURM_JOB_NODELIST: " << hosts.size()
+              << (hosts.size() == 1 ? " node" : " nodes");
+    if (slurm->tasks_per_node > 1)
+      std::cerr << ", one rank per node (SLURM_TASKS_PER_NODE asks for up to "
+                << slurm->tasks_per_node << ")";
+    std::cerr << "\n";
+  } else if (!t.hosts.empty()) {
     hosts = topology::parse_hosts(t.hosts);
   } else {
     std::ifstream in(t.hostfile);
@@ -155,7 +168,7 @@ Loaded load(const TopologyOptions& t) {
     d.name = std::filesystem::path(t.hostfile).stem().string();
   }
   std::string yaml = topology::hosts_to_yaml(hosts, d);
-  return {topology::load_grid_string(yaml, source), std::move(yaml)};
+  return {topology::load_grid_string(yaml, source), std::move(yaml), slurm.has_value()};
 }
 
 std::uint64_t parse_size_option(const std::string& text, const char* option) {
@@ -213,8 +226,10 @@ void add_run_options(CLI::App* cmd, RunOptions& r) {
   cmd->add_option("--backend", r.backend,
                   "local (fork/exec), ssh, netns (the namespace testbed; default when "
                   "GRIDBCAST_BACKEND=netns), "
+                  "srun (one job step per rank inside a Slurm allocation; default when the "
+                  "topology comes from SLURM_JOB_NODELIST), "
                   "or external (ranks started by srun, mpiexec, compose, by hand)")
-      ->check(CLI::IsMember({"local", "ssh", "netns", "external"}))
+      ->check(CLI::IsMember({"local", "ssh", "netns", "srun", "external"}))
       ->capture_default_str();
   cmd->add_option("--ssh-command", r.ssh, "ssh command for the ssh backend")->capture_default_str();
   cmd->add_option("--rank-exe", r.exe, "gridbcast binary the ranks run (default: this one)");
@@ -235,6 +250,11 @@ void add_run_options(CLI::App* cmd, RunOptions& r) {
                   "certificates for WAN links marked tls: true (made by 'gridbcast certs'); "
                   "every rank reads DIR/ca.crt, DIR/NODE.crt, DIR/NODE.key (default: each rank's "
                   "GRIDBCAST_CERT_DIR)");
+}
+
+void slurm_default_backend(CLI::App* cmd, const Loaded& l, RunOptions& r) {
+  const char* b = std::getenv("GRIDBCAST_BACKEND");
+  if (l.slurm && !cmd->count("--backend") && !(b && *b)) r.backend = "srun";
 }
 
 // Fills the launch options `r` decides and returns the backend that starts the
@@ -279,7 +299,8 @@ std::unique_ptr<job::Backend> choose_backend(CLI::App* cmd, RunOptions& r, job::
     throw CLI::ValidationError("--backend",
                                "netns does not run programs yet (launch -- PROGRAM); use local");
   if (r.backend == "local") return job::make_local_backend(command);
-  if ((r.backend == "ssh" || r.backend == "external") && !cmd->count("--listen")) {
+  if ((r.backend == "ssh" || r.backend == "srun" || r.backend == "external") &&
+      !cmd->count("--listen")) {
     // Ranks on other hosts cannot reach 127.0.0.1: listen where the route to
     // the nodes leaves this host.
     std::string note;
@@ -292,6 +313,7 @@ std::unique_ptr<job::Backend> choose_backend(CLI::App* cmd, RunOptions& r, job::
     if (!note.empty()) std::cerr << "gridbcast launch: " << note << "\n";
   }
   if (r.backend == "ssh") return job::make_ssh_backend(r.ssh, command);
+  if (r.backend == "srun") return job::make_srun_backend("srun", command);
   if (r.backend == "external") return job::make_external_backend();
   if (r.backend == "netns") {
     auto netns = testbed::make_netns_launch(o.grid, exe);
@@ -299,7 +321,7 @@ std::unique_ptr<job::Backend> choose_backend(CLI::App* cmd, RunOptions& r, job::
     return std::move(netns.backend);
   }
   throw CLI::ValidationError("GRIDBCAST_BACKEND",
-                             "\"" + r.backend + "\" is not local, ssh, netns or external");
+                             "\"" + r.backend + "\" is not local, ssh, netns, srun or external");
 }
 
 }  // namespace

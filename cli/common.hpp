@@ -19,6 +19,7 @@ namespace gridbcast::cli {
 struct Loaded {
   topology::Grid grid;
   std::string yaml;
+  bool slurm = false;  // taken from SLURM_JOB_NODELIST (load(TopologyOptions))
 };
 
 Loaded load(const std::string& path);
@@ -40,7 +41,9 @@ void add_topology_options(CLI::App* cmd, TopologyOptions& t, bool congestion = t
                           bool short_f = true);
 
 // The topology `t` names, overrides applied; giving more than one of
-// TOPOLOGY, --hosts and --hostfile is a usage error.
+// TOPOLOGY, --hosts and --hostfile is a usage error. Given none of them inside
+// a Slurm allocation (SLURM_JOB_ID and SLURM_JOB_NODELIST set), the
+// allocation's nodes, one rank per node, said on stderr.
 Loaded load(const TopologyOptions& t);
 
 // topology::parse_size, a bad value reported as a usage error naming `option`.
@@ -65,6 +68,10 @@ struct RunOptions {
 };
 
 void add_run_options(CLI::App* cmd, RunOptions& r);
+
+// A topology from SLURM_JOB_NODELIST makes srun the default backend (an
+// explicit --backend or GRIDBCAST_BACKEND wins).
+void slurm_default_backend(CLI::App* cmd, const Loaded& l, RunOptions& r);
 
 // Fills the launch options `r` decides and returns the backend that starts the
 // ranks (`command`: what each rank runs; empty: `gridbcast rank`).

@@ -109,6 +109,7 @@ struct Launch {
       }
     } spool;
     Loaded l = load(l_topology_options);
+    slurm_default_backend(launch_cmd, l, l_run);
     job::LaunchOptions o;
     o.params.algorithm = l_algorithm;
     if (l_algorithm != "auto" && l_algorithm != "random")

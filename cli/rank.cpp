@@ -19,7 +19,8 @@ struct Rank {
     rank_cmd->footer(
         "Environment: GRIDBCAST_LAUNCHER=host:port, GRIDBCAST_JOB_ID, GRIDBCAST_RANK (or "
         "SLURM_PROCID,\n"
-        "PMI_RANK, OMPI_COMM_WORLD_RANK), and the secret in GRIDBCAST_SECRET, through the pipe\n"
+        "PMIX_RANK, PMI_RANK, OMPI_COMM_WORLD_RANK), and the secret in GRIDBCAST_SECRET, "
+        "through the pipe\n"
         "GRIDBCAST_SECRET_FD names, or on standard input.");
   }
 

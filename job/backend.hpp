@@ -72,6 +72,18 @@ std::unique_ptr<Backend> make_ssh_backend(std::string ssh_command,
                                           std::vector<std::string> command);
 // Starts nothing: ranks come from srun, mpiexec, docker compose or by hand.
 std::unique_ptr<Backend> make_external_backend();
+// Inside a Slurm allocation: one job step per rank, `srun --nodes=1
+// --ntasks=1 --nodelist=NODE --kill-on-bad-exit=1 env GRIDBCAST_...=...
+// exe rank` (`srun_command` split on spaces). The job secret goes to srun's
+// standard input, which srun forwards to its one task; GRIDBCAST_RANK is in
+// the command, so every step's SLURM_PROCID of 0 does not count.
+std::unique_ptr<Backend> make_srun_backend(std::string srun_command,
+                                           std::vector<std::string> command);
+// That srun command line for `rank` (what make_srun_backend runs; it holds no
+// secret). Throws for a node name srun would read as an option or a list.
+std::vector<std::string> srun_argv(const std::vector<std::string>& srun, int rank,
+                                   const topology::Node& node, const Backend::Env& env,
+                                   const std::vector<std::string>& command);
 // Starts `prefix(rank, node)... exe rank` locally, e.g. `ip netns exec NS` for
 // the emulated grid; `name` is what reports call it.
 using CommandPrefix = std::function<std::vector<std::string>(int rank, const topology::Node&)>;

@@ -401,6 +401,30 @@ class SshBackend : public ProcessBackend {
   std::vector<std::string> command_;
 };
 
+std::vector<std::string> split_words(const std::string& text) {
+  std::istringstream in(text);
+  std::vector<std::string> words;
+  for (std::string w; in >> w;) words.push_back(w);
+  return words;
+}
+
+class SrunBackend : public ProcessBackend {
+ public:
+  SrunBackend(std::string srun, std::vector<std::string> command)
+      : srun_(split_words(srun)), command_(std::move(command)) {
+    if (srun_.empty()) throw std::invalid_argument("empty srun command");
+  }
+  std::string name() const override { return "srun"; }
+  void start(int rank, const topology::Node& node, const Env& env,
+             const std::string& secret) override {
+    spawn(rank, srun_argv(srun_, rank, node, env, command_), {}, secret, SecretVia::kStdin);
+  }
+
+ private:
+  std::vector<std::string> srun_;
+  std::vector<std::string> command_;
+};
+
 class ExternalBackend : public Backend {
  public:
   std::string name() const override { return "external"; }
@@ -412,6 +436,24 @@ class ExternalBackend : public Backend {
 };
 
 }  // namespace
+
+std::vector<std::string> srun_argv(const std::vector<std::string>& srun, int rank,
+                                   const topology::Node& node, const Backend::Env& env,
+                                   const std::vector<std::string>& command) {
+  const std::string host = node.host.empty() ? node.name : node.host;
+  if (host.empty() || host[0] == '-' || host.find_first_of(",[] \t\r\n=") != std::string::npos)
+    throw std::runtime_error("rank " + std::to_string(rank) + " (" + node.name + "): node \"" +
+                             host + "\" is not a node name srun can be given");
+  std::vector<std::string> argv = srun;
+  for (const char* a : {"--nodes=1", "--ntasks=1", "--kill-on-bad-exit=1"}) argv.push_back(a);
+  argv.push_back("--nodelist=" + host);
+  argv.push_back("--job-name=gridbcast-rank-" + std::to_string(rank));
+  // env(1) sets GRIDBCAST_* whatever --export the allocation was made with.
+  argv.push_back("/usr/bin/env");
+  for (const auto& [k, v] : env) argv.push_back(k + "=" + v);
+  argv.insert(argv.end(), command.begin(), command.end());
+  return argv;
+}
 
 std::string shell_quote(const std::string& word) {
   std::string q = "'";
@@ -437,6 +479,10 @@ std::unique_ptr<Backend> make_ssh_backend(std::string ssh_command, std::string e
 std::unique_ptr<Backend> make_ssh_backend(std::string ssh_command,
                                           std::vector<std::string> command) {
   return std::make_unique<SshBackend>(std::move(ssh_command), std::move(command));
+}
+std::unique_ptr<Backend> make_srun_backend(std::string srun_command,
+                                           std::vector<std::string> command) {
+  return std::make_unique<SrunBackend>(std::move(srun_command), std::move(command));
 }
 std::unique_ptr<Backend> make_external_backend() {
   return std::make_unique<ExternalBackend>();

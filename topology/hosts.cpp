@@ -2,10 +2,12 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 
 #include "topology/hostlist.hpp"
 #include "topology/units.hpp"
@@ -280,6 +282,63 @@ std::string apply_overrides(const std::string& yaml, const Overrides& o) {
   YAML::Emitter y;
   y << root;
   return std::string(y.c_str()) + "\n";
+}
+
+int max_tasks_per_node(std::string_view text) {
+  int best = 0;
+  size_t i = 0;
+  auto number = [&](size_t& at) {
+    const size_t start = at;
+    while (at < text.size() && text[at] >= '0' && text[at] <= '9') ++at;
+    if (at == start || at - start > 6)
+      throw std::invalid_argument("SLURM_TASKS_PER_NODE \"" + std::string(text) +
+                                  "\" is not like 2(x3),1");
+    return std::stoi(std::string(text.substr(start, at - start)));
+  };
+  for (;;) {
+    best = std::max(best, number(i));
+    if (i < text.size() && text.substr(i, 2) == "(x") {
+      i += 2;
+      (void)number(i);
+      if (i >= text.size() || text[i] != ')')
+        throw std::invalid_argument("SLURM_TASKS_PER_NODE \"" + std::string(text) +
+                                    "\" is not like 2(x3),1");
+      ++i;
+    }
+    if (i == text.size()) return best;
+    if (text[i] != ',')
+      throw std::invalid_argument("SLURM_TASKS_PER_NODE \"" + std::string(text) +
+                                  "\" is not like 2(x3),1");
+    ++i;
+  }
+}
+
+std::optional<SlurmAllocation> slurm_allocation(
+    const std::function<const char*(const char*)>& getenv) {
+  auto get = [&](const char* name) {
+    const char* v = getenv(name);
+    return std::string(v ? v : "");
+  };
+  SlurmAllocation a;
+  a.job_id = get("SLURM_JOB_ID");
+  const std::string nodes = get("SLURM_JOB_NODELIST");
+  if (a.job_id.empty() || nodes.empty()) return std::nullopt;
+  // Slurm node names have no ':', so no item is read as SITE:hosts.
+  if (nodes.find(':') != std::string::npos)
+    throw std::runtime_error("SLURM_JOB_NODELIST \"" + nodes + "\" is not a Slurm hostlist");
+  try {
+    a.hosts = parse_hosts(nodes);
+  } catch (const ConfigError& e) {
+    throw std::runtime_error("SLURM_JOB_NODELIST \"" + nodes + "\": " + e.message());
+  }
+  if (const std::string t = get("SLURM_TASKS_PER_NODE"); !t.empty()) {
+    try {
+      a.tasks_per_node = max_tasks_per_node(t);
+    } catch (const std::invalid_argument&) {
+      a.tasks_per_node = 1;  // only ever a note; the node list is what counts
+    }
+  }
+  return a;
 }
 
 }  // namespace gridbcast::topology

@@ -63,6 +63,26 @@ struct HostDefaults {
 // resolve.
 std::string hosts_to_yaml(const std::vector<HostEntry>& hosts, const HostDefaults& defaults);
 
+// Inside a Slurm allocation: its nodes as hosts, one site "main", in the order
+// of SLURM_JOB_NODELIST (a hostlist such as "node[01-04,07],gpu1"). `getenv`
+// is how the environment is read (std::getenv outside tests). nullopt outside
+// an allocation (SLURM_JOB_ID or SLURM_JOB_NODELIST unset or empty); throws
+// std::runtime_error naming SLURM_JOB_NODELIST when it does not parse.
+// gridbcast runs one rank per node whatever SLURM_TASKS_PER_NODE says;
+// `tasks_per_node` is the largest count there (1 when unset) so a caller can
+// say it runs fewer ranks than the allocation has tasks.
+struct SlurmAllocation {
+  std::string job_id;
+  std::vector<HostEntry> hosts;
+  int tasks_per_node = 1;
+};
+std::optional<SlurmAllocation> slurm_allocation(
+    const std::function<const char*(const char*)>& getenv);
+
+// The largest count in a SLURM_TASKS_PER_NODE value: "2(x3),1" -> 2; throws
+// std::invalid_argument on anything else.
+int max_tasks_per_node(std::string_view text);
+
 // Command-line overrides of a topology (`--nic-bandwidth`, `--wan-latency`,
 // `--wan-bandwidth`, `--streams`, `--congestion`): each set one replaces the
 // value on every NIC or WAN link and in `defaults`.

@@ -291,5 +291,48 @@ TEST(Launch, ExternalBackendAcceptsRanksStartedByHandWithMpiStyleRankVariables) 
   for (auto& r : ranks) EXPECT_EQ(r->wait(30s), 0) << r->err();
 }
 
+// Inside a Slurm allocation without a topology: the nodes of
+// SLURM_JOB_NODELIST, ranks started through srun (a stand-in here that drops
+// srun's options and runs the rest, as one srun step would; scripts/
+// test_slurm.sh runs the real one). An explicit --backend wins.
+TEST(Launch, InsideASlurmAllocationTheNodelistAndSrun) {
+  const std::string dir = temp_dir();
+  {
+    std::ofstream f(dir + "/srun");
+    f << "#!/bin/sh\necho \"$@\" >> " << dir
+      << "/srun.log\nwhile [ $# -gt 0 ]; do case \"$1\" in --*) shift ;; *) break ;; esac; "
+         "done\nexec \"$@\"\n";
+  }
+  ::chmod((dir + "/srun").c_str(), 0755);
+  const std::string path = std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin";
+  ::setenv("PATH", (dir + ":" + path).c_str(), 1);
+  ::setenv("SLURM_JOB_ID", "4711", 1);
+  ::setenv("SLURM_JOB_NODELIST", "localhost", 1);
+  ::setenv("SLURM_TASKS_PER_NODE", "2", 1);
+  Child c({kBin, "launch", "--size", "1MiB", "--json"});
+  const int rc = c.wait(120s);
+  Child local({kBin, "launch", "--size", "1MiB", "--backend", "local", "--json"});
+  const int local_rc = local.wait(120s);
+  ::setenv("PATH", path.c_str(), 1);
+  for (const char* v : {"SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_TASKS_PER_NODE"})
+    ::unsetenv(v);
+  ASSERT_EQ(rc, 0) << c.err();
+  EXPECT_NE(c.err().find("topology from SLURM_JOB_NODELIST: 1 node, one rank per node"),
+            std::string::npos)
+      << c.err();
+  EXPECT_NE(c.out().find("\"ranks\": 1"), std::string::npos) << c.out();
+  EXPECT_NE(c.out().find("\"verified\": true"), std::string::npos) << c.out();
+  const std::string log = slurp(dir + "/srun.log");
+  EXPECT_NE(log.find("--nodes=1 --ntasks=1 --kill-on-bad-exit=1 --nodelist=localhost"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("GRIDBCAST_RANK=0"), std::string::npos) << log;
+  EXPECT_EQ(log.find("SECRET"), std::string::npos) << log;
+  ASSERT_EQ(local_rc, 0) << local.err();
+  EXPECT_NE(local.out().find("\"ranks\": 1"), std::string::npos) << local.out();
+  EXPECT_EQ(slurp(dir + "/srun.log"), log);  // --backend local started no srun
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace gridbcast::testing

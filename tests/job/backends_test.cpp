@@ -142,5 +142,62 @@ TEST(LocalBackend, StoppingARankStopsEverythingItStarted) {
   std::filesystem::remove_all(dir);
 }
 
+// The srun backend's command line: one step on the rank's node, GRIDBCAST_*
+// through env(1), never the secret (that goes to srun's standard input).
+TEST(SrunBackend, OneStepPerRankOnItsNode) {
+  const Backend::Env env = {{"GRIDBCAST_LAUNCHER", "10.0.0.1:7000"},
+                            {"GRIDBCAST_JOB_ID", "abc"},
+                            {"GRIDBCAST_RANK", "3"}};
+  const auto argv =
+      srun_argv({"srun", "--quiet"}, 3, node("n3", "node03"), env, {"/opt/gridbcast", "rank"});
+  const std::vector<std::string> want = {"srun",
+                                         "--quiet",
+                                         "--nodes=1",
+                                         "--ntasks=1",
+                                         "--kill-on-bad-exit=1",
+                                         "--nodelist=node03",
+                                         "--job-name=gridbcast-rank-3",
+                                         "/usr/bin/env",
+                                         "GRIDBCAST_LAUNCHER=10.0.0.1:7000",
+                                         "GRIDBCAST_JOB_ID=abc",
+                                         "GRIDBCAST_RANK=3",
+                                         "/opt/gridbcast",
+                                         "rank"};
+  EXPECT_EQ(argv, want);
+  EXPECT_EQ(srun_argv({"srun"}, 0, node("n1", ""), {}, {"x"}).at(4), "--nodelist=n1");
+  for (const char* bad : {"-w", "a,b", "n[1-2]", ""})
+    EXPECT_THROW(srun_argv({"srun"}, 0, node(bad, bad), {}, {"x"}), std::runtime_error) << bad;
+}
+
+// With a stand-in srun: the secret arrives on standard input, not in the
+// arguments or the environment.
+TEST(SrunBackend, SecretOnStandardInputOnly) {
+  const std::string dir = temp_dir();
+  const std::string srun = dir + "/fake-srun";
+  {
+    std::ofstream f(srun);
+    f << "#!/bin/sh\necho \"$@\" > " << dir << "/args\nenv > " << dir << "/env\ncat > " << dir
+      << "/stdin\n";
+  }
+  ::chmod(srun.c_str(), 0755);
+  ::setenv("GRIDBCAST_SECRET", std::string(64, 'b').c_str(), 1);
+  auto b = make_srun_backend(srun, {"/bin/true", "rank"});
+  EXPECT_EQ(b->name(), "srun");
+  b->start(0, node("n1", "node01"), {{"GRIDBCAST_RANK", "0"}}, std::string(64, 'a'));
+  auto exits = reap_all(*b);
+  ::unsetenv("GRIDBCAST_SECRET");
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_TRUE(exits[0].success) << exits[0].status;
+  EXPECT_EQ(slurp(dir + "/stdin"), std::string(64, 'a') + "\n");
+  const std::string args = slurp(dir + "/args");
+  EXPECT_NE(args.find("--nodelist=node01"), std::string::npos) << args;
+  EXPECT_NE(args.find("GRIDBCAST_RANK=0"), std::string::npos) << args;
+  EXPECT_EQ(args.find("aaaa"), std::string::npos) << args;
+  const std::string env = slurp(dir + "/env");
+  EXPECT_EQ(env.find("aaaa"), std::string::npos);
+  EXPECT_EQ(env.find("bbbb"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace gridbcast::job

@@ -5,6 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
+#include <memory>
+
+#include <map>
+
 #include "topology/loader.hpp"
 
 namespace gridbcast::topology {
@@ -134,6 +140,64 @@ TEST(Hosts, MistakesInAHostFileNameLineAndColumn) {
               hosts_to_yaml(parse_hostfile("a1\nx\na1\n", "h.txt"), defaults());
             }).find("h.txt:3:1: host \"a1\" is named twice"),
             std::string::npos);
+}
+
+// Inside a Slurm allocation: SLURM_JOB_NODELIST in its order, one site.
+std::function<const char*(const char*)> env_of(std::map<std::string, std::string> vars) {
+  auto held = std::make_shared<std::map<std::string, std::string>>(std::move(vars));
+  return [held](const char* name) -> const char* {
+    auto it = held->find(name);
+    return it == held->end() ? nullptr : it->second.c_str();
+  };
+}
+
+TEST(SlurmAllocation, NodelistBecomesOneSiteInOrder) {
+  auto a = slurm_allocation(env_of({{"SLURM_JOB_ID", "42"},
+                                    {"SLURM_JOB_NODELIST", "node[01-03,07],gpu-a1"},
+                                    {"SLURM_TASKS_PER_NODE", "1(x5)"}}));
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->job_id, "42");
+  EXPECT_EQ(a->tasks_per_node, 1);
+  std::vector<std::string> names;
+  for (const auto& h : a->hosts) {
+    names.push_back(h.name);
+    EXPECT_TRUE(h.site.empty());
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"node01", "node02", "node03", "node07", "gpu-a1"}));
+  const Grid g = load_grid_string(hosts_to_yaml(a->hosts, defaults()), "SLURM_JOB_NODELIST");
+  EXPECT_EQ(g.size(), 5);
+  EXPECT_EQ(g.sites.size(), 1u);
+}
+
+TEST(SlurmAllocation, OutsideAnAllocationIsNothing) {
+  EXPECT_FALSE(slurm_allocation(env_of({})));
+  EXPECT_FALSE(slurm_allocation(env_of({{"SLURM_JOB_NODELIST", "n[1-2]"}})));
+  EXPECT_FALSE(slurm_allocation(env_of({{"SLURM_JOB_ID", "7"}, {"SLURM_JOB_NODELIST", ""}})));
+}
+
+TEST(SlurmAllocation, TasksPerNodeIsOnlyANote) {
+  auto a = slurm_allocation(env_of({{"SLURM_JOB_ID", "7"},
+                                    {"SLURM_JOB_NODELIST", "n[1-3]"},
+                                    {"SLURM_TASKS_PER_NODE", "2(x2),1"}}));
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->hosts.size(), 3u);
+  EXPECT_EQ(a->tasks_per_node, 2);
+  EXPECT_EQ(max_tasks_per_node("1"), 1);
+  EXPECT_EQ(max_tasks_per_node("4(x16)"), 4);
+  EXPECT_EQ(max_tasks_per_node("1,3,2(x2)"), 3);
+  for (const char* bad : {"", "x", "2(x3", "2(3)", "1,", "(x2)"})
+    EXPECT_THROW(max_tasks_per_node(bad), std::invalid_argument) << bad;
+}
+
+TEST(SlurmAllocation, BadNodelistNamesTheVariable) {
+  for (const char* bad : {"n[3-1]", "site:n1", "n[01-02"}) {
+    try {
+      slurm_allocation(env_of({{"SLURM_JOB_ID", "7"}, {"SLURM_JOB_NODELIST", bad}}));
+      ADD_FAILURE() << bad;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("SLURM_JOB_NODELIST"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace
