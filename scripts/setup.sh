@@ -13,8 +13,12 @@ packages=(g++ cmake ninja-build pkg-config libasio-dev libyaml-cpp-dev libssl-de
 # python3-mpi4py (linked against Open MPI) and python3-numpy: the mpi4py test
 # of the provider (tests/mpi/mpi4py_bcast.py).
 mpi_packages=(mpich libmpich-dev openmpi-bin libopenmpi-dev python3-mpi4py python3-numpy)
+# slurm-wlm and munge: the test against a real Slurm (scripts/test_slurm.sh
+# starts its own daemons under a temporary directory; the packaged services
+# are not used).
+slurm_packages=(slurm-wlm munge)
 missing=()
-for p in "${packages[@]}" "${mpi_packages[@]}"; do
+for p in "${packages[@]}" "${mpi_packages[@]}" "${slurm_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
