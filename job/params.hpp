@@ -34,7 +34,7 @@ struct JobParams {
   // each under its own name.
   std::vector<std::string> files;
   std::uint64_t file_count = 0;  // regular files under `files` as the launcher saw them
-  std::string output;  // where other ranks write it; {rank} and {node} are replaced
+  std::string output;            // where other ranks write it; {rank} and {node} are replaced
   // The source file as the launcher saw it on the root's host, so a rank can
   // refuse a destination that is the source and give its copy the same mode and
   // modification time.
