@@ -108,6 +108,11 @@ class Launcher {
         ranks_(static_cast<size_t>(p_)),
         heartbeat_(heartbeat_interval(o.params.timeout_ms)) {}
 
+  // The io_context goes last among the members that matter here, and with it
+  // any coroutine still suspended (a rank that never closed its connection):
+  // their frames must not touch the ranks' state by then.
+  ~Launcher() { *alive_ = false; }
+
   LaunchResult run();
 
   // --- for the drivers ---
@@ -166,6 +171,8 @@ class Launcher {
     };
   }
 
+  // False from the launcher's destructor on (see ~Launcher).
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   const LaunchOptions& o_;
   Backend& backend_;
   std::ostream& err_;
@@ -325,11 +332,13 @@ asio::awaitable<void> Launcher::read_loop(int r) {
   struct Closed {
     RankState& st;
     runtime::Event& ev;
+    std::shared_ptr<bool> alive;
     ~Closed() {
+      if (!*alive) return;  // destroyed with the launcher, suspended
       st.closed = true;
       ev.notify_all();
     }
-  } closed{st, ev_};
+  } closed{st, ev_, alive_};
   for (;;) {
     std::string error;
     try {
