@@ -11,6 +11,7 @@
 #include "cli/common.hpp"
 #include "cli/launch_report.hpp"
 #include "job/launcher.hpp"
+#include "lanes/log.hpp"
 #include "topology/bound.hpp"
 #include "topology/plan/plan.hpp"
 #include "topology/simulate.hpp"
@@ -167,7 +168,7 @@ struct Bench {
     std::vector<cli::BenchRow> rows;
     const topology::MaxFlowBound b_bound = topology::max_flow_bound(l.grid, b_root);
     const size_t total = b_spec.sizes.size() * b_spec.algorithms.size();
-    const bool progress = ::isatty(2);
+    const bool progress = ::isatty(2) && lanes::log::enabled(lanes::log::Level::kNotice);
     o.on_bench_point = [&](const job::BenchPoint& p) {
       rows.push_back({p, topology::lower_bound_seconds(l.grid, b_root, p.bytes) * 1e6,
                       b_bound.seconds(p.bytes) * 1e6});

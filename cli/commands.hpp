@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +29,17 @@ Command register_bench(CLI::App& app);
 Command register_certs(CLI::App& app);
 Command register_testbed(CLI::App& app);
 Command register_rank(CLI::App& app);
+
+// -v/--verbose (repeatable) and -q/--quiet on every command but the internal
+// rank entry (which follows GRIDBCAST_LOG_LEVEL): the level of gridbcast's own
+// diagnostics (lanes/log.hpp), handed on to the ranks a launch starts.
+struct LogFlags {
+  std::shared_ptr<int> verbose = std::make_shared<int>(0);
+  std::shared_ptr<bool> quiet = std::make_shared<bool>(false);
+};
+LogFlags add_log_flags(const std::vector<Command>& commands);
+// Sets the level when -v or -q was given (else the environment's stands).
+void apply_log_flags(const LogFlags& flags);
 
 // `gridbcast launch [TOPOLOGY] [OPTIONS] -- PROGRAM [ARGS...]`: what follows the
 // first "--" after the launch subcommand is the program every rank runs. Cuts

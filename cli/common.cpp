@@ -12,6 +12,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "lanes/log.hpp"
 #include "testbed/testbed.hpp"
 #include "topology/hosts.hpp"
 #include "topology/loader.hpp"
@@ -150,12 +151,13 @@ Loaded load(const TopologyOptions& t) {
     hosts = std::move(slurm->hosts);
     source = "SLURM_JOB_NODELIST";
     d.name = "slurm-" + slurm->job_id;
-    std::cerr << "gridbcast: topology from SLURM_JOB_NODELIST: " << hosts.size()
-              << (hosts.size() == 1 ? " node" : " nodes");
+    std::string note =
+        "gridbcast: topology from SLURM_JOB_NODELIST: " + std::to_string(hosts.size()) +
+        (hosts.size() == 1 ? " node" : " nodes");
     if (slurm->tasks_per_node > 1)
-      std::cerr << ", one rank per node (SLURM_TASKS_PER_NODE asks for up to "
-                << slurm->tasks_per_node << ")";
-    std::cerr << "\n";
+      note += ", one rank per node (SLURM_TASKS_PER_NODE asks for up to " +
+              std::to_string(slurm->tasks_per_node) + ")";
+    lanes::log::notice(note);
   } else if (!t.hosts.empty()) {
     hosts = topology::parse_hosts(t.hosts);
   } else {
@@ -269,6 +271,8 @@ std::unique_ptr<job::Backend> choose_backend(CLI::App* cmd, RunOptions& r, job::
 std::unique_ptr<job::Backend> make_backend(CLI::App* cmd, RunOptions& r, job::LaunchOptions& o,
                                            std::vector<std::string> command) {
   auto backend = choose_backend(cmd, r, o, std::move(command));
+  // The launcher's own lines carry the time too (the ranks' get it from the relay).
+  if (r.timestamp_output) lanes::log::set_timestamps(true);
   try {
     backend->set_output({r.tag_output, r.timestamp_output});
   } catch (const std::invalid_argument& e) {
@@ -310,7 +314,7 @@ std::unique_ptr<job::Backend> choose_backend(CLI::App* cmd, RunOptions& r, job::
       throw CLI::ValidationError("--listen", std::string("cannot choose the launcher's address: ") +
                                                  e.what() + "; give --listen");
     }
-    if (!note.empty()) std::cerr << "gridbcast launch: " << note << "\n";
+    if (!note.empty()) lanes::log::notice("gridbcast launch: " + note);
   }
   if (r.backend == "ssh") return job::make_ssh_backend(r.ssh, command);
   if (r.backend == "srun") return job::make_srun_backend("srun", command);

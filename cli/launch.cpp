@@ -14,6 +14,7 @@
 #include "job/file_source.hpp"
 #include "job/file_tree.hpp"
 #include "job/launcher.hpp"
+#include "lanes/log.hpp"
 #include "topology/units.hpp"
 
 namespace gridbcast::cli {
@@ -152,7 +153,8 @@ struct Launch {
     o.yaml_text = std::move(l.yaml);
     // Progress: a line on a terminal (stderr, so stdout stays the summary),
     // and with --progress one JSON record a second to a file or stderr.
-    const bool progress_line = ::isatty(2) && ::isatty(1) && !l_json;
+    const bool progress_line =
+        ::isatty(2) && ::isatty(1) && !l_json && lanes::log::enabled(lanes::log::Level::kNotice);
     std::unique_ptr<std::ofstream> progress_file;
     if (!l_progress.empty() && l_progress != "-") {
       progress_file = std::make_unique<std::ofstream>(l_progress, std::ios::app);

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
       cli::register_simulate(app), cli::register_bench(app),
       cli::register_certs(app),    cli::register_testbed(app),
       cli::register_rank(app)};
+  const cli::LogFlags log_flags = cli::add_log_flags(commands);
 
   if (const std::string unknown = cli::unknown_command(app, {argv + 1, argv + argc});
       !unknown.empty()) {
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   }
   try {
     app.parse(argc, argv);
+    cli::apply_log_flags(log_flags);
     for (const auto& c : commands)
       if (c.command->parsed()) return c.run();
   } catch (const CLI::ParseError& e) {

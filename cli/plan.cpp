@@ -4,6 +4,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
+#include "lanes/log.hpp"
 #include "topology/plan/format.hpp"
 #include "topology/plan/plan.hpp"
 #include "topology/plan/verify.hpp"
@@ -59,7 +60,7 @@ struct Plan {
       for (const auto& e : check.errors)
         std::cerr << "gridbcast plan: property violated: " << e << "\n";
       if (!check.ok()) return 1;
-      std::cerr << "gridbcast plan: all properties hold\n";
+      lanes::log::notice("gridbcast plan: all properties hold");
     }
     return 0;
   }

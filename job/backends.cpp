@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "job/backend.hpp"
+#include "lanes/log.hpp"
 
 extern char** environ;
 
@@ -88,20 +89,7 @@ class OutputRelay {
 
   void emit(const Stream& s, std::string_view line) const {
     std::string out;
-    if (timestamps_) {
-      const auto now = std::chrono::system_clock::now();
-      const std::time_t t = std::chrono::system_clock::to_time_t(now);
-      const auto ms =
-          std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() %
-          1000;
-      std::tm tm{};
-      ::gmtime_r(&t, &tm);
-      char stamp[96];
-      std::snprintf(stamp, sizeof stamp, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ ", tm.tm_year + 1900,
-                    tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                    static_cast<int>(ms));
-      out += stamp;
-    }
+    if (timestamps_) out += lanes::log::utc_now();
     out += s.prefix;
     out += line;
     out += '\n';

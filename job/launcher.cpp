@@ -12,6 +12,7 @@
 
 #include "job/control.hpp"
 #include "job/session.hpp"
+#include "lanes/log.hpp"
 #include "lanes/rejections.hpp"
 #include "runtime/event.hpp"
 #include "runtime/run_until.hpp"
@@ -130,6 +131,12 @@ class Launcher {
   }
   void check() const {
     if (!failures_.empty()) throw JobFailed{};
+  }
+  // One line of the launcher's own on standard error (or the stream given),
+  // when the log level lets it through (lanes/log.hpp).
+  void say(lanes::log::Level level, const std::string& line) {
+    if (!lanes::log::enabled(level)) return;
+    err_ << (lanes::log::stamp() + "gridbcast launch: " + line + "\n") << std::flush;
   }
   asio::awaitable<void> wait() { co_await ev_.wait(); }
   void send(int r, const control::ToRank& m);
@@ -588,6 +595,13 @@ asio::awaitable<void> BroadcastDriver::run(Launcher& l) {
       }
     }
     is.seconds = static_cast<double>(end - root.t0_ns) * 1e-9;
+    if (lanes::log::enabled(lanes::log::Level::kInfo)) {
+      std::ostringstream line;
+      line << "iteration " << i + 1 << "/" << params.iterations << ": " << it.size
+           << " bytes from rank " << it.root << " by " << root.algorithm << " in " << is.seconds
+           << " s";
+      l.say(lanes::log::Level::kInfo, line.str());
+    }
     sum.iterations.push_back(is);
     sum.sha256 = root.sha256;
   }
@@ -707,7 +721,7 @@ LaunchResult Launcher::run() {
   const control::Config config{o_.grid.name, o_.yaml_text, o_.params};
   // Refusals cost a counter and a bounded log, whoever sends them.
   lanes::RejectionLog rejections("gridbcast launch", [this](const std::string& line) {
-    err_ << "gridbcast launch: " << line << "\n";
+    say(lanes::log::Level::kNotice, line);
   });
   listener->start(
       [this, &config, &rejections](lanes::Stream s, const lanes::Hello& h) {
@@ -725,6 +739,7 @@ LaunchResult Launcher::run() {
             std::move(s).release_plain(), control::Sealer(creds_.secret, creds_.job_id, h.rank),
             control::Direction::kToRank, who(r)});
         st.last_heard = Clock::now();
+        say(lanes::log::Level::kInfo, who(r) + " connected; sending the job");
         send(r, config);
         asio::co_spawn(io_, read_loop(r), reporter("the control reader of " + who(r)));
         ev_.notify_all();
@@ -736,20 +751,24 @@ LaunchResult Launcher::run() {
   const std::string address = listener->address().find(':') != std::string::npos
                                   ? "[" + listener->address() + "]"
                                   : listener->address();
-  const Backend::Env env = {
-      {"GRIDBCAST_LAUNCHER", address + ":" + std::to_string(listener->port())},
-      {"GRIDBCAST_JOB_ID", job.str()}};
+  Backend::Env env = {{"GRIDBCAST_LAUNCHER", address + ":" + std::to_string(listener->port())},
+                      {"GRIDBCAST_JOB_ID", job.str()}};
+  // The ranks say as much as the launcher (its -v/-q).
+  if (const auto level = lanes::log::level(); level != lanes::log::Level::kNotice)
+    env.push_back({lanes::log::kLevelEnv, lanes::log::level_name(level)});
   if (backend_.external()) {
     std::string command = "gridbcast rank";
     if (o_.params.program()) {
       command.clear();
       for (const auto& a : o_.program) command += (command.empty() ? "" : " ") + a;
     }
-    err_ << "gridbcast launch: waiting for " << p_
-         << " ranks; start each with\n  GRIDBCAST_LAUNCHER=" << env[0].second
-         << " GRIDBCAST_JOB_ID=" << env[1].second << " GRIDBCAST_RANK=<rank> " << command
-         << "\n  and the job secret in GRIDBCAST_SECRET or on "
-            "standard input (the value of this launcher's GRIDBCAST_SECRET)\n";
+    // What the user must do, so said even with -q.
+    say(lanes::log::Level::kError,
+        "waiting for " + std::to_string(p_) +
+            " ranks; start each with\n  GRIDBCAST_LAUNCHER=" + env[0].second +
+            " GRIDBCAST_JOB_ID=" + env[1].second + " GRIDBCAST_RANK=<rank> " + command +
+            "\n  and the job secret in GRIDBCAST_SECRET or on "
+            "standard input (the value of this launcher's GRIDBCAST_SECRET)");
   }
 
   asio::co_spawn(io_, watch_signals(), reporter("the launcher's signal watch"));
@@ -759,6 +778,7 @@ LaunchResult Launcher::run() {
     for (int r = 0; r < p_; ++r) {
       Backend::Env e = env;
       e.push_back({"GRIDBCAST_RANK", std::to_string(r)});
+      say(lanes::log::Level::kInfo, "starting " + who(r));
       backend_.start(r, o_.grid.nodes[static_cast<size_t>(r)], e, runtime::to_hex(creds_.secret));
     }
     asio::co_spawn(io_, watchdog(), reporter("the launcher's watchdog"));

@@ -14,6 +14,7 @@
 #include "job/params.hpp"
 #include "job/protocol.hpp"
 #include "job/session.hpp"
+#include "lanes/log.hpp"
 #include "lanes/net.hpp"
 #include "runtime/buffer.hpp"
 #include "runtime/communicator.hpp"
@@ -181,14 +182,14 @@ int run_file_rank(Session& session) {
     done.rss = current_rss_bytes();
     if (rank != it.root) done.path = r.path;
     if (rank == it.root && params.resume)
-      lanes::write_line("gridbcast rank " + std::to_string(rank) + ": resume: sent " +
-                        std::to_string(r.chunks_sent) + " of " + std::to_string(r.chunks) +
-                        " chunks; every copy held the others intact");
+      lanes::log::notice("gridbcast rank " + std::to_string(rank) + ": resume: sent " +
+                         std::to_string(r.chunks_sent) + " of " + std::to_string(r.chunks) +
+                         " chunks; every copy held the others intact");
     if (rank == it.root && r.files + r.symlinks + r.directories > 1)
-      lanes::write_line("gridbcast rank " + std::to_string(rank) + ": " + std::to_string(r.files) +
-                        " files (" + std::to_string(r.bytes) + " bytes), " +
-                        std::to_string(r.directories) + " directories, " +
-                        std::to_string(r.symlinks) + " symbolic links");
+      lanes::log::notice("gridbcast rank " + std::to_string(rank) + ": " + std::to_string(r.files) +
+                         " files (" + std::to_string(r.bytes) + " bytes), " +
+                         std::to_string(r.directories) + " directories, " +
+                         std::to_string(r.symlinks) + " symbolic links");
     if (i + 1 == params.iterations) session.expect_exit();  // the answer may come at once
     session.send(done);
   }

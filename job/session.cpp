@@ -14,6 +14,7 @@
 
 #include "job/control.hpp"
 #include "job/rank.hpp"
+#include "lanes/log.hpp"
 #include "runtime/run_until.hpp"
 #include "topology/loader.hpp"
 
@@ -191,7 +192,7 @@ struct Session::Impl {
         std::unique_lock lock(mu);
         if (closing) return;
       }
-      lanes::write_line("gridbcast rank " + std::to_string(rank) + ": the control channel's " +
+      lanes::log::error("gridbcast rank " + std::to_string(rank) + ": the control channel's " +
                         what + " failed: " + why + "; exiting");
       ::_exit(1);
     };
@@ -279,7 +280,7 @@ struct Session::Impl {
     if (handler) {
       handler(what);
     } else {
-      lanes::write_line("gridbcast rank " + std::to_string(rank) + ": " + what + "; exiting");
+      lanes::log::error("gridbcast rank " + std::to_string(rank) + ": " + what + "; exiting");
       ::_exit(1);
     }
   }

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <iostream>
 
+#include "lanes/log.hpp"
+
 namespace gridbcast::lanes {
 
 std::string endpoint_string(const tcp::endpoint& e) {
@@ -133,7 +135,7 @@ void Listener::start(OnConnection on_connection, OnReject on_reject, OnTrouble o
         if (self->on_trouble_)
           self->on_trouble_(line, true);
         else
-          write_line("gridbcast: " + line);
+          log::error("gridbcast: " + line);
       });
 }
 

@@ -1,8 +1,9 @@
 #include "lanes/rejections.hpp"
 
-#include "lanes/net.hpp"
-
 #include <iostream>
+
+#include "lanes/log.hpp"
+#include "lanes/net.hpp"
 
 namespace gridbcast::lanes {
 
@@ -56,7 +57,7 @@ void RejectionLog::emit(const std::string& line) {
   if (print_)
     print_(line);
   else
-    write_line(prefix_ + ": " + line);
+    log::notice(prefix_ + ": " + line);
 }
 
 }  // namespace gridbcast::lanes

@@ -2,6 +2,8 @@
 
 #include <iostream>
 
+#include "lanes/log.hpp"
+
 namespace gridbcast::runtime {
 
 Transport::Transport(asio::io_context& io, const topology::Grid& grid, int rank,
@@ -79,6 +81,9 @@ std::array<std::uint16_t, kLanes> Transport::listen() {
                                std::to_string(h.stream) + " duplicates a live connection");
             return;  // the socket closes as it goes out of scope
           }
+          lanes::log::debug("gridbcast rank " + std::to_string(rank_) + ": accepted " +
+                            describe(key.peer, key.lane_from) + " stream " +
+                            std::to_string(h.stream) + " on lane " + std::to_string(key.lane_to));
           in_[key] = std::make_unique<lanes::Stream>(std::move(s));
           accepted_.notify_all();
         },
@@ -88,7 +93,7 @@ std::array<std::uint16_t, kLanes> Transport::listen() {
         [this](const std::string& what, bool fatal) {
           if (!fatal) return rejections_.note(what);
           // Always said, and the next collective on this rank fails with it.
-          lanes::write_line("gridbcast rank " + std::to_string(rank_) + ": " + what);
+          lanes::log::error("gridbcast rank " + std::to_string(rank_) + ": " + what);
           if (failure_.empty()) failure_ = what;
           accepted_.notify_all();
         });
@@ -125,6 +130,9 @@ asio::awaitable<lanes::Stream*> Transport::outgoing(LinkKey key,
       grid_.congestion_between(rank_, key.peer));
   // Another writer may have raced us to the same key only if the plan lists a
   // link twice; keep the first.
+  lanes::log::debug("gridbcast rank " + std::to_string(rank_) + ": connected lane " +
+                    std::to_string(key.lane_from) + " to " + describe(key.peer, key.lane_to) +
+                    " stream " + std::to_string(key.stream) + (tls ? " (TLS)" : ""));
   auto [it, inserted] = out_.emplace(key, std::make_unique<lanes::Stream>(std::move(stream)));
   co_return it->second.get();
 }
