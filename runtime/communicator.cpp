@@ -474,6 +474,9 @@ int Communicator::rank() const {
 int Communicator::size() const {
   return impl_->grid.size();
 }
+std::chrono::milliseconds Communicator::timeout() const {
+  return impl_->options.timeout;
+}
 const topology::Grid& Communicator::grid() const {
   return impl_->grid;
 }

@@ -133,6 +133,8 @@ class Communicator {
   int size() const;
   const topology::Grid& grid() const;
   std::uint64_t rejected_connections() const;
+  // How long a call may wait with nothing moving (CommOptions::timeout).
+  std::chrono::milliseconds timeout() const;
   // Broadcast bytes received and sent since this communicator began, all
   // broadcasts together. Safe to call from another thread while one runs.
   struct Progress {

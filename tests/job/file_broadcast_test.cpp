@@ -18,6 +18,8 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -349,6 +351,74 @@ TEST(FileBroadcast, ResumeAfterAStoppedRankMovesOnlyTheMissingChunks) {
     EXPECT_EQ(slurp((dir / ("n" + std::to_string(r)) / "copy").string()), data) << "rank " << r;
   }
   EXPECT_TRUE(temporaries(dir.path()).empty());
+}
+
+// Resume's digests (on the root) and checks (on every other rank) take as long
+// as the disk does, with nothing on the wire: ranks tell the ones waiting for
+// them that they still work, so a check longer than the timeout is not a
+// failure. Here the root's digests and rank 2's check each take about three
+// timeouts; every other rank waits meanwhile.
+TEST(FileBroadcast, ResumeChecksLongerThanTheTimeoutDoNotFailTheRanksWaitingForThem) {
+  const auto grid = make_grid({4});
+  TempDir dir;
+  const std::uint64_t chunks = 30;
+  const std::string data = pattern_bytes(chunks * kChunk - 7, 12);
+  write_file(dir / "src", data);
+  runtime::CommOptions o;
+  o.timeout = std::chrono::milliseconds(400);
+  const auto slow = [](std::uint64_t) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  };
+  Ranks ranks(grid, o);
+  const auto start = std::chrono::steady_clock::now();
+  const Outcome out = run(ranks, 0, [&](int r) {
+    FileSpec s;
+    s.source = (dir / "src").string();
+    s.output = (dir / ("n" + std::to_string(r)) / "copy").string();
+    s.chunk_bytes = kChunk;
+    s.window_bytes = kWindow;
+    s.resume = true;
+    if (r == 0 || r == 2) s.on_work = slow;  // 30 chunks x 40 ms each
+    return s;
+  });
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(out.errors.empty()) << out.errors.begin()->first << ": "
+                                  << out.errors.begin()->second;
+  EXPECT_GT(took, 2 * 30 * 0.040) << "the slow digests and check did run";
+  for (int r = 1; r < 4; ++r)
+    EXPECT_EQ(slurp((dir / ("n" + std::to_string(r)) / "copy").string()), data) << "rank " << r;
+}
+
+// A rank whose check stops (no note, no status) still fails the others within
+// the timeout, naming it.
+TEST(FileBroadcast, AResumeCheckThatStopsFailsTheRootNamingTheRankStillChecking) {
+  const auto grid = make_grid({3});
+  TempDir dir;
+  const std::string data = pattern_bytes(8 * kChunk, 13);
+  write_file(dir / "src", data);
+  runtime::CommOptions o;
+  o.timeout = std::chrono::milliseconds(400);
+  std::atomic<bool> release{false};
+  Ranks ranks(grid, o);
+  const Outcome out = run(ranks, 0, [&](int r) {
+    FileSpec s;
+    s.source = (dir / "src").string();
+    s.output = (dir / ("n" + std::to_string(r)) / "copy").string();
+    s.chunk_bytes = kChunk;
+    s.window_bytes = kWindow;
+    s.resume = true;
+    if (r == 2)
+      s.on_work = [&](std::uint64_t) {
+        // Stuck (bounded, so the test ends): far past the timeout.
+        for (int i = 0; i < 60 && !release; ++i)
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        release = true;
+      };
+    return s;
+  });
+  ASSERT_TRUE(out.errors.count(0)) << "the root waited for rank 2 past the timeout";
+  EXPECT_NE(out.errors.at(0).find("still checking: rank 2"), std::string::npos) << out.errors.at(0);
 }
 
 // Resume also keeps what an existing copy holds: an old version of the file
