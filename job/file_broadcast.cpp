@@ -23,6 +23,53 @@ constexpr std::uint64_t kPlanBytes = 1024;                   // + the bitmap of 
 constexpr std::uint64_t kErrorBytes = 900;                   // error text carried in a message
 constexpr std::uint64_t kFileContext = 0x6762'6669'6c65ull;  // "gbfile"
 constexpr std::int64_t kStatusTag = 1;
+// Before the header and before the plan, every other rank waits for the root's
+// go, and ranks tell the ones waiting for them that they still work (a
+// resume's digests and checks take as long as the disk does, and a
+// broadcast may wait with nothing on the wire for --timeout only).
+constexpr std::int64_t kGoTag = 2;
+constexpr std::int64_t kStillWorkingTag = 3;
+
+// Sends kStillWorkingTag to `to` at most every quarter of the communicator's
+// timeout, when tick() is called (none when there is no timeout).
+class StillWorking {
+ public:
+  StillWorking(runtime::Communicator& comm, std::vector<int> to)
+      : comm_(comm), to_(std::move(to)), every_(comm.timeout() / 4), last_(Clock::now()) {}
+  void tick() {
+    if (comm_.timeout() >= runtime::kNoTimeout || Clock::now() - last_ < every_) return;
+    const std::byte b{0};
+    for (int r : to_) comm_.send(r, kFileContext, kStillWorkingTag, &b, 1);
+    last_ = Clock::now();
+  }
+  void also(int r) { to_.push_back(r); }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  runtime::Communicator& comm_;
+  std::vector<int> to_;
+  std::chrono::milliseconds every_;
+  Clock::time_point last_;
+};
+
+// A non-root rank: waits for the root's go, taking its still-working notes.
+void await_go(runtime::Communicator& comm, int root) {
+  std::byte b{};
+  for (;;) {
+    const runtime::Received got = comm.receive(root, kFileContext, std::nullopt, &b, 1);
+    if (got.tag == kGoTag) return;
+    if (got.tag != kStillWorkingTag)
+      throw std::runtime_error("rank " + std::to_string(root) +
+                               " sent an unexpected file message (tag " + std::to_string(got.tag) +
+                               ")");
+  }
+}
+
+void send_go(runtime::Communicator& comm, int root) {
+  const std::byte b{1};
+  for (int r = 0; r < comm.size(); ++r)
+    if (r != root) comm.send(r, kFileContext, kGoTag, &b, 1);
+}
 
 class Writer {
  public:
@@ -186,6 +233,10 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
       if (h.resume) {
         // Every chunk's digest before any data moves, so ranks can tell which
         // chunks they hold already.
+        std::vector<int> others;
+        for (int r = 0; r < comm.size(); ++r)
+          if (r != root) others.push_back(r);
+        StillWorking note(comm, std::move(others));
         const ChunkLayout layout{h.meta.size, h.chunk_bytes};
         auto buf = allocate(h.chunk_bytes);
         digests.resize(layout.count());
@@ -193,6 +244,7 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
           source.read(layout.offset(i), buf.data(), layout.length(i));
           digests[i] = sha256(buf.data(), layout.length(i));
           if (spec.on_work) spec.on_work(layout.length(i));
+          note.tick();
         }
       }
     } catch (const std::exception& e) {
@@ -200,6 +252,9 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
       h.error = e.what();
     }
     encode(h, header_buf.data());
+    send_go(comm, root);
+  } else {
+    await_go(comm, root);
   }
   runtime::BcastInfo info = comm.bcast(header_buf.data(), kHeaderBytes, root, spec.algorithm);
   if (!is_root) h = decode_header(header_buf.data());
@@ -238,7 +293,9 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
       so.source_dev = spec.source_dev || spec.source_ino ? spec.source_dev : h.meta.dev;
       so.source_ino = spec.source_dev || spec.source_ino ? spec.source_ino : h.meta.ino;
       sink = FileSink::open(spec.output, h.meta, so);
+      StillWorking note(comm, {root});
       for (std::uint64_t i = 0; i < count; ++i) {
+        if (h.resume) note.tick();
         const std::uint64_t off = layout.offset(i), len = layout.length(i);
         bool have = false;
         if (h.resume) {
@@ -274,10 +331,30 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
     std::vector<std::uint8_t> all(bitmap_bytes, h.resume ? 0 : 0xff);
     std::vector<std::byte> status(status_bytes);
     std::vector<std::uint8_t> theirs(bitmap_bytes);
-    for (int r = 0; r < comm.size(); ++r) {
-      if (r == root) continue;
-      const runtime::Received got =
-          comm.receive(r, kFileContext, kStatusTag, status.data(), status.size());
+    // Statuses in the order they come; the ranks that reported hear that the
+    // root still waits for the others.
+    StillWorking note(comm, {});
+    std::vector<bool> heard(static_cast<size_t>(comm.size()), false);
+    heard[static_cast<size_t>(root)] = true;
+    for (int reported = 0; reported < comm.size() - 1;) {
+      note.tick();
+      runtime::Received got;
+      try {
+        got = comm.receive(std::nullopt, kFileContext, std::nullopt, status.data(), status.size());
+      } catch (const std::exception& e) {
+        std::string waiting;
+        for (int r = 0; r < comm.size(); ++r)
+          if (!heard[static_cast<size_t>(r)]) waiting += (waiting.empty() ? "" : ", ") + who(r);
+        throw std::runtime_error(std::string(e.what()) + " (still checking: " + waiting + ")");
+      }
+      if (got.tag == kStillWorkingTag) continue;
+      const int r = got.source;
+      if (got.tag != kStatusTag || r == root || heard[static_cast<size_t>(r)])
+        throw std::runtime_error(me + ": " + who(r) + " sent an unexpected file message (tag " +
+                                 std::to_string(got.tag) + ")");
+      heard[static_cast<size_t>(r)] = true;
+      ++reported;
+      note.also(r);
       Reader rd(status.data(), std::min<std::uint64_t>(got.bytes, status.size()));
       const bool ok = rd.u32() == 0;
       rd.bytes(theirs.data(), bitmap_bytes);
@@ -294,6 +371,7 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
         .u32(static_cast<std::uint32_t>(failed < 0 ? 0 : failed))
         .text(failure)
         .bytes(all.data(), bitmap_bytes);
+    send_go(comm, root);
   } else {
     std::vector<std::byte> status(status_bytes);
     Writer(status.data())
@@ -301,6 +379,7 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
         .bytes(needed.data(), bitmap_bytes)
         .text(my_error);
     comm.send(root, kFileContext, kStatusTag, status.data(), status.size());
+    await_go(comm, root);
   }
   comm.bcast(plan.data(), plan.size(), root, spec.algorithm);
   {
