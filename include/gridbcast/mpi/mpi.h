@@ -15,6 +15,10 @@
 #ifndef GRIDBCAST_MPI_H
 #define GRIDBCAST_MPI_H
 
+/* Laid out by hand: clang-format reads the parameter lists inside
+ * GRIDBCAST_MPI_DECLARE(...) as expressions ("MPI_Comm * comm"). */
+/* clang-format off */
+
 #include <stddef.h>
 
 #ifdef __cplusplus
@@ -222,5 +226,7 @@ GRIDBCAST_MPI_DECLARE(int, Gather, (const void* sendbuf, int sendcount, MPI_Data
 #ifdef __cplusplus
 }
 #endif
+
+/* clang-format on */
 
 #endif /* GRIDBCAST_MPI_H */
