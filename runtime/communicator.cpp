@@ -12,6 +12,7 @@
 #include "runtime/run_until.hpp"
 #include "runtime/subgrid.hpp"
 #include "runtime/transport.hpp"
+#include "topology/plan/segments.hpp"
 
 namespace gridbcast::runtime {
 
@@ -184,8 +185,7 @@ struct Communicator::Impl {
     ExecOptions eo;
     eo.timeout = options.timeout;
     eo.live = &live;
-    eo.segment_bytes = options.segment_bytes ? options.segment_bytes : g.segment_bytes;
-    if (eo.segment_bytes == 0) eo.segment_bytes = automatic_segment(g, plan.size);
+    eo.segment_bytes = topology::resolve_segment_bytes(g, plan.size, options.segment_bytes);
     BcastInfo info{plan.algorithm, plan.size, eo.segment_bytes, 0};
     try {
       if (!transport.failure().empty())

@@ -6,21 +6,16 @@
 #include <vector>
 
 #include "topology/intervals.hpp"
+#include "topology/plan/segments.hpp"
 
 namespace gridbcast::runtime {
 namespace {
 
 using lanes::Clock;
+using topology::Segment;
 
-struct Segment {
-  std::uint64_t offset;
-  std::uint64_t length;
-};
-
-struct LinkPlan {
-  int streams = 1;
-  std::vector<std::vector<Segment>> per_stream;  // stream -> segments in send order
-};
+// Every segment travels as one frame.
+static_assert(topology::kMaxSegmentBytes <= lanes::kMaxFrameBytes);
 
 // Everything one broadcast's coroutines share. Lives in execute()'s frame,
 // which outlives every task it starts.
@@ -183,45 +178,52 @@ asio::awaitable<ExecStats> execute(Transport& transport, const topology::Plan& p
                                    const ExecOptions& options) {
   Run run(transport, plan, seq, buffer, options);
   const int me = transport.rank();
-  const std::uint64_t seg_bytes = std::min<std::uint64_t>(
-      options.segment_bytes ? options.segment_bytes
-                            : automatic_segment(transport.grid(), plan.size),
-      lanes::kMaxFrameBytes);
   if (me == plan.root) run.have.add(0, plan.size);
 
-  // Cut transfers into segments, and spread each link's segments round-robin
-  // over its streams; sender and receiver derive the same assignment.
-  std::map<std::tuple<int, int, int>, LinkPlan> out_links, in_links;
-  auto add = [&](LinkPlan& link, const topology::Transfer& t) {
-    link.streams = std::max(1, t.streams);
-    link.per_stream.resize(static_cast<size_t>(link.streams));
-    size_t count = 0;
-    for (const auto& s : link.per_stream) count += s.size();
-    for (std::uint64_t off = t.offset; off < t.offset + t.length; off += seg_bytes) {
-      const Segment seg{off, std::min(seg_bytes, t.offset + t.length - off)};
-      link.per_stream[count++ % static_cast<size_t>(link.streams)].push_back(seg);
-    }
+  // The plan's segments on this rank's links (topology/plan/segments.hpp); a
+  // link's segments are dealt round-robin over its streams, and the receiver
+  // derives the same lists, so each receiving stream knows how many frames it reads.
+  topology::SegmentOptions so;
+  so.segment_bytes =
+      topology::resolve_segment_bytes(transport.grid(), plan.size, options.segment_bytes);
+  topology::RankSegments mine = topology::rank_segments(plan, me, so);
+  // Tasks start in link order (peer, lane_from, lane_to).
+  auto by_key = [](int peer_a, const topology::LinkSegments& a, int peer_b,
+                   const topology::LinkSegments& b) {
+    return std::tie(peer_a, a.lane_from, a.lane_to) < std::tie(peer_b, b.lane_from, b.lane_to);
   };
-  for (const auto& t : plan.transfers) {
-    if (t.from == me) add(out_links[{t.to, t.lane_from, t.lane_to}], t);
-    if (t.to == me) {
-      add(in_links[{t.from, t.lane_from, t.lane_to}], t);
-      auto& exp = run.expected[{t.from, t.lane_from, t.lane_to}];
-      for (std::uint64_t off = t.offset; off < t.offset + t.length; off += seg_bytes)
-        ++exp[{off, std::min(seg_bytes, t.offset + t.length - off)}];
-    }
+  std::sort(mine.send.begin(), mine.send.end(),
+            [&](const auto& a, const auto& b) { return by_key(a.to, a, b.to, b); });
+  std::sort(mine.receive.begin(), mine.receive.end(),
+            [&](const auto& a, const auto& b) { return by_key(a.from, a, b.from, b); });
+  auto per_stream = [](const topology::LinkSegments& link) {
+    std::vector<std::vector<Segment>> streams(static_cast<size_t>(link.streams));
+    for (const Segment& s : link.segments) streams[static_cast<size_t>(s.stream)].push_back(s);
+    return streams;
+  };
+  // The segment lists outlive the coroutines started below (this frame waits for them).
+  std::vector<std::vector<std::vector<Segment>>> out_streams, in_streams;
+  for (const auto& link : mine.send) out_streams.push_back(per_stream(link));
+  for (const auto& link : mine.receive) {
+    in_streams.push_back(per_stream(link));
+    auto& exp = run.expected[{link.from, link.lane_from, link.lane_to}];
+    for (const Segment& s : link.segments) ++exp[{s.offset, s.length}];
   }
 
-  for (const auto& [k, link] : out_links)
+  for (size_t l = 0; l < mine.send.size(); ++l) {
+    const auto& link = mine.send[l];
     for (int s = 0; s < link.streams; ++s)
-      if (!link.per_stream[static_cast<size_t>(s)].empty())
-        start(run, send_stream(run, LinkKey{std::get<0>(k), std::get<1>(k), std::get<2>(k), s},
-                               link.per_stream[static_cast<size_t>(s)]));
-  for (const auto& [k, link] : in_links)
+      if (!out_streams[l][static_cast<size_t>(s)].empty())
+        start(run, send_stream(run, LinkKey{link.to, link.lane_from, link.lane_to, s},
+                               out_streams[l][static_cast<size_t>(s)]));
+  }
+  for (size_t l = 0; l < mine.receive.size(); ++l) {
+    const auto& link = mine.receive[l];
     for (int s = 0; s < link.streams; ++s)
-      if (!link.per_stream[static_cast<size_t>(s)].empty())
-        start(run, receive_stream(run, LinkKey{std::get<0>(k), std::get<1>(k), std::get<2>(k), s},
-                                  link.per_stream[static_cast<size_t>(s)].size()));
+      if (!in_streams[l][static_cast<size_t>(s)].empty())
+        start(run, receive_stream(run, LinkKey{link.from, link.lane_from, link.lane_to, s},
+                                  in_streams[l][static_cast<size_t>(s)].size()));
+  }
 
   if (run.pending > 0) {
     bool watching = true;

@@ -27,12 +27,10 @@ struct LiveCounters {
 };
 
 struct ExecOptions {
-  std::uint64_t segment_bytes = 0;            // 0 = automatic_segment(size)
+  std::uint64_t segment_bytes = 0;            // 0: topology::resolve_segment_bytes
   std::chrono::milliseconds timeout{30'000};  // longest time without progress
   LiveCounters* live = nullptr;               // added to as bytes move; optional
 };
-
-using topology::automatic_segment;
 
 struct ExecStats {
   std::uint64_t bytes_in = 0;

@@ -8,10 +8,12 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "topology/plan/segments.hpp"
+
 namespace gridbcast::topology {
 namespace {
 
-struct Segment {
+struct SimSegment {
   int from, to;
   std::uint64_t offset, length;
   // Resources it occupies, each for length / its capacity: sender NIC egress,
@@ -27,11 +29,10 @@ struct Segment {
 };
 
 // One link (sender, receiver, lanes): its bundle resource, and the last
-// segment given to each of its streams. The executor deals a link's segments
-// round-robin over its streams and sends each stream's in order.
+// segment given to each of its streams. The executor sends each stream's
+// segments (topology/plan/segments.hpp) in order.
 struct Link {
   int bundle = -1;
-  int count = 0;
   std::vector<int> last_on_stream;
 };
 
@@ -100,10 +101,14 @@ double tcp_stream_limit(double rtt_s, double loss, const CostModel& m) {
 
 SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
   const int p = grid.size();
-  const std::uint64_t seg_bytes =
-      model.segment_bytes
-          ? model.segment_bytes
-          : (grid.segment_bytes ? grid.segment_bytes : automatic_segment(grid, plan.size));
+  // The executor's segments: every link's, grouped by transfer in offset order.
+  SegmentOptions so;
+  so.segment_bytes = resolve_segment_bytes(grid, plan.size, model.segment_bytes);
+  const SegmentSchedule schedule = segment_schedule(plan, so);
+  std::vector<std::vector<const topology::Segment*>> of_transfer(plan.transfers.size());
+  for (const LinkSegments& l : schedule.links)
+    for (const topology::Segment& piece : l.segments)
+      of_transfer[static_cast<size_t>(piece.transfer)].push_back(&piece);
   // Resources: per node and NIC an egress and an ingress; per WAN link and direction one.
   std::vector<int> nic_base(static_cast<size_t>(p) + 1, 0);
   for (int r = 0; r < p; ++r)
@@ -132,9 +137,10 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
   std::unordered_map<const WanLink*, int> link_index;
   for (size_t i = 0; i < grid.wan.size(); ++i) link_index[&grid.wan[i]] = static_cast<int>(i);
 
-  std::vector<Segment> segs;
+  std::vector<SimSegment> segs;
   std::vector<std::vector<Piece>> received(static_cast<size_t>(p));
-  for (const Transfer& t : plan.transfers) {
+  for (size_t ti = 0; ti < plan.transfers.size(); ++ti) {
+    const Transfer& t = plan.transfers[ti];
     const auto& src = grid.nodes[static_cast<size_t>(t.from)];
     const auto& dst = grid.nodes[static_cast<size_t>(t.to)];
     const int nic_out = t.lane_from % static_cast<int>(src.nics.size());
@@ -174,18 +180,20 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
     if (link.bundle < 0) link.bundle = add_resource(bundle_rate);
     link.last_on_stream.resize(static_cast<size_t>(std::max(1, t.streams)), -1);
     const int bundle = link.bundle;
-    for (std::uint64_t off = t.offset; off < t.offset + t.length; off += seg_bytes) {
-      Segment s{};
+    const auto& pieces = of_transfer[ti];  // in offset order
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      const topology::Segment& cut = *pieces[k];
+      SimSegment s{};
       s.from = t.from;
       s.to = t.to;
-      s.offset = off;
-      s.length = std::min(seg_bytes, t.offset + t.length - off);
+      s.offset = cut.offset;
+      s.length = cut.length;
       s.res[0] = out_res;
       s.res[1] = in_res;
       s.res[2] = bundle;
       s.res[3] = wan;
       s.latency = latency;
-      s.ordinal = static_cast<int>((off - t.offset) / seg_bytes);
+      s.ordinal = static_cast<int>(k);
       const int index = static_cast<int>(segs.size());
       // Dependencies: what the sender received of these bytes, listed earlier.
       if (t.from != plan.root) {
@@ -195,15 +203,16 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
           segs[static_cast<size_t>(piece.segment)].dependents.push_back(index);
         }
       }
-      int& previous =
-          link.last_on_stream[static_cast<size_t>(link.count++) % link.last_on_stream.size()];
+      if (link.last_on_stream.size() <= static_cast<size_t>(cut.stream))
+        link.last_on_stream.resize(static_cast<size_t>(cut.stream) + 1, -1);
+      int& previous = link.last_on_stream[static_cast<size_t>(cut.stream)];
       if (previous >= 0) {
         ++s.pending;
         segs[static_cast<size_t>(previous)].next_on_stream = index;
       }
       previous = index;
       segs.push_back(std::move(s));
-      received[static_cast<size_t>(t.to)].push_back({off, off + segs.back().length, index});
+      received[static_cast<size_t>(t.to)].push_back({cut.offset, cut.offset + cut.length, index});
     }
   }
 
@@ -219,7 +228,7 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
   while (!queue.empty()) {
     const auto [ready, ordinal, i] = queue.top();
     queue.pop();
-    Segment& s = segs[static_cast<size_t>(i)];
+    SimSegment& s = segs[static_cast<size_t>(i)];
     const auto bytes = static_cast<double>(s.length);
     double rate = 1e300;
     for (int r : s.res) {
@@ -252,7 +261,7 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
     fin = std::max(fin, s.arrival);
     ++done;
     auto release = [&](int d, double when) {
-      Segment& dep = segs[static_cast<size_t>(d)];
+      SimSegment& dep = segs[static_cast<size_t>(d)];
       dep.ready = std::max(dep.ready, when);
       if (--dep.pending == 0) queue.emplace(dep.ready, dep.ordinal, d);
     };

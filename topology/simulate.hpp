@@ -1,8 +1,8 @@
 // `gridbcast simulate`: prices a Plan with a cost model instead of a network.
 //
-// Every transfer is cut into segments as the executor cuts it, and a link's
-// segments are dealt round-robin over its streams, each stream sending its own
-// in plan order. A segment is ready when the bytes it carries have reached its
+// Every transfer is cut into the executor's segments (topology/plan/segments.hpp:
+// a link's segments dealt round-robin over its streams), each stream sending
+// its own in plan order. A segment is ready when the bytes it carries have reached its
 // sender and the one before it on its stream has been written; it then occupies
 // the sender's NIC (egress), the receiver's NIC (ingress) and, between sites,
 // the WAN bundle, each for bytes / that resource's rate, and arrives one hop
@@ -45,7 +45,7 @@ struct CostModel {
   // TCP payload per byte a shaper counts: 1448 of a 1514-byte Ethernet frame
   // (HTB and most NIC rates count headers).
   double payload_efficiency = 1448.0 / 1514.0;
-  std::uint64_t segment_bytes = 0;  // 0: grid's, else automatic_segment
+  std::uint64_t segment_bytes = 0;  // 0: resolve_segment_bytes (grid's, else automatic)
 };
 
 struct SimResult {

@@ -6,14 +6,12 @@
 #include <string>
 
 #include "topology/intervals.hpp"
+#include "topology/plan/segments.hpp"
 
 namespace gridbcast::mpi::provider {
 namespace {
 
-struct Segment {
-  std::uint64_t offset;
-  std::uint64_t length;
-};
+using topology::Segment;
 
 // One direction of one link (a peer): its segments in plan order, how far
 // posting and completion have come, and what is in flight.
@@ -33,40 +31,34 @@ std::string mpi_error(int code) {
   return std::string(text, static_cast<size_t>(len));
 }
 
-// Segments per link for a given segment size; returns the longest link.
-size_t cut(const topology::Plan& plan, int me, std::uint64_t seg, std::map<int, Link>& in,
-           std::map<int, Link>& out) {
-  in.clear();
-  out.clear();
-  size_t longest = 0;
-  for (const auto& t : plan.transfers) {
-    if (t.from != me && t.to != me) continue;
-    Link& link = t.from == me ? out[t.to] : in[t.from];
-    link.peer = t.from == me ? t.to : t.from;
-    for (std::uint64_t off = t.offset; off < t.offset + t.length; off += seg)
-      link.segments.push_back(Segment{off, std::min(seg, t.offset + t.length - off)});
-    longest = std::max(longest, link.segments.size());
-  }
-  return longest;
-}
-
 }  // namespace
 
 void execute_over_pmpi(const topology::Plan& plan, int me, const std::vector<int>& comm_of_grid,
                        std::byte* buffer, const PmpiOptions& options) {
-  // MPI counts are ints: segments stay below 1 GiB. A segment's tag is its
-  // index on its link, so a link may not have more segments than tags.
-  constexpr std::uint64_t kMaxSegment = std::uint64_t{1} << 30;
-  // The caller fills segment_bytes (topology::automatic_segment needs the grid).
-  std::uint64_t seg = std::min(options.segment_bytes, kMaxSegment);
-  seg = std::max<std::uint64_t>(seg, 1);
+  // The plan's segments on this rank's links (topology/plan/segments.hpp). A
+  // link is a peer (lanes mean nothing to MPI); a segment's tag is its index
+  // on the link, so the segment grows until no link needs more tags than
+  // MPI_TAG_UB allows. Segments stay at most 1 GiB: MPI counts are ints.
+  topology::SegmentOptions so;
+  so.segment_bytes = options.segment_bytes;  // resolved by the caller
+  so.max_per_link = static_cast<std::uint64_t>(options.tag_ub) + 1;
+  so.lanes = false;
+  topology::RankSegments mine;
+  try {
+    mine = topology::rank_segments(plan, me, so);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string(e.what()) + " (MPI_TAG_UB is " +
+                             std::to_string(options.tag_ub) + ")");
+  }
   std::map<int, Link> in, out;
-  const auto tags = static_cast<size_t>(options.tag_ub) + 1;
-  while (cut(plan, me, seg, in, out) > tags && seg < kMaxSegment)
-    seg = std::min(seg * 2, kMaxSegment);
-  if (cut(plan, me, seg, in, out) > tags)
-    throw std::runtime_error("a broadcast of " + std::to_string(plan.size) +
-                             " bytes needs more tags than MPI_TAG_UB allows");
+  for (auto& l : mine.send) {
+    out[l.to].peer = l.to;
+    out[l.to].segments = std::move(l.segments);
+  }
+  for (auto& l : mine.receive) {
+    in[l.from].peer = l.from;
+    in[l.from].segments = std::move(l.segments);
+  }
 
   topology::IntervalSet have;
   if (me == plan.root) have.add(0, plan.size);
@@ -87,7 +79,7 @@ void execute_over_pmpi(const topology::Plan& plan, int me, const std::vector<int
         MPI_Request r;
         const int rc = PMPI_Irecv(buffer + s.offset, static_cast<int>(s.length), MPI_BYTE,
                                   comm_of_grid.at(static_cast<size_t>(peer)),
-                                  static_cast<int>(link.next), options.comm, &r);
+                                  static_cast<int>(s.index), options.comm, &r);
         if (rc != MPI_SUCCESS)
           throw std::runtime_error("PMPI_Irecv from rank " +
                                    std::to_string(comm_of_grid[static_cast<size_t>(peer)]) +
@@ -105,7 +97,7 @@ void execute_over_pmpi(const topology::Plan& plan, int me, const std::vector<int
         MPI_Request r;
         const int rc = PMPI_Isend(buffer + s.offset, static_cast<int>(s.length), MPI_BYTE,
                                   comm_of_grid.at(static_cast<size_t>(peer)),
-                                  static_cast<int>(link.next), options.comm, &r);
+                                  static_cast<int>(s.index), options.comm, &r);
         if (rc != MPI_SUCCESS)
           throw std::runtime_error("PMPI_Isend to rank " +
                                    std::to_string(comm_of_grid[static_cast<size_t>(peer)]) +

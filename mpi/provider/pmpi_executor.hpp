@@ -1,6 +1,6 @@
 // The provider's MPI transport: runs a gridbcast Plan with the host MPI's own
 // point-to-point (PMPI_Isend / PMPI_Irecv), with the runtime executor's
-// segmenting rules: each transfer is cut into segments, a rank forwards a
+// segments (topology/plan/segments.hpp, one link per peer): a rank forwards a
 // segment as soon as it holds it, and a link's segments go in plan order.
 // Lanes and streams mean nothing to MPI and are ignored.
 #pragma once
@@ -18,7 +18,7 @@ namespace gridbcast::mpi::provider {
 struct PmpiOptions {
   MPI_Comm comm = MPI_COMM_NULL;    // a private duplicate: no user message can match ours
   int tag_ub = 32767;               // the communicator's MPI_TAG_UB
-  std::uint64_t segment_bytes = 0;  // set by the caller (topology::automatic_segment)
+  std::uint64_t segment_bytes = 0;  // set by the caller (topology::resolve_segment_bytes)
   int window = 8;                   // requests in flight per link and direction
 };
 

@@ -52,6 +52,7 @@
 #include "runtime/endpoints.hpp"
 #include "topology/loader.hpp"
 #include "topology/plan/plan.hpp"
+#include "topology/plan/segments.hpp"
 #include "topology/units.hpp"
 
 namespace gridbcast::mpi::provider {
@@ -375,8 +376,7 @@ topology::Algorithm broadcast(CommState& s, const Config& config, std::byte* dat
   PmpiOptions o;
   o.comm = s.priv;
   o.tag_ub = s.tag_ub;
-  o.segment_bytes = config.segment_bytes ? config.segment_bytes : s.placement.grid.segment_bytes;
-  if (o.segment_bytes == 0) o.segment_bytes = topology::automatic_segment(s.placement.grid, bytes);
+  o.segment_bytes = topology::resolve_segment_bytes(s.placement.grid, bytes, config.segment_bytes);
   execute_over_pmpi(plan, s.placement.grid_of_comm[static_cast<size_t>(s.rank)],
                     s.placement.comm_of_grid, data, o);
   return algo;

@@ -67,17 +67,6 @@ std::optional<Algorithm> parse_algorithm(std::string_view name) {
   return std::nullopt;
 }
 
-std::uint64_t automatic_segment(const Grid& grid, std::uint64_t size) {
-  constexpr std::uint64_t kMin = 64 * 1024, kMax = 1024 * 1024;
-  double slowest = 0;
-  for (const auto& node : grid.nodes)
-    for (const auto& nic : node.nics)
-      if (slowest == 0 || nic.bandwidth_bps < slowest) slowest = nic.bandwidth_bps;
-  std::uint64_t seg = size / 16;
-  if (slowest > 0) seg = std::min(seg, static_cast<std::uint64_t>(slowest / 8 * 0.004));
-  return std::clamp<std::uint64_t>(seg, kMin, kMax);
-}
-
 Plan build_plan(const Grid& grid, Algorithm algorithm, int root, std::uint64_t size) {
   if (grid.size() == 0) throw std::invalid_argument("the topology has no nodes");
   if (root < 0 || root >= grid.size())

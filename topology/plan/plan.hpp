@@ -36,7 +36,8 @@ std::string_view algorithm_name(Algorithm a);
 std::optional<Algorithm> parse_algorithm(std::string_view name);
 
 // "This byte range goes from this rank's lane to that rank's lane, over this
-// many streams." A transfer is sent once; the executor pipelines it in segments.
+// many streams." A transfer is sent once; the executor pipelines it in segments
+// (topology/plan/segments.hpp).
 struct Transfer {
   int from = 0;
   int to = 0;
@@ -60,13 +61,6 @@ struct Plan {
   int wan_streams = 1;
   std::vector<Transfer> transfers;
 };
-
-// Pipelining unit when the topology and options leave it open: M/16, and no
-// more than the slowest NIC moves in 4 ms, clamped to 64 KiB..1 MiB. Every hop
-// of a pipelined tree holds one segment, so on a 100 Mbit/s lane a 1 MiB segment
-// costs 84 ms per hop; on loopback, 1 MiB keeps per-frame costs small. The
-// executor and the simulator both use it.
-std::uint64_t automatic_segment(const Grid& grid, std::uint64_t size);
 
 // Throws std::invalid_argument for a root outside [0, ranks).
 Plan build_plan(const Grid& grid, Algorithm algorithm, int root, std::uint64_t size);
