@@ -144,10 +144,10 @@ void print_bench_csv(std::ostream& out, const std::vector<BenchRow>& rows) {
     const auto& p = r.point;
     out << p.algorithm << ',' << p.used << ',' << p.bytes << ',' << text_num(p.avg_us()) << ','
         << text_num(p.min_us()) << ',' << text_num(p.max_us()) << ',' << p.iterations << ','
-        << text_num(p.rel_stdev) << ',' << job::bench_stop_name(p.stop) << ',' << text_num(p.rtt_us) << ','
-        << text_num(r.lower_bound_us) << ',' << text_num(r.simple_ratio()) << ',' << text_num(r.bandwidth()) << ','
-        << (p.verified ? "true" : "false") << ',' << text_num(r.max_flow_bound_us) << ','
-        << text_num(r.ratio()) << '\n';
+        << text_num(p.rel_stdev) << ',' << job::bench_stop_name(p.stop) << ',' << text_num(p.rtt_us)
+        << ',' << text_num(r.lower_bound_us) << ',' << text_num(r.simple_ratio()) << ','
+        << text_num(r.bandwidth()) << ',' << (p.verified ? "true" : "false") << ','
+        << text_num(r.max_flow_bound_us) << ',' << text_num(r.ratio()) << '\n';
   }
 }
 

@@ -16,7 +16,9 @@ std::string dump_json(const Json& j) {
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
-void write_json(std::ostream& out, const Json& j) { out << dump_json(j) << "\n"; }
+void write_json(std::ostream& out, const Json& j) {
+  out << dump_json(j) << "\n";
+}
 
 Json error_json(const std::string& command, const std::string& message, int exit_code) {
   Json e;
@@ -26,8 +28,7 @@ Json error_json(const std::string& command, const std::string& message, int exit
   return Json{{"error", std::move(e)}};
 }
 
-Json config_error_json(const std::string& command, const topology::ConfigError& e,
-                       int exit_code) {
+Json config_error_json(const std::string& command, const topology::ConfigError& e, int exit_code) {
   Json j = error_json(command, e.what(), exit_code);
   j["error"]["file"] = e.where().file;
   j["error"]["line"] = e.where().line;

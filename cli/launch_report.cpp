@@ -126,10 +126,8 @@ void print_broadcast_json(std::ostream& out, const job::BroadcastSummary& s) {
   j["peak_rss_bytes"] = s.peak_rss_bytes;
   Json& slowest = j["slowest_per_site"] = Json::array();
   for (const auto& sl : s.slowest_per_site)
-    slowest.push_back({{"site", sl.site},
-                       {"rank", sl.rank},
-                       {"node", sl.node},
-                       {"seconds", number(sl.seconds)}});
+    slowest.push_back(
+        {{"site", sl.site}, {"rank", sl.rank}, {"node", sl.node}, {"seconds", number(sl.seconds)}});
   Json& per_iteration = j["per_iteration"] = Json::array();
   for (const auto& it : s.iterations)
     per_iteration.push_back({{"root", it.root},

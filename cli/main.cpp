@@ -41,8 +41,8 @@ int main(int argc, char** argv) {
   if (const std::string unknown = cli::unknown_command(app, {argv + 1, argv + argc});
       !unknown.empty()) {
     std::cerr << unknown;
-    return fail(cli::error_json(request.command, unknown.substr(0, unknown.find('\n')),
-                                cli::kExitUsage));
+    return fail(
+        cli::error_json(request.command, unknown.substr(0, unknown.find('\n')), cli::kExitUsage));
   }
   try {
     app.parse(argc, argv);

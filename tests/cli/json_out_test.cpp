@@ -198,8 +198,8 @@ const std::vector<std::pair<std::string, T>> kLaunchFields = {
 TEST(JsonSchema, LaunchAndItsProgressRecords) {
   TempDir dir;
   const std::string progress = (dir / "progress.jsonl").string();
-  Child c({kBin, "launch", "--size", "1MiB", "--iterations", "2", "--json", "--progress",
-           progress});
+  Child c(
+      {kBin, "launch", "--size", "1MiB", "--iterations", "2", "--json", "--progress", progress});
   ASSERT_EQ(c.wait(120s), 0) << c.err();
   const auto lines = json_lines(c.out());
   ASSERT_EQ(lines.size(), 1u) << c.out();
@@ -252,19 +252,17 @@ TEST(JsonSchema, LaunchFileWithABadlyEncodedNameGivesValidJson) {
   ASSERT_EQ(c.wait(120s), 0) << c.err();
   const auto j = last_ordered(c.out());  // throws on invalid UTF-8
   ASSERT_EQ(j["files"].size(), 1u) << c.out();
-  expect_fields(j["files"][0],
-                {{"path", T::string},
-                 {"bytes", T::number_unsigned},
-                 {"chunks", T::number_unsigned},
-                 {"chunks_sent", T::number_unsigned},
-                 {"root_digest", T::string}});
+  expect_fields(j["files"][0], {{"path", T::string},
+                                {"bytes", T::number_unsigned},
+                                {"chunks", T::number_unsigned},
+                                {"chunks_sent", T::number_unsigned},
+                                {"root_digest", T::string}});
   const std::string path = j["files"][0]["path"];
   EXPECT_NE(path.find("bad-\xef\xbf\xbd\xef\xbf\xbd-\x01-name"), std::string::npos) << c.out();
   EXPECT_EQ(j["files"][0]["bytes"], 10);
   ASSERT_FALSE(j["copies"].empty());
-  expect_fields(j["copies"][0], {{"rank", T::number_unsigned},
-                                 {"node", T::string},
-                                 {"path", T::string}});
+  expect_fields(j["copies"][0],
+                {{"rank", T::number_unsigned}, {"node", T::string}, {"path", T::string}});
   EXPECT_TRUE(std::filesystem::exists(dir / "out" / "a2" / name)) << c.out();
 }
 

@@ -246,7 +246,8 @@ TEST(LaunchFile, ADirectoryIsDistributedWithItsSymlinksAsLinks) {
             std::string::npos)
       << c.err();
   bool listed = false;
-  for (const auto& copy : last_json(c.out())["copies"])
+  const auto summary = last_json(c.out());
+  for (const auto& copy : summary["copies"])
     listed = listed || copy["path"] == (dir / "out" / "b4" / "tree").string();
   EXPECT_TRUE(listed) << c.out();
   for (const auto& n : kNonRoot) {

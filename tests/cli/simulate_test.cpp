@@ -2,7 +2,6 @@
 // congestion-control model, and a clear error for what it does not know.
 #include <gtest/gtest.h>
 
-
 #include "support/json.hpp"
 #include "support/process.hpp"
 
