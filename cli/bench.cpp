@@ -179,7 +179,7 @@ struct Bench {
     const job::LaunchResult result = job::launch(o, *backend, std::cerr);
     if (progress) std::cerr << "\r" << std::string(60, ' ') << "\r";
     if (result.status != 0) {
-      cli::print_failure(std::cerr, std::cout, result, b_json);
+      cli::print_failure(std::cerr, std::cout, "bench", result, b_json);
       return result.status;
     }
     const job::BenchOutcome& outcome = *result.bench;

@@ -8,14 +8,15 @@
 #include <map>
 #include <sstream>
 
-#include "topology/plan/format.hpp"
+#include "cli/json_out.hpp"
 #include "topology/units.hpp"
 
 namespace gridbcast::cli {
 namespace {
 
-// Doubles as JSON numbers: finite, round-trippable.
-std::string num(double v) {
+// Doubles in the table's header and the CSV: 10 significant digits, "null"
+// when not finite (as the JSON has it).
+std::string text_num(double v) {
   if (!std::isfinite(v)) return "null";
   std::ostringstream o;
   o << std::setprecision(10) << v;
@@ -104,8 +105,8 @@ void print_bench_table(std::ostream& out, const BenchContext& ctx,
       << "# Bound is the max-flow bound, x bound is Max over it; Simple is the simple bound "
          "(docs/ALGORITHMS.md)\n"
       << "# a series repeats until its standard deviation is under "
-      << num(spec.target_rel_stdev * 100) << " % of its mean (at least " << spec.min_iterations
-      << "), or " << spec.max_iterations << " samples (cap), or " << num(spec.max_seconds)
+      << text_num(spec.target_rel_stdev * 100) << " % of its mean (at least " << spec.min_iterations
+      << "), or " << spec.max_iterations << " samples (cap), or " << text_num(spec.max_seconds)
       << " s per point (time)\n";
   std::string current;
   char line[256];
@@ -141,45 +142,54 @@ void print_bench_csv(std::ostream& out, const std::vector<BenchRow>& rows) {
          "max_flow_bound_us,ratio_to_max_flow_bound\n";
   for (const auto& r : rows) {
     const auto& p = r.point;
-    out << p.algorithm << ',' << p.used << ',' << p.bytes << ',' << num(p.avg_us()) << ','
-        << num(p.min_us()) << ',' << num(p.max_us()) << ',' << p.iterations << ','
-        << num(p.rel_stdev) << ',' << job::bench_stop_name(p.stop) << ',' << num(p.rtt_us) << ','
-        << num(r.lower_bound_us) << ',' << num(r.simple_ratio()) << ',' << num(r.bandwidth()) << ','
-        << (p.verified ? "true" : "false") << ',' << num(r.max_flow_bound_us) << ','
-        << num(r.ratio()) << '\n';
+    out << p.algorithm << ',' << p.used << ',' << p.bytes << ',' << text_num(p.avg_us()) << ','
+        << text_num(p.min_us()) << ',' << text_num(p.max_us()) << ',' << p.iterations << ','
+        << text_num(p.rel_stdev) << ',' << job::bench_stop_name(p.stop) << ',' << text_num(p.rtt_us)
+        << ',' << text_num(r.lower_bound_us) << ',' << text_num(r.simple_ratio()) << ','
+        << text_num(r.bandwidth()) << ',' << (p.verified ? "true" : "false") << ','
+        << text_num(r.max_flow_bound_us) << ',' << text_num(r.ratio()) << '\n';
   }
 }
 
 void print_bench_json(std::ostream& out, const BenchContext& ctx,
                       const std::vector<BenchRow>& rows) {
   const auto& spec = ctx.spec;
-  out << "{\"topology\": \"" << topology::json_escape(ctx.topology)
-      << "\", \"ranks\": " << ctx.ranks << ", \"sites\": " << ctx.sites
-      << ", \"root\": " << ctx.root << ", \"method\": \"" << job::bench_method_name(spec.method)
-      << "\", \"target_rel_stdev\": " << num(spec.target_rel_stdev)
-      << ", \"min_iterations\": " << spec.min_iterations
-      << ", \"max_iterations\": " << spec.max_iterations
-      << ", \"max_seconds_per_point\": " << num(spec.max_seconds)
-      << ", \"rejected_connections\": " << ctx.rejected_connections
-      << ", \"peak_rss_bytes\": " << ctx.peak_rss_bytes << ", \"points\": [";
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const auto& r = rows[i];
+  Json j;
+  j["topology"] = ctx.topology;
+  j["ranks"] = ctx.ranks;
+  j["sites"] = ctx.sites;
+  j["root"] = ctx.root;
+  j["method"] = job::bench_method_name(spec.method);
+  j["target_rel_stdev"] = number(spec.target_rel_stdev);
+  j["min_iterations"] = spec.min_iterations;
+  j["max_iterations"] = spec.max_iterations;
+  j["max_seconds_per_point"] = number(spec.max_seconds);
+  j["rejected_connections"] = ctx.rejected_connections;
+  j["peak_rss_bytes"] = ctx.peak_rss_bytes;
+  Json& points = j["points"] = Json::array();
+  for (const auto& r : rows) {
     const auto& p = r.point;
-    out << (i ? ", " : "") << "{\"algorithm\": \"" << p.algorithm << "\", \"used\": \"" << p.used
-        << "\", \"bytes\": " << p.bytes << ", \"avg_us\": " << num(p.avg_us())
-        << ", \"min_us\": " << num(p.min_us()) << ", \"max_us\": " << num(p.max_us())
-        << ", \"iterations\": " << p.iterations << ", \"rel_stdev\": " << num(p.rel_stdev)
-        << ", \"stop\": \"" << job::bench_stop_name(p.stop) << "\", \"rtt_us\": " << num(p.rtt_us)
-        << ", \"lower_bound_us\": " << num(r.lower_bound_us)
-        << ", \"ratio_to_lower_bound\": " << num(r.simple_ratio())
-        << ", \"max_flow_bound_us\": " << num(r.max_flow_bound_us)
-        << ", \"ratio_to_max_flow_bound\": " << num(r.ratio())
-        << ", \"bandwidth_bytes_per_second\": " << num(r.bandwidth())
-        << ", \"verified\": " << (p.verified ? "true" : "false") << ", \"rank_us\": [";
-    for (size_t k = 0; k < p.rank_us.size(); ++k) out << (k ? ", " : "") << num(p.rank_us[k]);
-    out << "]}";
+    Json rank_us = Json::array();
+    for (double us : p.rank_us) rank_us.push_back(number(us));
+    points.push_back({{"algorithm", p.algorithm},
+                      {"used", p.used},
+                      {"bytes", p.bytes},
+                      {"avg_us", number(p.avg_us())},
+                      {"min_us", number(p.min_us())},
+                      {"max_us", number(p.max_us())},
+                      {"iterations", p.iterations},
+                      {"rel_stdev", number(p.rel_stdev)},
+                      {"stop", job::bench_stop_name(p.stop)},
+                      {"rtt_us", number(p.rtt_us)},
+                      {"lower_bound_us", number(r.lower_bound_us)},
+                      {"ratio_to_lower_bound", number(r.simple_ratio())},
+                      {"max_flow_bound_us", number(r.max_flow_bound_us)},
+                      {"ratio_to_max_flow_bound", number(r.ratio())},
+                      {"bandwidth_bytes_per_second", number(r.bandwidth())},
+                      {"verified", p.verified},
+                      {"rank_us", std::move(rank_us)}});
   }
-  out << "]}\n";
+  write_json(out, j);
 }
 
 std::vector<PlotSeries> bench_plot_series(const std::vector<BenchRow>& rows) {

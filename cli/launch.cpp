@@ -181,7 +181,7 @@ struct Launch {
     backend->drain_output(std::chrono::seconds(2));  // ranks' last lines before the summary
     if (line_shown) std::cerr << "\r" << std::string(100, ' ') << "\r" << std::flush;
     if (result.status != 0) {
-      cli::print_failure(std::cerr, std::cout, result, l_json);
+      cli::print_failure(std::cerr, std::cout, "launch", result, l_json);
       return result.status;
     }
     if (result.broadcast) {

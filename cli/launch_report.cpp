@@ -1,11 +1,10 @@
 #include "cli/launch_report.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <iomanip>
 #include <sstream>
 
-#include "topology/plan/format.hpp"
+#include "cli/json_out.hpp"
 #include "topology/units.hpp"
 
 namespace gridbcast::cli {
@@ -15,18 +14,6 @@ std::string fmt_seconds(double s) {
   std::ostringstream o;
   o << std::fixed << std::setprecision(s < 0.01 ? 6 : 4) << s;
   return o.str();
-}
-
-// A JSON number: finite, or null.
-std::string num(double v) {
-  if (!std::isfinite(v)) return "null";
-  std::ostringstream o;
-  o << std::setprecision(12) << v;
-  return o.str();
-}
-
-std::string str(const std::string& s) {
-  return "\"" + topology::json_escape(s) + "\"";
 }
 
 struct Times {
@@ -117,54 +104,58 @@ void print_broadcast_text(std::ostream& out, const job::BroadcastSummary& s) {
 void print_broadcast_json(std::ostream& out, const job::BroadcastSummary& s) {
   const Times t = times_of(s);
   const double bw = t.median > 0 ? static_cast<double>(s.bytes) / t.median : 0;
-  out << "{\"algorithm\": " << str(s.algorithm) << ", \"ranks\": " << s.ranks
-      << ", \"sites\": " << s.sites << ", \"bytes\": " << s.bytes << ", \"root\": " << s.root
-      << ", \"iterations\": " << s.iterations.size() << ", \"segment_bytes\": " << s.segment_bytes
-      << ", \"seconds\": {\"min\": " << num(t.min) << ", \"median\": " << num(t.median)
-      << ", \"max\": " << num(t.max) << "}, \"bandwidth_bytes_per_second\": " << num(bw)
-      << ", \"lower_bound_seconds\": " << num(s.lower_bound_seconds)
-      << ", \"ratio_to_lower_bound\": "
-      << num(s.lower_bound_seconds > 0 ? t.median / s.lower_bound_seconds : 0)
-      << ", \"max_flow_bound_seconds\": " << num(s.max_flow_bound_seconds)
-      << ", \"ratio_to_max_flow_bound\": "
-      << num(s.max_flow_bound_seconds > 0 ? t.median / s.max_flow_bound_seconds : 0)
-      << ", \"verified\": " << (s.verified ? "true" : "false") << ", \"sha256\": " << str(s.sha256)
-      << ", \"rejected_connections\": " << s.rejected_connections
-      << ", \"peak_rss_bytes\": " << s.peak_rss_bytes << ", \"slowest_per_site\": [";
-  for (size_t i = 0; i < s.slowest_per_site.size(); ++i) {
-    const auto& sl = s.slowest_per_site[i];
-    out << (i ? ", " : "") << "{\"site\": " << str(sl.site) << ", \"rank\": " << sl.rank
-        << ", \"node\": " << str(sl.node) << ", \"seconds\": " << num(sl.seconds) << "}";
-  }
-  out << "], \"per_iteration\": [";
-  for (size_t i = 0; i < s.iterations.size(); ++i) {
-    const auto& it = s.iterations[i];
-    out << (i ? ", " : "") << "{\"root\": " << it.root << ", \"bytes\": " << it.bytes
-        << ", \"algorithm\": " << str(it.algorithm) << ", \"seconds\": " << num(it.seconds)
-        << ", \"max_rss_bytes\": " << it.max_rss_bytes << "}";
-  }
-  out << "], \"copies\": [";
-  for (size_t i = 0; i < s.copies.size(); ++i)
-    out << (i ? ", " : "") << "{\"rank\": " << s.copies[i].rank
-        << ", \"node\": " << str(s.copies[i].node) << ", \"path\": " << str(s.copies[i].path)
-        << "}";
-  out << "], \"files\": [";
-  for (size_t i = 0; i < s.files.size(); ++i) {
-    const auto& f = s.files[i];
-    out << (i ? ", " : "") << "{\"path\": " << str(f.path) << ", \"bytes\": " << f.bytes
-        << ", \"chunks\": " << f.chunks << ", \"chunks_sent\": " << f.chunks_sent
-        << ", \"root_digest\": " << str(f.root_digest) << "}";
-  }
-  out << "]}\n";
+  Json j;
+  j["algorithm"] = s.algorithm;
+  j["ranks"] = s.ranks;
+  j["sites"] = s.sites;
+  j["bytes"] = s.bytes;
+  j["root"] = s.root;
+  j["iterations"] = s.iterations.size();
+  j["segment_bytes"] = s.segment_bytes;
+  j["seconds"] = {{"min", number(t.min)}, {"median", number(t.median)}, {"max", number(t.max)}};
+  j["bandwidth_bytes_per_second"] = number(bw);
+  j["lower_bound_seconds"] = number(s.lower_bound_seconds);
+  j["ratio_to_lower_bound"] =
+      number(s.lower_bound_seconds > 0 ? t.median / s.lower_bound_seconds : 0);
+  j["max_flow_bound_seconds"] = number(s.max_flow_bound_seconds);
+  j["ratio_to_max_flow_bound"] =
+      number(s.max_flow_bound_seconds > 0 ? t.median / s.max_flow_bound_seconds : 0);
+  j["verified"] = s.verified;
+  j["sha256"] = s.sha256;
+  j["rejected_connections"] = s.rejected_connections;
+  j["peak_rss_bytes"] = s.peak_rss_bytes;
+  Json& slowest = j["slowest_per_site"] = Json::array();
+  for (const auto& sl : s.slowest_per_site)
+    slowest.push_back(
+        {{"site", sl.site}, {"rank", sl.rank}, {"node", sl.node}, {"seconds", number(sl.seconds)}});
+  Json& per_iteration = j["per_iteration"] = Json::array();
+  for (const auto& it : s.iterations)
+    per_iteration.push_back({{"root", it.root},
+                             {"bytes", it.bytes},
+                             {"algorithm", it.algorithm},
+                             {"seconds", number(it.seconds)},
+                             {"max_rss_bytes", it.max_rss_bytes}});
+  Json& copies = j["copies"] = Json::array();
+  for (const auto& c : s.copies)
+    copies.push_back({{"rank", c.rank}, {"node", c.node}, {"path", c.path}});
+  Json& files = j["files"] = Json::array();
+  for (const auto& f : s.files)
+    files.push_back({{"path", f.path},
+                     {"bytes", f.bytes},
+                     {"chunks", f.chunks},
+                     {"chunks_sent", f.chunks_sent},
+                     {"root_digest", f.root_digest}});
+  write_json(out, j);
 }
 
-void print_failure(std::ostream& err, std::ostream& out, const job::LaunchResult& r, bool json) {
-  err << "gridbcast launch: FAILED: " << r.failure << "\n";
+void print_failure(std::ostream& err, std::ostream& out, const std::string& command,
+                   const job::LaunchResult& r, bool json) {
+  err << "gridbcast launch: FAILED: " << r.failure << "\n";  // the job's launcher, for bench too
   for (const auto& t : r.then) err << "  then: " << t << "\n";
   if (!json) return;
-  out << "{\"error\": " << str(r.failure) << ", \"then\": [";
-  for (size_t i = 0; i < r.then.size(); ++i) out << (i ? ", " : "") << str(r.then[i]);
-  out << "], \"status\": " << r.status << "}\n";
+  Json j = error_json(command, r.failure, r.status);
+  j["error"]["then"] = r.then;
+  write_json(out, j);
 }
 
 std::string progress_line(const job::ProgressSample& s) {
@@ -184,13 +175,17 @@ std::string progress_line(const job::ProgressSample& s) {
 }
 
 std::string progress_json(const job::ProgressSample& s) {
-  std::ostringstream o;
-  o << "{\"type\": \"progress\", \"iteration\": " << s.iteration
-    << ", \"elapsed_seconds\": " << num(s.elapsed_s) << ", \"bytes_held\": " << s.bytes_held
-    << ", \"bytes_total\": " << s.bytes_total << ", \"ranks_done\": " << s.ranks_done
-    << ", \"ranks\": " << s.ranks << ", \"rate_bytes_per_second\": " << num(s.rate_bytes_per_s)
-    << ", \"eta_seconds\": " << (s.eta_s >= 0 ? num(s.eta_s) : "null") << "}";
-  return o.str();
+  Json j;
+  j["type"] = "progress";
+  j["iteration"] = s.iteration;
+  j["elapsed_seconds"] = number(s.elapsed_s);
+  j["bytes_held"] = s.bytes_held;
+  j["bytes_total"] = s.bytes_total;
+  j["ranks_done"] = s.ranks_done;
+  j["ranks"] = s.ranks;
+  j["rate_bytes_per_second"] = number(s.rate_bytes_per_s);
+  j["eta_seconds"] = s.eta_s >= 0 ? number(s.eta_s) : Json(nullptr);
+  return dump_json(j);
 }
 
 }  // namespace gridbcast::cli

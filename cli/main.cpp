@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "cli/json_out.hpp"
 #include "cli/usage.hpp"
 #include "topology/loader.hpp"
 
@@ -31,10 +32,18 @@ int main(int argc, char** argv) {
       cli::register_rank(app)};
   const cli::LogFlags log_flags = cli::add_log_flags(commands);
 
+  // With --json (plan: --format json), a failure is also an error object on
+  // stdout (cli/json_out.hpp); the message for people stays on stderr.
+  const cli::JsonRequest request = cli::json_request({argv + 1, argv + argc});
+  auto fail = [&](const cli::Json& error) {
+    if (request.json) cli::write_json(std::cout, error);
+    return error["error"]["exit_code"].get<int>();
+  };
   if (const std::string unknown = cli::unknown_command(app, {argv + 1, argv + argc});
       !unknown.empty()) {
     std::cerr << unknown;
-    return cli::kExitUsage;
+    return fail(
+        cli::error_json(request.command, unknown.substr(0, unknown.find('\n')), cli::kExitUsage));
   }
   try {
     app.parse(argc, argv);
@@ -42,13 +51,15 @@ int main(int argc, char** argv) {
     for (const auto& c : commands)
       if (c.command->parsed()) return c.run();
   } catch (const CLI::ParseError& e) {
-    return cli::usage_exit(app, e);
+    const int status = cli::usage_exit(app, e);
+    if (status == cli::kExitSuccess) return status;  // --help, --version
+    return fail(cli::error_json(request.command, e.what(), status));
   } catch (const topology::ConfigError& e) {
     std::cerr << "gridbcast: " << e.what() << "\n";
-    return cli::kExitUsage;
+    return fail(cli::config_error_json(request.command, e, cli::kExitUsage));
   } catch (const std::exception& e) {
     std::cerr << "gridbcast: " << e.what() << "\n";
-    return cli::kExitFailure;
+    return fail(cli::error_json(request.command, e.what(), cli::kExitFailure));
   }
   return cli::kExitSuccess;
 }

@@ -4,6 +4,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
+#include "cli/json_out.hpp"
 #include "lanes/log.hpp"
 #include "topology/plan/format.hpp"
 #include "topology/plan/plan.hpp"
@@ -50,7 +51,7 @@ struct Plan {
     const auto algo = resolve_algorithm(plan_algorithm, l.grid, size);
     const auto plan = topology::build_plan(l.grid, algo, plan_root, size);
     if (plan_format == "json")
-      std::cout << topology::plan_to_json(l.grid, plan);
+      write_json(std::cout, plan_json(l.grid, plan));
     else if (plan_format == "dot")
       std::cout << topology::plan_to_dot(l.grid, plan);
     else
@@ -59,7 +60,15 @@ struct Plan {
       const auto check = topology::verify_plan(l.grid, plan);
       for (const auto& e : check.errors)
         std::cerr << "gridbcast plan: property violated: " << e << "\n";
-      if (!check.ok()) return 1;
+      if (!check.ok()) {
+        // --format json: the plan, then the error object as the last line.
+        if (plan_format == "json") {
+          Json e = error_json("plan", "property violated: " + check.errors.front(), 1);
+          e["error"]["violations"] = check.errors;
+          write_json(std::cout, e);
+        }
+        return 1;
+      }
       lanes::log::notice("gridbcast plan: all properties hold");
     }
     return 0;

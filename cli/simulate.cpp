@@ -6,6 +6,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
+#include "cli/json_out.hpp"
 #include "topology/bound.hpp"
 #include "topology/loader.hpp"
 #include "topology/plan/plan.hpp"
@@ -101,13 +102,16 @@ struct Simulate {
         const double lb = topology::lower_bound_seconds(grid, s_root, size);
         const double mf = s_bound.seconds(size);
         if (s_json) {
-          std::cout << "{\"algorithm\": \"" << topology::algorithm_name(algo)
-                    << "\", \"ranks\": " << grid.size() << ", \"size\": " << size
-                    << ", \"predicted_seconds\": " << r.makespan_s
-                    << ", \"lower_bound_seconds\": " << lb << ", \"max_flow_bound_seconds\": " << mf
-                    << ", \"ratio_to_max_flow_bound\": " << (mf > 0 ? r.makespan_s / mf : 0.0)
-                    << ", \"slowest_rank\": " << r.slowest_rank << ", \"segments\": " << r.segments
-                    << "}\n";
+          const double ratio = mf > 0 ? r.makespan_s / mf : 0.0;
+          write_json(std::cout, Json{{"algorithm", topology::algorithm_name(algo)},
+                                     {"ranks", grid.size()},
+                                     {"size", size},
+                                     {"predicted_seconds", number(r.makespan_s)},
+                                     {"lower_bound_seconds", number(lb)},
+                                     {"max_flow_bound_seconds", number(mf)},
+                                     {"ratio_to_max_flow_bound", number(ratio)},
+                                     {"slowest_rank", r.slowest_rank},
+                                     {"segments", r.segments}});
         } else {
           std::printf("  %-18s %10s %14.6f %13.6f %13.6f %7.2f  %d\n",
                       std::string(topology::algorithm_name(algo)).c_str(),

@@ -7,14 +7,15 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -62,26 +63,30 @@ double seconds_since(Clock::time_point a, Clock::time_point b) {
 }  // namespace
 
 std::string TrafficResult::json() const {
-  std::ostringstream s;
-  s.precision(6);
-  s << std::fixed << "{\"streams\": " << streams << ", \"bytes\": " << bytes
-    << ", \"seconds\": " << seconds << ", \"bits_per_second\": " << bits_per_second()
-    << ", \"stream_bytes\": [";
-  for (size_t i = 0; i < stream_bytes.size(); ++i) s << (i ? ", " : "") << stream_bytes[i];
-  s << "]}";
-  return s.str();
+  // The same writer and rules as the command's --json (docs/JSON.md): numbers
+  // only here, a rate that is not finite as null.
+  const double bps = bits_per_second();
+  nlohmann::ordered_json j;
+  j["streams"] = streams;
+  j["bytes"] = bytes;
+  j["seconds"] =
+      std::isfinite(seconds) ? nlohmann::ordered_json(seconds) : nlohmann::ordered_json(nullptr);
+  j["bits_per_second"] =
+      std::isfinite(bps) ? nlohmann::ordered_json(bps) : nlohmann::ordered_json(nullptr);
+  j["stream_bytes"] = stream_bytes;
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 TrafficResult TrafficResult::parse_json(const std::string& line) {
   try {
-    const YAML::Node y = YAML::Load(line);  // JSON is YAML
+    const auto j = nlohmann::json::parse(line);
     TrafficResult r;
-    r.streams = y["streams"].as<int>();
-    r.bytes = y["bytes"].as<std::uint64_t>();
-    r.seconds = y["seconds"].as<double>();
-    for (const auto& b : y["stream_bytes"]) r.stream_bytes.push_back(b.as<std::uint64_t>());
+    r.streams = j.at("streams").get<int>();
+    r.bytes = j.at("bytes").get<std::uint64_t>();
+    r.seconds = j.at("seconds").is_null() ? 0 : j.at("seconds").get<double>();
+    r.stream_bytes = j.at("stream_bytes").get<std::vector<std::uint64_t>>();
     return r;
-  } catch (const YAML::Exception& e) {
+  } catch (const nlohmann::json::exception& e) {
     throw std::runtime_error("not a traffic result: \"" + line + "\" (" + e.what() + ")");
   }
 }

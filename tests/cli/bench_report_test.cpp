@@ -1,6 +1,9 @@
 // cli/bench_report.cpp: the table, CSV, JSON and SVG plot of `gridbcast bench`.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 
@@ -76,18 +79,41 @@ TEST(BenchReport, JsonCarriesEveryPointAndTheRanksLatencies) {
   BenchContext ctx{"two \"sites\"", 3, 2, 0, {}, 4, 1 << 20};
   std::ostringstream out;
   print_bench_json(out, ctx, rows());
-  const std::string j = out.str();
-  EXPECT_EQ(count(j, "\"algorithm\": "), 5u);
-  EXPECT_NE(j.find("\"topology\": \"two \\\"sites\\\"\""), std::string::npos) << j;
-  EXPECT_NE(j.find("\"rejected_connections\": 4"), std::string::npos) << j;
-  EXPECT_NE(j.find("\"max_us\": 8000, \"iterations\": 9"), std::string::npos) << j;
-  EXPECT_NE(j.find("\"rank_us\": [0, 5000, 8000]"), std::string::npos) << j;
+  EXPECT_EQ(count(out.str(), "\n"), 1u) << "one object on one line: " << out.str();
+  const auto j = nlohmann::json::parse(out.str());
+  EXPECT_EQ(j["topology"], "two \"sites\"");
+  EXPECT_EQ(j["rejected_connections"], 4);
+  EXPECT_EQ(j["peak_rss_bytes"], 1 << 20);
+  ASSERT_EQ(j["points"].size(), 5u);
+  const auto& p = j["points"][4];  // binomial, 1 MiB
+  EXPECT_EQ(p["algorithm"], "binomial");
+  EXPECT_EQ(p["bytes"], 1 << 20);
+  EXPECT_EQ(p["max_us"], 8000.0);
+  EXPECT_EQ(p["iterations"], 9);
+  EXPECT_EQ(p["rank_us"], nlohmann::json({0.0, 5000.0, 8000.0}));
   // Binomial 1 MiB: 8000 us over the 1000 us simple bound (the old key keeps its
   // meaning) and over the 500 us max-flow bound.
-  EXPECT_NE(j.find("\"lower_bound_us\": 1000, \"ratio_to_lower_bound\": 8, "
-                   "\"max_flow_bound_us\": 500, \"ratio_to_max_flow_bound\": 16,"),
-            std::string::npos)
-      << j;
+  EXPECT_EQ(p["lower_bound_us"], 1000.0);
+  EXPECT_EQ(p["ratio_to_lower_bound"], 8.0);
+  EXPECT_EQ(p["max_flow_bound_us"], 500.0);
+  EXPECT_EQ(p["ratio_to_max_flow_bound"], 16.0);
+}
+
+TEST(BenchReport, JsonHasNullForTimesThatAreNotNumbers) {
+  auto r = rows();
+  r[0].point.rank_us = {0, std::nan(""), 40};
+  r[0].lower_bound_us = std::numeric_limits<double>::infinity();
+  std::ostringstream out;
+  print_bench_json(out, {"default", 3, 1, 0, {}, 0, 0}, r);
+  const auto j = nlohmann::json::parse(out.str());
+  EXPECT_TRUE(j["points"][0]["rank_us"][1].is_null()) << out.str();
+  EXPECT_TRUE(j["points"][0]["lower_bound_us"].is_null()) << out.str();
+  EXPECT_EQ(j["points"][0]["rank_us"][2], 40.0) << out.str();
+  for (const auto& [key, value] : j["points"][0].items())
+    EXPECT_TRUE(value.is_number() || value.is_null() || value.is_string() || value.is_boolean() ||
+                value.is_array())
+        << key;
+  EXPECT_EQ(j["points"][1]["lower_bound_us"], 50.0) << "the other points keep their numbers";
 }
 
 TEST(BenchReport, PlotHasALinePerAlgorithmAndTheLowerBoundDashedOnLogAxes) {

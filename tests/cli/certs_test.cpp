@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include "support/json.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
 
@@ -38,7 +39,7 @@ TEST(Certs, InitAndIssueWriteKeysWithMode0600AndALaunchOverTlsVerifies) {
   Child launch(
       {kBin, "launch", kTopo, "--cert-dir", dir, "--size", "3MiB", "--iterations", "2", "--json"});
   ASSERT_EQ(launch.wait(120s), 0) << launch.err();
-  EXPECT_NE(launch.out().find("\"verified\": true"), std::string::npos) << launch.out();
+  EXPECT_EQ(last_json(launch.out())["verified"], true) << launch.out();
 }
 
 TEST(Certs, LaunchWithoutCertificatesFailsSayingHowToMakeThem) {

@@ -6,6 +6,7 @@
 
 #include <fstream>
 
+#include "support/json.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
 
@@ -43,8 +44,10 @@ TEST(HostsOption, AHostFileLaunchesAndVerifiesOnLoopback) {
          "w[1-2] site=west address=127.0.2.[1-2] bandwidth=1Gbit\n";
   Child c({kBin, "launch", "-f", (dir / "grid.hosts").string(), "--size", "3MiB", "--json"});
   ASSERT_EQ(c.wait(60s), 0) << c.err();
-  EXPECT_TRUE(has(c.out(), "\"ranks\": 4, \"sites\": 2")) << c.out();
-  EXPECT_TRUE(has(c.out(), "\"verified\": true")) << c.out();
+  const auto j = last_json(c.out());
+  EXPECT_EQ(j["ranks"], 4) << c.out();
+  EXPECT_EQ(j["sites"], 2) << c.out();
+  EXPECT_EQ(j["verified"], true) << c.out();
   std::ofstream(dir / "bad.hosts") << "e1\ne2 slots=4\n";
   Child bad({kBin, "launch", "--hostfile", (dir / "bad.hosts").string()});
   EXPECT_EQ(bad.wait(30s), 2);

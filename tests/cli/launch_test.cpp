@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "support/json.hpp"
 #include "support/process.hpp"
 
 namespace gridbcast::testing {
@@ -22,17 +23,18 @@ TEST(Launch, EmbeddedDefaultBroadcastsAndVerifiesEveryCopy) {
   Child c({kBin, "launch", "--size", "3MiB", "--json"});
   ASSERT_EQ(c.wait(120s), 0) << c.err();
   const std::string out = c.out();
-  EXPECT_NE(out.find("\"ranks\": 8"), std::string::npos) << out;
-  EXPECT_NE(out.find("\"sites\": 2"), std::string::npos) << out;
-  EXPECT_NE(out.find("\"verified\": true"), std::string::npos) << out;
-  EXPECT_NE(out.find("\"algorithm\": \"multilane\""), std::string::npos) << out;
+  const auto j = last_json(out);
+  EXPECT_EQ(j["ranks"], 8) << out;
+  EXPECT_EQ(j["sites"], 2) << out;
+  EXPECT_EQ(j["verified"], true) << out;
+  EXPECT_EQ(j["algorithm"], "multilane") << out;
 }
 
 TEST(Launch, TwoHundredBackToBackBroadcastsWithRandomSizesRootsAndAlgorithms) {
   Child c({kBin, "launch", "--size", "512KiB", "--iterations", "200", "--random-roots",
            "--random-sizes", "--algorithm", "random", "--json"});
   ASSERT_EQ(c.wait(300s), 0) << c.err();
-  EXPECT_NE(c.out().find("\"iterations\": 200"), std::string::npos) << c.out();
+  EXPECT_EQ(last_json(c.out())["iterations"], 200) << c.out();
 }
 
 TEST(Launch, EveryAlgorithmOnTheHeterogeneousGrid) {
@@ -66,7 +68,7 @@ TEST(Launch, TheTopologysCongestionControlIsUsedOrTheJobFailsNamingIt) {
   const std::string dir = temp_dir();
   Child ok({kBin, "launch", congestion_topology(dir, "reno"), "--size", "3MiB", "--json"});
   ASSERT_EQ(ok.wait(120s), 0) << ok.err();
-  EXPECT_NE(ok.out().find("\"verified\": true"), std::string::npos) << ok.out();
+  EXPECT_EQ(last_json(ok.out())["verified"], true) << ok.out();
   // No fallback to the host's default: the job stops and says why.
   Child bad(
       {kBin, "launch", congestion_topology(dir, "nosuchcc"), "--size", "1MiB", "--timeout", "20"});
@@ -170,9 +172,8 @@ TEST(Launch, RejectedConnectionsAreCountedInTheSummary) {
     ::close(fd);
   }
   ASSERT_EQ(c.wait(180s), 0) << c.err();
-  EXPECT_NE(c.out().find("\"verified\": true"), std::string::npos) << c.out();
-  EXPECT_NE(c.out().find("\"rejected_connections\": " + std::to_string(attacks)), std::string::npos)
-      << c.out();
+  EXPECT_EQ(last_json(c.out())["verified"], true) << c.out();
+  EXPECT_EQ(last_json(c.out())["rejected_connections"], attacks) << c.out();
 }
 
 TEST(Launch, BadTopologyNamesFileLineAndColumn) {
@@ -195,7 +196,7 @@ TEST(Plan, EverySiteConfigSatisfiesThePropertiesForEveryAlgorithm) {
       Child c({kBin, "plan", entry.path().string(), "--algorithm", a, "--size", "1000001", "--root",
                "1", "--format", "json", "--check"});
       ASSERT_EQ(c.wait(60s), 0) << entry.path() << " " << a << ": " << c.err();
-      EXPECT_EQ(c.out().rfind(std::string("{\"algorithm\": \"") + a + "\"", 0), 0u) << c.out();
+      EXPECT_EQ(last_json(c.out())["algorithm"], a) << c.out();
     }
   }
 }
@@ -217,9 +218,8 @@ namespace gridbcast::testing {
 namespace {
 
 std::uint64_t json_number(const std::string& json, const std::string& key) {
-  const auto at = json.find("\"" + key + "\": ");
-  if (at == std::string::npos) return 0;
-  return std::stoull(json.substr(at + key.size() + 4));
+  const auto j = last_json(json);
+  return j.contains(key) ? j[key].get<std::uint64_t>() : 0;
 }
 
 TEST(Launch, PeakMemoryPerRankIsTheMessagePlusAtMost64MiB) {
@@ -287,7 +287,7 @@ TEST(Launch, ExternalBackendAcceptsRanksStartedByHandWithMpiStyleRankVariables) 
   for (const char* v : {"GRIDBCAST_SECRET", "GRIDBCAST_LAUNCHER", "GRIDBCAST_JOB_ID"})
     ::unsetenv(v);
   ASSERT_EQ(launcher.wait(120s), 0) << launcher.err();
-  EXPECT_NE(launcher.out().find("\"verified\": true"), std::string::npos) << launcher.out();
+  EXPECT_EQ(last_json(launcher.out())["verified"], true) << launcher.out();
   for (auto& r : ranks) EXPECT_EQ(r->wait(30s), 0) << r->err();
 }
 
@@ -320,8 +320,8 @@ TEST(Launch, InsideASlurmAllocationTheNodelistAndSrun) {
   EXPECT_NE(c.err().find("topology from SLURM_JOB_NODELIST: 1 node, one rank per node"),
             std::string::npos)
       << c.err();
-  EXPECT_NE(c.out().find("\"ranks\": 1"), std::string::npos) << c.out();
-  EXPECT_NE(c.out().find("\"verified\": true"), std::string::npos) << c.out();
+  EXPECT_EQ(last_json(c.out())["ranks"], 1) << c.out();
+  EXPECT_EQ(last_json(c.out())["verified"], true) << c.out();
   const std::string log = slurp(dir + "/srun.log");
   EXPECT_NE(log.find("--nodes=1 --ntasks=1 --kill-on-bad-exit=1 --nodelist=localhost"),
             std::string::npos)
@@ -329,7 +329,7 @@ TEST(Launch, InsideASlurmAllocationTheNodelistAndSrun) {
   EXPECT_NE(log.find("GRIDBCAST_RANK=0"), std::string::npos) << log;
   EXPECT_EQ(log.find("SECRET"), std::string::npos) << log;
   ASSERT_EQ(local_rc, 0) << local.err();
-  EXPECT_NE(local.out().find("\"ranks\": 1"), std::string::npos) << local.out();
+  EXPECT_EQ(last_json(local.out())["ranks"], 1) << local.out();
   EXPECT_EQ(slurp(dir + "/srun.log"), log);  // --backend local started no srun
   std::filesystem::remove_all(dir);
 }

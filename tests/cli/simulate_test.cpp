@@ -2,8 +2,7 @@
 // congestion-control model, and a clear error for what it does not know.
 #include <gtest/gtest.h>
 
-#include <regex>
-
+#include "support/json.hpp"
 #include "support/process.hpp"
 
 namespace gridbcast::testing {
@@ -14,10 +13,8 @@ const std::string kBin = GRIDBCAST_BINARY;
 const std::string kSrc = GRIDBCAST_SOURCE_DIR;
 
 double predicted(const std::string& json) {
-  std::smatch m;
-  const std::regex re("\"predicted_seconds\": ([0-9.e+-]+)");
-  if (!std::regex_search(json, m, re)) return -1;
-  return std::stod(m[1]);
+  const auto j = last_json(json);
+  return j.contains("predicted_seconds") ? j["predicted_seconds"].get<double>() : -1;
 }
 
 double simulate_lossy(const std::string& congestion) {
@@ -57,9 +54,8 @@ namespace gridbcast::testing {
 namespace {
 
 double json_number(const std::string& json, const std::string& key) {
-  std::smatch m;
-  if (!std::regex_search(json, m, std::regex("\"" + key + "\": ([0-9.e+-]+)"))) return -1;
-  return std::stod(m[1]);
+  const auto j = last_json(json);
+  return j.contains(key) ? j[key].get<double>() : -1;
 }
 
 // testbed-2x2: 200 Mbit/s NICs and WAN, 10 ms away: 1 MiB takes 8 Mbit / 200

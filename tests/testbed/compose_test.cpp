@@ -148,6 +148,66 @@ TEST(TestbedCompose, ShippedComposeFileIsWhatTheGeneratorWrites) {
   EXPECT_NO_THROW(YAML::Load(shipped));
 }
 
+// Two YAML trees with the same structure and scalars (quoting and layout aside).
+void expect_same_tree(const YAML::Node& a, const YAML::Node& b, const std::string& at) {
+  ASSERT_EQ(a.Type(), b.Type()) << at;
+  if (a.IsScalar()) {
+    EXPECT_EQ(a.Scalar(), b.Scalar()) << at;
+  } else if (a.IsSequence()) {
+    ASSERT_EQ(a.size(), b.size()) << at;
+    for (size_t i = 0; i < a.size(); ++i)
+      expect_same_tree(a[i], b[i], at + "[" + std::to_string(i) + "]");
+  } else if (a.IsMap()) {
+    ASSERT_EQ(a.size(), b.size()) << at;
+    for (const auto& kv : a) {
+      const std::string k = kv.first.as<std::string>();
+      ASSERT_TRUE(b[k]) << at << "." << k << " missing";
+      expect_same_tree(kv.second, b[k], at + "." + k);
+    }
+  }
+}
+
+// The compose file was hand-quoted text before it came from yaml-cpp's
+// emitter; the shipped file of then (kept in tests/testbed/data) and the one
+// written now are the same document.
+TEST(TestbedCompose, TheEmitterWritesTheSameDocumentAsTheHandQuotedFileDid) {
+  const YAML::Node before =
+      YAML::LoadFile(kSrc + "/tests/testbed/data/compose.default.before-emitter.yaml");
+  const YAML::Node now = YAML::Load(compose_of("docker-default.yaml"));
+  expect_same_tree(before, now, "");
+  // And a plain scalar stays a string where compose wants one.
+  EXPECT_EQ(now["services"]["node-a1"]["environment"]["GRIDBCAST_RANK"].Tag(), "!");
+  EXPECT_EQ(now["services"]["router-tokyo"]["sysctls"]["net.ipv4.ip_forward"].Tag(), "!");
+}
+
+// Values that YAML would misread unquoted (": ", " #", quotes, a leading "-",
+// "yes", a number) come back exactly as given.
+TEST(TestbedCompose, ValuesThatNeedQuotingReadBackExactly) {
+  ComposeOptions o;
+  o.image = "registry:5000/grid: bcast #1";
+  o.env_file = "my \"env\": 'x'.env";
+  o.topology_mount = "- dir with #/yes";
+  o.generated_by = "gridbcast testbed compose\nname: injected";
+  o.launch_args = {"--size", "64 MiB", "yes", "0x10", "it's: # not a comment", "{a: b}"};
+  const std::string text =
+      compose_file(topology::load_grid_file(kSrc + "/site-configs/docker-default.yaml"), o);
+  const YAML::Node y = YAML::Load(text);
+  EXPECT_FALSE(y["injected"]) << "the header is comments only: " << text;
+  const auto launcher = y["services"]["launcher"];
+  EXPECT_EQ(launcher["image"].as<std::string>(), o.image);
+  EXPECT_EQ(launcher["env_file"][0].as<std::string>(), o.env_file);
+  EXPECT_EQ(launcher["volumes"][0].as<std::string>(),
+            o.topology_mount + ":" + kComposeTopologyPath + ":ro");
+  const auto cmd = launcher["command"];
+  ASSERT_EQ(cmd.size(), 9 + o.launch_args.size());
+  for (size_t i = 0; i < o.launch_args.size(); ++i) {
+    EXPECT_EQ(cmd[9 + i].as<std::string>(), o.launch_args[i]) << i;
+    EXPECT_TRUE(cmd[9 + i].IsScalar()) << i;
+  }
+  EXPECT_EQ(y["services"]["node-b4"]["image"].as<std::string>(), o.image);
+  EXPECT_EQ(y["services"]["node-b4"]["hostname"].as<std::string>(), "b4");
+}
+
 TEST(TestbedCompose, CommandWritesTheFileWithARelativeTopologyMount) {
   const std::string dir = testing::temp_dir();
   struct Cleanup {

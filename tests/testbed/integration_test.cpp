@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 
+#include "support/json.hpp"
 #include "testbed_support.hpp"
 
 namespace gridbcast::testing {
@@ -63,15 +64,15 @@ TEST_F(TestbedTwoByFour, ABroadcastLastingOverThreeTimeoutsCompletes) {
   // About one progress record a second on stderr, the last ones near the end.
   const std::string err = c.err();
   size_t records = 0;
-  for (auto at = err.find("{\"type\": \"progress\""); at != std::string::npos;
-       at = err.find("{\"type\": \"progress\"", at + 1))
+  for (auto at = err.find("{\"type\":\"progress\""); at != std::string::npos;
+       at = err.find("{\"type\":\"progress\"", at + 1))
     ++records;
   EXPECT_GE(records, 4u) << err;
-  EXPECT_NE(err.find("\"eta_seconds\": "), std::string::npos) << err;
-  EXPECT_NE(c.out().find("\"verified\": true"), std::string::npos) << c.out();
-  const auto at = c.out().find("\"median\": ");
-  ASSERT_NE(at, std::string::npos) << c.out();
-  EXPECT_GT(std::stod(c.out().substr(at + 10)), 7.0) << "too short to show it: " << c.out();
+  EXPECT_NE(err.find("\"eta_seconds\":"), std::string::npos) << err;
+  const auto j = last_json(c.out());
+  EXPECT_EQ(j["verified"], true) << c.out();
+  ASSERT_TRUE(j["seconds"]["median"].is_number()) << c.out();
+  EXPECT_GT(j["seconds"]["median"].get<double>(), 7.0) << "too short to show it: " << c.out();
 }
 
 TEST_F(TestbedTwoByFour, LaunchWithTheNetnsBackendExplicitly) {
@@ -80,7 +81,7 @@ TEST_F(TestbedTwoByFour, LaunchWithTheNetnsBackendExplicitly) {
   TbChild c({kBin, "launch", g.file(), "--backend", "netns", "--size", "1MiB", "--json"});
   ::unsetenv("GRIDBCAST_TESTBED");
   ASSERT_EQ(c.wait(120s), 0) << c.out() << c.err();
-  EXPECT_NE(c.out().find("\"verified\": true"), std::string::npos) << c.out();
+  EXPECT_EQ(last_json(c.out())["verified"], true) << c.out();
 }
 
 TEST(TestbedRun, NetnsBackendWithoutATestbedSaysHowToStartOne) {

@@ -1,7 +1,6 @@
 #include "topology/plan/format.hpp"
 
 #include <cstdio>
-#include <iomanip>
 #include <map>
 #include <sstream>
 
@@ -11,7 +10,11 @@
 
 namespace gridbcast::topology {
 
-std::string json_escape(const std::string& s) {
+namespace {
+
+// A DOT quoted string's contents: quotes, backslashes and newlines escaped, other
+// control characters as spaces (names come from the topology file).
+std::string dot_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
@@ -24,55 +27,14 @@ std::string json_escape(const std::string& s) {
       case '\n':
         out += "\\n";
         break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
       default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
+        out += static_cast<unsigned char>(c) < 0x20 ? ' ' : c;
     }
   }
   return out;
 }
 
-std::string plan_to_json(const Grid& grid, const Plan& plan) {
-  std::ostringstream o;
-  o << "{\"algorithm\": \"" << algorithm_name(plan.algorithm) << "\", \"ranks\": " << plan.ranks
-    << ", \"root\": " << plan.root << ", \"size\": " << plan.size
-    << ", \"wan_streams\": " << plan.wan_streams;
-  // Both bounds for this root and size: the max-flow one is what "x bound"
-  // figures use; lower_bound_seconds is the simple one (docs/ALGORITHMS.md).
-  const MaxFlowBound bound = max_flow_bound(grid, plan.root);
-  o << std::setprecision(12) << ", \"max_flow_bound_seconds\": " << bound.seconds(plan.size)
-    << ", \"max_flow_rate_bps\": " << (grid.size() > 1 ? bound.rate_bps : 0)
-    << ", \"max_flow_bottleneck_rank\": " << bound.bottleneck_rank
-    << ", \"lower_bound_seconds\": " << lower_bound_seconds(grid, plan.root, plan.size)
-    << ",\n \"nodes\": [";
-  for (int r = 0; r < grid.size(); ++r) {
-    const auto& n = grid.nodes[static_cast<size_t>(r)];
-    o << (r ? ",\n  " : "\n  ") << "{\"rank\": " << r << ", \"name\": \"" << json_escape(n.name)
-      << "\", \"site\": \"" << json_escape(grid.sites[static_cast<size_t>(n.site)].name)
-      << "\", \"lanes\": " << n.nics.size() << "}";
-  }
-  o << "],\n \"transfers\": [";
-  for (size_t i = 0; i < plan.transfers.size(); ++i) {
-    const auto& t = plan.transfers[i];
-    o << (i ? ",\n  " : "\n  ") << "{\"from\": " << t.from << ", \"to\": " << t.to
-      << ", \"offset\": " << t.offset << ", \"length\": " << t.length
-      << ", \"lane_from\": " << t.lane_from << ", \"lane_to\": " << t.lane_to
-      << ", \"streams\": " << t.streams << "}";
-  }
-  o << "]}\n";
-  return o.str();
-}
+}  // namespace
 
 std::string plan_to_text(const Grid& grid, const Plan& plan) {
   std::ostringstream o;
@@ -115,10 +77,10 @@ std::string plan_to_dot(const Grid& grid, const Plan& plan) {
   o << "digraph gridbcast {\n  label=\"" << algorithm_name(plan.algorithm) << ", " << plan.ranks
     << " ranks, root " << plan.root << ", " << plan.size << " bytes\";\n  node [shape=box];\n";
   for (size_t s = 0; s < grid.sites.size(); ++s) {
-    o << "  subgraph cluster_" << s << " {\n    label=\"" << json_escape(grid.sites[s].name)
+    o << "  subgraph cluster_" << s << " {\n    label=\"" << dot_escape(grid.sites[s].name)
       << "\";\n";
     for (int r : grid.sites[s].ranks)
-      o << "    r" << r << " [label=\"" << json_escape(grid.nodes[static_cast<size_t>(r)].name)
+      o << "    r" << r << " [label=\"" << dot_escape(grid.nodes[static_cast<size_t>(r)].name)
         << "\\nrank " << r << "\"" << (r == plan.root ? ", style=filled, fillcolor=gold" : "")
         << "];\n";
     o << "  }\n";
