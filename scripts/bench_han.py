@@ -18,9 +18,13 @@ in these configurations:
   node-lanes   as node, with GRIDBCAST_TRANSPORT=lanes (gridbcast's TCP lanes
                between the leaders)
   flat-lanes   as flat, with GRIDBCAST_TRANSPORT=lanes
+  node-topo, node-lanes-topo
+               as node and node-lanes with GRIDBCAST_TOPOLOGY=TOPOLOGY: the
+               leaders are placed on the site-config's nodes (both NICs,
+               sites, WAN streams) instead of an inferred one-NIC site
 
 The namespaces share the host name, so a wrapper gives each rank its
-namespace's name as GRIDBCAST_HOST and its eth0 address as GRIDBCAST_ADDRESS
+node's name (from its namespace's) as GRIDBCAST_HOST and its eth0 address as GRIDBCAST_ADDRESS
 (docs/MPI.md) and preloads the provider. The statistics line of rank 0 must
 say how many broadcasts went hierarchical: all of them for node*, none for
 flat*. Every copy is verified by mpi_bcast.c; the bytes that crossed the lane
@@ -46,7 +50,8 @@ from bench_peers import (LAUNCH_AGENT, PEERS, SRC, Testbed, interface_bytes, lan
 RANK_WRAPPER = """#!/bin/sh
 ns=$(ip netns identify $$)
 addr=$(ip -4 -o addr show dev eth0 | awk '{print $4}' | cut -d/ -f1)
-export GRIDBCAST_HOST="$ns" GRIDBCAST_ADDRESS="$addr"
+# The testbed names a node's namespace PREFIX-n-NODE: NODE is its name in the site-config.
+export GRIDBCAST_HOST="${ns##*-n-}" GRIDBCAST_ADDRESS="$addr"
 # The namespaces share /dev/shm and the host name, so Open MPI's shared-memory
 # segments (named after host, job and local rank) would collide between
 # namespaces: each namespace gets its own directory.
@@ -63,6 +68,9 @@ CONFIGS = {
     "node": {"GRIDBCAST_HIERARCHY": "node", "GRIDBCAST_TRANSPORT": "mpi"},
     "flat-lanes": {"GRIDBCAST_HIERARCHY": "flat", "GRIDBCAST_TRANSPORT": "lanes"},
     "node-lanes": {"GRIDBCAST_HIERARCHY": "node", "GRIDBCAST_TRANSPORT": "lanes"},
+    "node-topo": {"GRIDBCAST_HIERARCHY": "node", "GRIDBCAST_TRANSPORT": "mpi", "GRIDBCAST_TOPOLOGY": "TOPOLOGY"},
+    "node-lanes-topo": {"GRIDBCAST_HIERARCHY": "node", "GRIDBCAST_TRANSPORT": "lanes",
+                        "GRIDBCAST_TOPOLOGY": "TOPOLOGY"},
 }
 
 
@@ -148,7 +156,8 @@ def main():
         for size in sizes:
             for rep in range(args.repeat):
                 for name in configs:
-                    env = dict(CONFIGS[name])
+                    env = {k: os.path.abspath(args.topology) if v == "TOPOLOGY" else v
+                           for k, v in CONFIGS[name].items()}
                     if not name.startswith("mpi"):
                         env.update(BENCH_HAN_PRELOAD=provider, GRIDBCAST_STATS="1")
                     cmd = command(args.peer, exe, wrapper, ctx, args.ppn, size, args.iterations,
