@@ -289,9 +289,8 @@ void split_nodes(CommState& s, const std::vector<std::string>& hosts) {
   MPI_Comm shared = MPI_COMM_NULL;
   check(PMPI_Comm_split_type(s.priv, MPI_COMM_TYPE_SHARED, s.rank, MPI_INFO_NULL, &shared),
         "PMPI_Comm_split_type");
-  const int host_index =
-      static_cast<int>(std::find(hosts.begin(), hosts.end(), hosts[static_cast<size_t>(s.rank)]) -
-                       hosts.begin());
+  const int host_index = static_cast<int>(
+      std::find(hosts.begin(), hosts.end(), hosts[static_cast<size_t>(s.rank)]) - hosts.begin());
   const int rc = PMPI_Comm_split(shared, host_index, s.rank, &s.node);
   PMPI_Comm_free(&shared);
   check(rc, "PMPI_Comm_split");
@@ -363,9 +362,9 @@ std::unique_ptr<CommState> set_up(MPI_Comm comm, const Config& config) {
         s->placement.comm_of_grid[static_cast<size_t>(nodes.grid_of_comm[i])] = leaders[i];
       s->placement.grid_of_comm.resize(static_cast<size_t>(s->size));
       for (int r = 0; r < s->size; ++r) {
-        const auto i = std::find(leaders.begin(), leaders.end(),
-                                 s->leader_of[static_cast<size_t>(r)]) -
-                       leaders.begin();
+        const auto i =
+            std::find(leaders.begin(), leaders.end(), s->leader_of[static_cast<size_t>(r)]) -
+            leaders.begin();
         s->placement.grid_of_comm[static_cast<size_t>(r)] =
             nodes.grid_of_comm[static_cast<size_t>(i)];
       }
@@ -427,7 +426,8 @@ std::unique_ptr<CommState> set_up(MPI_Comm comm, const Config& config) {
       if (failure.empty() && s->lanes) {
         runtime::EndpointTable table(static_cast<size_t>(s->placement.grid.size()));
         for (int m = 0; m < count; ++m) {
-          const int g = s->placement.grid_of_comm[static_cast<size_t>(members[static_cast<size_t>(m)])];
+          const int g =
+              s->placement.grid_of_comm[static_cast<size_t>(members[static_cast<size_t>(m)])];
           for (int l = 0; l < runtime::kLanes; ++l)
             table[static_cast<size_t>(g)][static_cast<size_t>(l)] =
                 all[static_cast<size_t>(m) * runtime::kLanes + static_cast<size_t>(l)];
@@ -495,8 +495,8 @@ void run_over_pmpi(CommState& s, const Config& config, std::byte* data, std::uin
   o.tag_ub = s.tag_ub;
   o.segment_bytes = config.segment_bytes ? config.segment_bytes : s.placement.grid.segment_bytes;
   if (o.segment_bytes == 0) o.segment_bytes = topology::automatic_segment(s.placement.grid, bytes);
-  execute_over_pmpi(plan, s.placement.grid_of_comm[static_cast<size_t>(s.rank)], comm_of_grid,
-                    data, o);
+  execute_over_pmpi(plan, s.placement.grid_of_comm[static_cast<size_t>(s.rank)], comm_of_grid, data,
+                    o);
 }
 
 // Hierarchical: between nodes, then within each node.
@@ -528,7 +528,7 @@ void broadcast_hierarchical(CommState& s, const Config& config, std::byte* data,
         s.lanes->bcast(data, bytes, root_grid, algo);
       }
     } else if (root_grid == s.placement.grid_of_comm[static_cast<size_t>(s.rank)] ? s.rank == root
-                                                                                   : leader) {
+                                                                                  : leader) {
       std::vector<int> comm_of_grid = s.placement.comm_of_grid;
       comm_of_grid[static_cast<size_t>(root_grid)] = root;
       run_over_pmpi(s, config, data, bytes, algo, root_grid, comm_of_grid);

@@ -145,8 +145,7 @@ TEST_P(Provider, ABadHierarchyStopsTheJobAndSaysWhich) {
   const Outcome r = run(flavour_, with_provider(flavour_, {{"GRIDBCAST_HIERARCHY", "tree"}}),
                         {flavour_.program("mpi_bcast"), "1048576", "1"});
   EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.err.find("GRIDBCAST_HIERARCHY=\"tree\" is not auto, node or flat"),
-            std::string::npos)
+  EXPECT_NE(r.err.find("GRIDBCAST_HIERARCHY=\"tree\" is not auto, node or flat"), std::string::npos)
       << r.err;
 }
 
@@ -163,7 +162,9 @@ struct Layout {
   int per_host;
   std::string name;
 };
-void PrintTo(const Layout& l, std::ostream* os) { *os << l.name; }
+void PrintTo(const Layout& l, std::ostream* os) {
+  *os << l.name;
+}
 
 class Hierarchy : public ::testing::TestWithParam<std::tuple<std::string, std::string, Layout>> {
  protected:
@@ -177,14 +178,13 @@ class Hierarchy : public ::testing::TestWithParam<std::tuple<std::string, std::s
   // `program` with the provider preloaded and this rank's host name set.
   std::vector<std::string> on_hosts(const std::vector<std::string>& program) const {
     const std::string rank = "${OMPI_COMM_WORLD_RANK:-$PMI_RANK}";
-    const std::string host =
-        layout_.per_host > 0 ? "$((" + rank + " / " + std::to_string(layout_.per_host) + "))"
-                             : "$((" + rank + " % " + std::to_string(-layout_.per_host) + "))";
-    return concat({"/bin/sh", "-c",
-                   "GRIDBCAST_HOST=h" + host + " LD_PRELOAD=" + flavour_.provider +
-                       " exec \"$@\"",
-                   "sh"},
-                  program);
+    const std::string host = layout_.per_host > 0
+                                 ? "$((" + rank + " / " + std::to_string(layout_.per_host) + "))"
+                                 : "$((" + rank + " % " + std::to_string(-layout_.per_host) + "))";
+    return concat(
+        {"/bin/sh", "-c",
+         "GRIDBCAST_HOST=h" + host + " LD_PRELOAD=" + flavour_.provider + " exec \"$@\"", "sh"},
+        program);
   }
   Outcome run_on_hosts(Env env, const std::vector<std::string>& program) const {
     env.push_back({"GRIDBCAST_STATS", "1"});
@@ -202,8 +202,9 @@ TEST_P(Hierarchy, EveryRootEveryTypeSameOutputAsWithoutTheProvider) {
   const Outcome base = run(flavour_, {}, {flavour_.program("provider_check")});
   ASSERT_EQ(base.status, 0) << base.err;
   ASSERT_NE(base.out.find("0 mismatches"), std::string::npos) << base.out;
-  const Outcome r = run_on_hosts({{"GRIDBCAST_MIN_BYTES", "1000"}, {"GRIDBCAST_ALGORITHM", "random"}},
-                                 {flavour_.program("provider_check")});
+  const Outcome r =
+      run_on_hosts({{"GRIDBCAST_MIN_BYTES", "1000"}, {"GRIDBCAST_ALGORITHM", "random"}},
+                   {flavour_.program("provider_check")});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, base.out);
   const auto all = gridbcast_count(r.err, flavour_, transport_);
