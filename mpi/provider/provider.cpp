@@ -16,6 +16,9 @@
 //                        (default: none, as MPI waits)
 //   GRIDBCAST_ADDRESS    this host's address for lanes (default: loopback when all
 //                        ranks share a host, else the first non-loopback IPv4)
+//   GRIDBCAST_HIERARCHY  auto (default), node or flat: whether one leader per node
+//                        runs the plan between nodes and PMPI_Bcast serves each node
+//   GRIDBCAST_HOST       the host name used for placement (default: uname's)
 //   GRIDBCAST_STATS      1: a line at MPI_Finalize (rank 0) counting each path; all: every rank
 //
 // Decisions depend only on what every rank of the communicator agrees on (the
@@ -64,6 +67,14 @@ namespace {
 
 enum class Transport { kMpi, kLanes };
 
+// kAuto: hierarchical when there is more than one node and some node has more
+// than one rank; kNode: always (when the communicator has several ranks);
+// kFlat: one grid node per rank, as before hierarchies.
+enum class Hierarchy { kAuto, kNode, kFlat };
+
+// PMPI_Bcast and PMPI_Send count in int: the node phase moves pieces of at most this.
+constexpr std::uint64_t kMaxPiece = std::uint64_t{1} << 30;
+
 // How long a failing MPI_Bcast waits after printing why, before its error handler runs.
 constexpr std::chrono::milliseconds kErrorDrain{200};
 
@@ -76,6 +87,8 @@ struct Config {
   std::optional<topology::Grid> topology;
   std::chrono::milliseconds timeout = runtime::kNoTimeout;
   std::string address;
+  std::string host;  // GRIDBCAST_HOST, else the kernel's host name
+  Hierarchy hierarchy = Hierarchy::kAuto;
   int stats = 0;  // 0 off, 1 rank 0 of MPI_COMM_WORLD, 2 every rank
   topology::SelectionThresholds thresholds;
 };
@@ -127,6 +140,14 @@ Config load_config() {
     c.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
   }
   c.address = env("GRIDBCAST_ADDRESS");
+  c.host = env("GRIDBCAST_HOST");
+  if (const std::string h = env("GRIDBCAST_HIERARCHY"); h == "node") {
+    c.hierarchy = Hierarchy::kNode;
+  } else if (h == "flat") {
+    c.hierarchy = Hierarchy::kFlat;
+  } else if (!h.empty() && h != "auto") {
+    throw std::runtime_error("GRIDBCAST_HIERARCHY=\"" + h + "\" is not auto, node or flat");
+  }
   const std::string stats = env("GRIDBCAST_STATS");
   c.stats = stats == "all" ? 2 : (!stats.empty() && stats != "0") ? 1 : 0;
   c.thresholds = topology::SelectionThresholds::from_environment();
@@ -189,12 +210,28 @@ std::uint64_t mix(std::uint64_t x) {
 
 // What the provider keeps per MPI communicator, made at its first broadcast
 // that takes the gridbcast path (collectively: every rank is in that call).
+//
+// Hierarchical (GRIDBCAST_HIERARCHY), a grid node is a node of ranks (those
+// sharing memory and a host name), not a rank; per broadcast the root stands
+// in for its node's leader (node-local rank 0) with the mpi transport:
+//
+//   node A: [0]* 1 2 3      [k]: runs the plan between nodes (leader, or the root)
+//   node B: [4]  5 6 7      then PMPI_Bcast on each node's comm from [k]
+//
+// The placement's grid then has one node per node of ranks; grid_of_comm maps
+// every rank to its node's grid rank and comm_of_grid each grid rank to its
+// leader.
 struct CommState {
   MPI_Comm priv = MPI_COMM_NULL;  // a duplicate for our own messages
   int rank = 0;
   int size = 0;
   int tag_ub = 32767;
   Placement placement;
+  bool hierarchical = false;
+  MPI_Comm node = MPI_COMM_NULL;     // hierarchical: this rank's node
+  MPI_Comm leaders = MPI_COMM_NULL;  // hierarchical lanes: the leaders (others: null)
+  std::vector<int> leader_of;        // hierarchical: rank -> its node leader's rank
+  std::vector<int> local_rank_of;    // hierarchical: rank -> its rank in its node
   std::unique_ptr<runtime::Communicator> lanes;
   std::string fallback;  // non-empty: setup failed somewhere; PMPI_Bcast from now on
   std::uint64_t bcasts = 0;
@@ -204,6 +241,7 @@ struct Stats {
   std::uint64_t calls = 0;
   std::map<std::string, std::uint64_t> gridbcast;  // by algorithm
   std::uint64_t packed = 0;
+  std::uint64_t hierarchical = 0;
   std::uint64_t small = 0;
   std::uint64_t trivial = 0;  // intercommunicator, one rank, or arguments PMPI_Bcast rejects
   std::uint64_t fallback = 0;
@@ -229,7 +267,8 @@ int delete_state(MPI_Comm, int, void* value, void*) {
   Provider& p = provider();
   std::lock_guard lock(p.mutex);
   p.live.erase(s);
-  if (s->priv != MPI_COMM_NULL) p.retired.push_back(s->priv);
+  for (MPI_Comm c : {s->leaders, s->node, s->priv})
+    if (c != MPI_COMM_NULL) p.retired.push_back(c);
   delete s;
   return MPI_SUCCESS;
 }
@@ -241,6 +280,33 @@ void free_retired(Provider& p) {
     comms.swap(p.retired);
   }
   for (MPI_Comm& c : comms) PMPI_Comm_free(&c);
+}
+
+// The node structure: ranks that share memory (PMPI_Comm_split_type) and a
+// host name (GRIDBCAST_HOST can tell apart what shares memory) form a node,
+// its rank 0 (the lowest rank) its leader. Collective over s.priv; fills
+// s.node, s.leader_of and s.local_rank_of.
+void split_nodes(CommState& s, const std::vector<std::string>& hosts) {
+  MPI_Comm shared = MPI_COMM_NULL;
+  check(PMPI_Comm_split_type(s.priv, MPI_COMM_TYPE_SHARED, s.rank, MPI_INFO_NULL, &shared),
+        "PMPI_Comm_split_type");
+  const int host_index = static_cast<int>(
+      std::find(hosts.begin(), hosts.end(), hosts[static_cast<size_t>(s.rank)]) - hosts.begin());
+  const int rc = PMPI_Comm_split(shared, host_index, s.rank, &s.node);
+  PMPI_Comm_free(&shared);
+  check(rc, "PMPI_Comm_split");
+  int local = 0;
+  check(PMPI_Comm_rank(s.node, &local), "PMPI_Comm_rank");
+  // The leader is the node's lowest rank: the split kept the order of ranks.
+  int leader = local == 0 ? s.rank : -1;
+  check(PMPI_Bcast(&leader, 1, MPI_INT, 0, s.node), "PMPI_Bcast");
+  s.leader_of.resize(static_cast<size_t>(s.size));
+  check(PMPI_Allgather(&leader, 1, MPI_INT, s.leader_of.data(), 1, MPI_INT, s.priv),
+        "PMPI_Allgather");
+  s.local_rank_of.assign(static_cast<size_t>(s.size), 0);
+  std::map<int, int> members;  // leader -> ranks counted so far
+  for (int r = 0; r < s.size; ++r)
+    s.local_rank_of[static_cast<size_t>(r)] = members[s.leader_of[static_cast<size_t>(r)]]++;
 }
 
 // Collective over `comm`: every rank builds the same placement; with lanes,
@@ -258,65 +324,124 @@ std::unique_ptr<CommState> set_up(MPI_Comm comm, const Config& config) {
     s->tag_ub = *tag_ub;
 
   std::string failure;
-  const std::vector<std::string> hosts = allgather_strings(s->priv, hostname(), s->size);
+  const std::vector<std::string> hosts =
+      allgather_strings(s->priv, config.host.empty() ? hostname() : config.host, s->size);
   const bool one_host =
       std::all_of(hosts.begin(), hosts.end(), [&](const auto& h) { return h == hosts[0]; });
   std::string address = config.address;
   if (address.empty()) address = one_host ? "127.0.0.1" : own_address();
   const std::vector<std::string> addresses = allgather_strings(s->priv, address, s->size);
+
+  // The nodes of ranks, and whether the broadcast goes through them: decided
+  // from gathered data, so every rank decides the same.
+  std::vector<int> leaders;  // in rank order: node i's leader
+  if (config.hierarchy != Hierarchy::kFlat) {
+    split_nodes(*s, hosts);
+    for (int r = 0; r < s->size; ++r)
+      if (s->leader_of[static_cast<size_t>(r)] == r) leaders.push_back(r);
+    const bool shared = static_cast<int>(leaders.size()) < s->size;
+    s->hierarchical = config.hierarchy == Hierarchy::kNode || (shared && leaders.size() > 1);
+    if (!s->hierarchical) {
+      PMPI_Comm_free(&s->node);
+      s->leader_of.clear();
+      s->local_rank_of.clear();
+    }
+  }
   try {
-    s->placement = config.topology ? map_placement(*config.topology, hosts)
-                                   : infer_placement(hosts, addresses);
+    if (s->hierarchical) {
+      std::vector<std::string> node_hosts, node_addresses;
+      for (int l : leaders) {
+        node_hosts.push_back(hosts[static_cast<size_t>(l)]);
+        node_addresses.push_back(addresses[static_cast<size_t>(l)]);
+      }
+      const Placement nodes = config.topology ? map_placement(*config.topology, node_hosts)
+                                              : infer_placement(node_hosts, node_addresses);
+      // Node i (of `leaders`) -> grid rank; every rank -> its node's grid rank.
+      s->placement.grid = nodes.grid;
+      s->placement.comm_of_grid.resize(leaders.size());
+      for (size_t i = 0; i < leaders.size(); ++i)
+        s->placement.comm_of_grid[static_cast<size_t>(nodes.grid_of_comm[i])] = leaders[i];
+      s->placement.grid_of_comm.resize(static_cast<size_t>(s->size));
+      for (int r = 0; r < s->size; ++r) {
+        const auto i =
+            std::find(leaders.begin(), leaders.end(), s->leader_of[static_cast<size_t>(r)]) -
+            leaders.begin();
+        s->placement.grid_of_comm[static_cast<size_t>(r)] =
+            nodes.grid_of_comm[static_cast<size_t>(i)];
+      }
+    } else {
+      s->placement = config.topology ? map_placement(*config.topology, hosts)
+                                     : infer_placement(hosts, addresses);
+    }
   } catch (const std::exception& e) {
     failure = e.what();
   }
 
   if (config.transport == Transport::kLanes) {
-    // The job secret and id: drawn by rank 0, known to this communicator only.
-    std::array<std::uint8_t, 40> secret{};
-    if (s->rank == 0) {
-      const auto creds = runtime::new_credentials();
-      std::memcpy(secret.data(), creds.secret.data(), 32);
-      std::memcpy(secret.data() + 32, &creds.job_id, 8);
+    // Who runs lanes: every rank, or (hierarchical) the leaders, over their
+    // own communicator; members[i] is member i's rank in s->priv.
+    MPI_Comm lanes_comm = s->priv;
+    std::vector<int> members(static_cast<size_t>(s->size));
+    for (int r = 0; r < s->size; ++r) members[static_cast<size_t>(r)] = r;
+    if (s->hierarchical) {
+      const bool leader = s->leader_of[static_cast<size_t>(s->rank)] == s->rank;
+      check(PMPI_Comm_split(s->priv, leader ? 0 : MPI_UNDEFINED, s->rank, &s->leaders),
+            "PMPI_Comm_split");
+      lanes_comm = s->leaders;
+      members = leaders;
     }
-    check(PMPI_Bcast(secret.data(), 40, MPI_BYTE, 0, s->priv), "PMPI_Bcast");
-    runtime::JobCredentials creds;
-    creds.secret.assign(secret.begin(), secret.begin() + 32);
-    std::memcpy(&creds.job_id, secret.data() + 32, 8);
-    std::array<std::uint16_t, runtime::kLanes> ports{};
-    if (failure.empty()) {
-      try {
-        runtime::CommOptions options;
-        options.timeout = config.timeout;
-        options.segment_bytes = config.segment_bytes;
-        options.thresholds = config.thresholds;
-        const int me = s->placement.grid_of_comm[static_cast<size_t>(s->rank)];
-        s->lanes = std::make_unique<runtime::Communicator>(s->placement.grid, me, creds, options);
-        ports = s->lanes->listen();
-      } catch (const std::exception& e) {
-        failure = e.what();
+    // One node: nothing to move between nodes, no lanes.
+    if (lanes_comm != MPI_COMM_NULL && s->placement.grid.size() > 1) {
+      int me = 0;
+      check(PMPI_Comm_rank(lanes_comm, &me), "PMPI_Comm_rank");
+      const int count = static_cast<int>(members.size());
+      // The job secret and id: drawn by member 0, known to this communicator only.
+      std::array<std::uint8_t, 40> secret{};
+      if (me == 0) {
+        const auto creds = runtime::new_credentials();
+        std::memcpy(secret.data(), creds.secret.data(), 32);
+        std::memcpy(secret.data() + 32, &creds.job_id, 8);
       }
-    }
-    std::vector<std::uint16_t> all(static_cast<size_t>(s->size) * runtime::kLanes);
-    check(PMPI_Allgather(ports.data(), runtime::kLanes, MPI_UNSIGNED_SHORT, all.data(),
-                         runtime::kLanes, MPI_UNSIGNED_SHORT, s->priv),
-          "PMPI_Allgather");
-    if (failure.empty() && s->lanes) {
-      runtime::EndpointTable table(static_cast<size_t>(s->size));
-      for (int r = 0; r < s->size; ++r) {
-        const int g = s->placement.grid_of_comm[static_cast<size_t>(r)];
-        for (int l = 0; l < runtime::kLanes; ++l)
-          table[static_cast<size_t>(g)][static_cast<size_t>(l)] =
-              all[static_cast<size_t>(r) * runtime::kLanes + static_cast<size_t>(l)];
+      check(PMPI_Bcast(secret.data(), 40, MPI_BYTE, 0, lanes_comm), "PMPI_Bcast");
+      runtime::JobCredentials creds;
+      creds.secret.assign(secret.begin(), secret.begin() + 32);
+      std::memcpy(&creds.job_id, secret.data() + 32, 8);
+      std::array<std::uint16_t, runtime::kLanes> ports{};
+      if (failure.empty()) {
+        try {
+          runtime::CommOptions options;
+          options.timeout = config.timeout;
+          options.segment_bytes = config.segment_bytes;
+          options.thresholds = config.thresholds;
+          const int g = s->placement.grid_of_comm[static_cast<size_t>(s->rank)];
+          s->lanes = std::make_unique<runtime::Communicator>(s->placement.grid, g, creds, options);
+          ports = s->lanes->listen();
+        } catch (const std::exception& e) {
+          failure = e.what();
+        }
       }
-      s->lanes->set_endpoints(std::move(table));
-      // While a lanes broadcast waits, keep the MPI library progressing the
-      // application's own requests (MPI's progress rule).
-      MPI_Comm priv = s->priv;
-      s->lanes->set_idle_hook([priv] {
-        int f = 0;
-        PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, priv, &f, MPI_STATUS_IGNORE);
-      });
+      std::vector<std::uint16_t> all(static_cast<size_t>(count) * runtime::kLanes);
+      check(PMPI_Allgather(ports.data(), runtime::kLanes, MPI_UNSIGNED_SHORT, all.data(),
+                           runtime::kLanes, MPI_UNSIGNED_SHORT, lanes_comm),
+            "PMPI_Allgather");
+      if (failure.empty() && s->lanes) {
+        runtime::EndpointTable table(static_cast<size_t>(s->placement.grid.size()));
+        for (int m = 0; m < count; ++m) {
+          const int g =
+              s->placement.grid_of_comm[static_cast<size_t>(members[static_cast<size_t>(m)])];
+          for (int l = 0; l < runtime::kLanes; ++l)
+            table[static_cast<size_t>(g)][static_cast<size_t>(l)] =
+                all[static_cast<size_t>(m) * runtime::kLanes + static_cast<size_t>(l)];
+        }
+        s->lanes->set_endpoints(std::move(table));
+        // While a lanes broadcast waits, keep the MPI library progressing the
+        // application's own requests (MPI's progress rule).
+        MPI_Comm priv = s->priv;
+        s->lanes->set_idle_hook([priv] {
+          int f = 0;
+          PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, priv, &f, MPI_STATUS_IGNORE);
+        });
+      }
     }
   }
 
@@ -362,23 +487,81 @@ topology::Algorithm choose(const Config& config, CommState& s, std::uint64_t byt
   return topology::select_algorithm(s.placement.grid, bytes, config.thresholds);
 }
 
-// The gridbcast path for `bytes` contiguous bytes at `data`.
-topology::Algorithm broadcast(CommState& s, const Config& config, std::byte* data,
-                              std::uint64_t bytes, int root) {
-  const auto algo = choose(config, s, bytes);
-  ++s.bcasts;
-  const int root_grid = s.placement.grid_of_comm[static_cast<size_t>(root)];
-  if (s.lanes) {
-    s.lanes->bcast(data, bytes, root_grid, algo);
-    return algo;
-  }
+// Runs `plan`'s inter-node (or, flat, inter-rank) part over PMPI on s.priv.
+void run_over_pmpi(CommState& s, const Config& config, std::byte* data, std::uint64_t bytes,
+                   topology::Algorithm algo, int root_grid, const std::vector<int>& comm_of_grid) {
   const topology::Plan plan = topology::build_plan(s.placement.grid, algo, root_grid, bytes);
   PmpiOptions o;
   o.comm = s.priv;
   o.tag_ub = s.tag_ub;
   o.segment_bytes = topology::resolve_segment_bytes(s.placement.grid, bytes, config.segment_bytes);
-  execute_over_pmpi(plan, s.placement.grid_of_comm[static_cast<size_t>(s.rank)],
-                    s.placement.comm_of_grid, data, o);
+  execute_over_pmpi(plan, s.placement.grid_of_comm[static_cast<size_t>(s.rank)], comm_of_grid, data,
+                    o);
+}
+
+// Hierarchical: between nodes, then within each node.
+//   mpi:   the root stands in for its node's leader in the plan (no extra hop);
+//   lanes: the leaders hold the lanes, so a root that is not its node's leader
+//          first hands the bytes to it over PMPI (shared memory).
+// Then PMPI_Bcast on every node's communicator, from the root on its node and
+// from the leader elsewhere.
+void broadcast_hierarchical(CommState& s, const Config& config, std::byte* data,
+                            std::uint64_t bytes, int root, topology::Algorithm algo) {
+  const int root_grid = s.placement.grid_of_comm[static_cast<size_t>(root)];
+  const int root_leader = s.leader_of[static_cast<size_t>(root)];
+  const bool leader = s.leader_of[static_cast<size_t>(s.rank)] == s.rank;
+  if (s.placement.grid.size() > 1) {
+    if (config.transport == Transport::kLanes) {  // s.lanes: on the leaders only
+      if (root != root_leader && (s.rank == root || s.rank == root_leader)) {
+        for (std::uint64_t at = 0; at < bytes; at += kMaxPiece) {
+          const int n = static_cast<int>(std::min(kMaxPiece, bytes - at));
+          if (s.rank == root) {
+            check(PMPI_Send(data + at, n, MPI_BYTE, root_leader, 0, s.priv), "PMPI_Send");
+          } else {
+            check(PMPI_Recv(data + at, n, MPI_BYTE, root, 0, s.priv, MPI_STATUS_IGNORE),
+                  "PMPI_Recv");
+          }
+        }
+      }
+      if (leader) {
+        if (!s.lanes) throw std::logic_error("a leader without lanes");
+        s.lanes->bcast(data, bytes, root_grid, algo);
+      }
+    } else if (root_grid == s.placement.grid_of_comm[static_cast<size_t>(s.rank)] ? s.rank == root
+                                                                                  : leader) {
+      std::vector<int> comm_of_grid = s.placement.comm_of_grid;
+      comm_of_grid[static_cast<size_t>(root_grid)] = root;
+      run_over_pmpi(s, config, data, bytes, algo, root_grid, comm_of_grid);
+    }
+  }
+  int node_size = 0;
+  check(PMPI_Comm_size(s.node, &node_size), "PMPI_Comm_size");
+  if (node_size > 1) {
+    const int local_root = s.leader_of[static_cast<size_t>(s.rank)] == root_leader
+                               ? s.local_rank_of[static_cast<size_t>(root)]
+                               : 0;
+    for (std::uint64_t at = 0; at < bytes; at += kMaxPiece)
+      check(PMPI_Bcast(data + at, static_cast<int>(std::min(kMaxPiece, bytes - at)), MPI_BYTE,
+                       local_root, s.node),
+            "PMPI_Bcast");
+  }
+}
+
+// The gridbcast path for `bytes` contiguous bytes at `data`.
+topology::Algorithm broadcast(CommState& s, const Config& config, std::byte* data,
+                              std::uint64_t bytes, int root) {
+  const auto algo = choose(config, s, bytes);
+  ++s.bcasts;
+  if (s.hierarchical) {
+    broadcast_hierarchical(s, config, data, bytes, root, algo);
+    return algo;
+  }
+  const int root_grid = s.placement.grid_of_comm[static_cast<size_t>(root)];
+  if (s.lanes) {
+    s.lanes->bcast(data, bytes, root_grid, algo);
+    return algo;
+  }
+  run_over_pmpi(s, config, data, bytes, algo, root_grid, s.placement.comm_of_grid);
   return algo;
 }
 
@@ -489,6 +672,7 @@ GRIDBCAST_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, i
     ++p.stats.calls;
     ++p.stats.gridbcast[std::string(gridbcast::topology::algorithm_name(algo))];
     if (!contiguous) ++p.stats.packed;
+    if (s.hierarchical) ++p.stats.hierarchical;
     return MPI_SUCCESS;
   } catch (const std::exception& e) {
     int rank = -1;
@@ -535,12 +719,13 @@ GRIDBCAST_EXPORT int MPI_Finalize(void) {
       const char* transport = env("GRIDBCAST_TRANSPORT") == "lanes" ? "lanes" : "mpi";
       std::fprintf(stderr,
                    "gridbcast provider (%s, transport %s) rank %d: %llu MPI_Bcast: %llu gridbcast "
-                   "(%s%s%llu packed), "
+                   "(%s%s%llu packed, %llu hierarchical), "
                    "%llu PMPI_Bcast (%llu below %llu bytes, %llu intercommunicator/one "
                    "rank/invalid, %llu after a failed set-up)\n",
                    GRIDBCAST_MPI_FLAVOUR, transport, rank, static_cast<unsigned long long>(s.calls),
                    static_cast<unsigned long long>(ours), algos.c_str(), algos.empty() ? "" : "; ",
                    static_cast<unsigned long long>(s.packed),
+                   static_cast<unsigned long long>(s.hierarchical),
                    static_cast<unsigned long long>(s.small + s.trivial + s.fallback),
                    static_cast<unsigned long long>(s.small),
                    static_cast<unsigned long long>(config ? config->min_bytes : 65536),

@@ -42,6 +42,21 @@ std::uint64_t gridbcast_count(const std::string& err, const MpiFlavour& f,
   return std::stoull(err.substr(colon + 11));
 }
 
+// How many of them went hierarchically (leaders between nodes, PMPI_Bcast within);
+// -1 when the line says nothing about it.
+long long hierarchical_count(const std::string& err, const MpiFlavour& f,
+                             const std::string& transport) {
+  const std::string head =
+      "gridbcast provider (" + f.name + ", transport " + transport + ") rank 0: ";
+  const auto at = err.find(head);
+  if (at == std::string::npos) return -1;
+  const auto end = err.find(" hierarchical)", at);
+  const auto line_end = err.find('\n', at);
+  if (end == std::string::npos || end > line_end) return -1;
+  const auto start = err.rfind(' ', end - 1);
+  return std::stoll(err.substr(start + 1, end - start - 1));
+}
+
 class Provider : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -68,6 +83,8 @@ class Provider : public ::testing::TestWithParam<std::string> {
     EXPECT_EQ(r.out, base.out);
     // Most broadcasts took gridbcast's path (below the threshold they did not).
     EXPECT_GE(gridbcast_count(r.err, flavour_, transport), 60u) << r.err;
+    // Every rank on one host: one node, so GRIDBCAST_HIERARCHY=auto stays flat.
+    EXPECT_EQ(hierarchical_count(r.err, flavour_, transport), 0) << r.err;
   }
   MpiFlavour flavour_;
 };
@@ -124,8 +141,109 @@ TEST_P(Provider, ABadSettingStopsTheJobAndSaysWhich) {
       << r.err;
 }
 
+TEST_P(Provider, ABadHierarchyStopsTheJobAndSaysWhich) {
+  const Outcome r = run(flavour_, with_provider(flavour_, {{"GRIDBCAST_HIERARCHY", "tree"}}),
+                        {flavour_.program("mpi_bcast"), "1048576", "1"});
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("GRIDBCAST_HIERARCHY=\"tree\" is not auto, node or flat"), std::string::npos)
+      << r.err;
+}
+
 INSTANTIATE_TEST_SUITE_P(Mpi, Provider, ::testing::Values("openmpi", "mpich"),
                          [](const auto& p) { return p.param; });
+
+// Several ranks per host, as on a cluster: every rank of one machine is given a
+// host name (GRIDBCAST_HOST, set per rank by a shell from the launcher's rank
+// variable) so that `ranks` ranks form hosts of `per_host` consecutive ranks
+// ("h0" = ranks 0..per_host-1, ...; the last host may have fewer), or, with
+// per_host < 0, -per_host hosts taking ranks in turn (rank % hosts).
+struct Layout {
+  int ranks;
+  int per_host;
+  std::string name;
+};
+void PrintTo(const Layout& l, std::ostream* os) {
+  *os << l.name;
+}
+
+class Hierarchy : public ::testing::TestWithParam<std::tuple<std::string, std::string, Layout>> {
+ protected:
+  void SetUp() override {
+    flavour_ = std::get<0>(GetParam()) == "openmpi" ? openmpi() : mpich();
+    if (!flavour_.missing().empty()) GTEST_SKIP() << flavour_.missing();
+    transport_ = std::get<1>(GetParam());
+    layout_ = std::get<2>(GetParam());
+    flavour_.ranks = layout_.ranks;
+  }
+  // `program` with the provider preloaded and this rank's host name set.
+  std::vector<std::string> on_hosts(const std::vector<std::string>& program) const {
+    const std::string rank = "${OMPI_COMM_WORLD_RANK:-$PMI_RANK}";
+    const std::string host = layout_.per_host > 0
+                                 ? "$((" + rank + " / " + std::to_string(layout_.per_host) + "))"
+                                 : "$((" + rank + " % " + std::to_string(-layout_.per_host) + "))";
+    return concat(
+        {"/bin/sh", "-c",
+         "GRIDBCAST_HOST=h" + host + " LD_PRELOAD=" + flavour_.provider + " exec \"$@\"", "sh"},
+        program);
+  }
+  Outcome run_on_hosts(Env env, const std::vector<std::string>& program) const {
+    env.push_back({"GRIDBCAST_STATS", "1"});
+    env.push_back({"GRIDBCAST_TRANSPORT", transport_});
+    // The fake hosts are one machine: the lanes listen on loopback.
+    env.push_back({"GRIDBCAST_ADDRESS", "127.0.0.1"});
+    return run(flavour_, env, on_hosts(program));
+  }
+  MpiFlavour flavour_;
+  std::string transport_;
+  Layout layout_;
+};
+
+TEST_P(Hierarchy, EveryRootEveryTypeSameOutputAsWithoutTheProvider) {
+  const Outcome base = run(flavour_, {}, {flavour_.program("provider_check")});
+  ASSERT_EQ(base.status, 0) << base.err;
+  ASSERT_NE(base.out.find("0 mismatches"), std::string::npos) << base.out;
+  const Outcome r =
+      run_on_hosts({{"GRIDBCAST_MIN_BYTES", "1000"}, {"GRIDBCAST_ALGORITHM", "random"}},
+                   {flavour_.program("provider_check")});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, base.out);
+  const auto all = gridbcast_count(r.err, flavour_, transport_);
+  EXPECT_GE(all, 60u) << r.err;
+  // World, its duplicate and the reversed communicator span several hosts with
+  // several ranks on some: hierarchical (world: 7 sizes x every root, 4 of
+  // them at least 1000 bytes, and 4 typed cases; as many on the others).
+  const long long hier = hierarchical_count(r.err, flavour_, transport_);
+  EXPECT_GE(hier, 3 * 4 * layout_.ranks) << r.err;
+  EXPECT_LE(hier, static_cast<long long>(all)) << r.err;
+}
+
+TEST_P(Hierarchy, FlatTakesNoHierarchicalPath) {
+  const Outcome r = run_on_hosts({{"GRIDBCAST_HIERARCHY", "flat"}},
+                                 {flavour_.program("mpi_bcast"), "4194304", "3", "1"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("\"verified\": true"), std::string::npos) << r.out;
+  EXPECT_EQ(gridbcast_count(r.err, flavour_, transport_), 3u) << r.err;
+  EXPECT_EQ(hierarchical_count(r.err, flavour_, transport_), 0) << r.err;
+}
+
+TEST_P(Hierarchy, TheBenchmarkFromANonLeaderRootGoesHierarchical) {
+  // bench/mpi_bcast.c SIZE ITERS ROOT: root 1 is not its host's leader when
+  // hosts hold consecutive ranks, and leads a host of its own when they alternate.
+  const Outcome r = run_on_hosts({}, {flavour_.program("mpi_bcast"), "4194305", "3", "1"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("\"verified\": true"), std::string::npos) << r.out;
+  EXPECT_EQ(gridbcast_count(r.err, flavour_, transport_), 3u) << r.err;
+  EXPECT_EQ(hierarchical_count(r.err, flavour_, transport_), 3) << r.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Mpi, Hierarchy,
+    ::testing::Combine(::testing::Values("openmpi", "mpich"), ::testing::Values("mpi", "lanes"),
+                       ::testing::Values(Layout{6, -2, "6RanksOn2HostsInTurn"},
+                                         Layout{7, 3, "7RanksOnHostsOf3And1"})),
+    [](const auto& p) {
+      return std::get<0>(p.param) + "_" + std::get<1>(p.param) + "_" + std::get<2>(p.param).name;
+    });
 
 }  // namespace
 }  // namespace gridbcast::testing
