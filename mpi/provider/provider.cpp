@@ -611,6 +611,10 @@ const Config* config_or_abort() {
   }
   if (!p.config) {
     std::fprintf(stderr, "gridbcast provider: %s\n", p.config_error.c_str());
+    // MPICH's launcher stops the whole job at the first abort and drops
+    // output it has not forwarded yet: give it a moment to pass the reason on
+    // (under load it lost the line above now and then).
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
     PMPI_Abort(MPI_COMM_WORLD, 1);
     return nullptr;
   }
