@@ -20,11 +20,11 @@ PlanBuilder::PlanBuilder(const Grid& grid, Algorithm algorithm, int root, std::u
   plan_.wan_streams = grid.max_wan_streams();
 }
 
-void PlanBuilder::send(int from, int to, std::uint64_t offset, std::uint64_t length,
-                       int lane_from, int lane_to) {
+void PlanBuilder::send(int from, int to, std::uint64_t offset, std::uint64_t length, int lane_from,
+                       int lane_to) {
   if (length == 0) return;
-  plan_.transfers.push_back(Transfer{from, to, offset, length, lane_from, lane_to,
-                                     grid_.streams_between(from, to)});
+  plan_.transfers.push_back(
+      Transfer{from, to, offset, length, lane_from, lane_to, grid_.streams_between(from, to)});
 }
 
 std::uint64_t Chunks::begin(int k) const {
@@ -95,8 +95,8 @@ SelectionThresholds SelectionThresholds::from_environment() {
     char* end = nullptr;
     unsigned long long parsed = std::strtoull(v, &end, 10);
     if (end == v || *end != '\0')
-      throw std::invalid_argument(std::string("GRIDBCAST_SMALL_BYTES must be a byte count, got \"") +
-                                  v + "\"");
+      throw std::invalid_argument(
+          std::string("GRIDBCAST_SMALL_BYTES must be a byte count, got \"") + v + "\"");
     t.small_bytes = parsed;
   }
   return t;
