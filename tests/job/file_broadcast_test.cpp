@@ -353,6 +353,17 @@ TEST(FileBroadcast, ResumeAfterAStoppedRankMovesOnlyTheMissingChunks) {
   EXPECT_TRUE(temporaries(dir.path()).empty());
 }
 
+// Rank r copies DIR/src to DIR/nR/copy with --resume, in small chunks.
+FileSpec resume_spec(const fs::path& dir, int r) {
+  FileSpec s;
+  s.source = (dir / "src").string();
+  s.output = (dir / ("n" + std::to_string(r)) / "copy").string();
+  s.chunk_bytes = kChunk;
+  s.window_bytes = kWindow;
+  s.resume = true;
+  return s;
+}
+
 // Resume's digests (on the root) and checks (on every other rank) take as long
 // as the disk does, with nothing on the wire: ranks tell the ones waiting for
 // them that they still work, so a check longer than the timeout is not a
@@ -372,12 +383,7 @@ TEST(FileBroadcast, ResumeChecksLongerThanTheTimeoutDoNotFailTheRanksWaitingForT
   Ranks ranks(grid, o);
   const auto start = std::chrono::steady_clock::now();
   const Outcome out = run(ranks, 0, [&](int r) {
-    FileSpec s;
-    s.source = (dir / "src").string();
-    s.output = (dir / ("n" + std::to_string(r)) / "copy").string();
-    s.chunk_bytes = kChunk;
-    s.window_bytes = kWindow;
-    s.resume = true;
+    FileSpec s = resume_spec(dir.path(), r);
     if (r == 0 || r == 2) s.on_work = slow;  // 30 chunks x 40 ms each
     return s;
   });
@@ -402,12 +408,7 @@ TEST(FileBroadcast, AResumeCheckThatStopsFailsTheRootNamingTheRankStillChecking)
   std::atomic<bool> release{false};
   Ranks ranks(grid, o);
   const Outcome out = run(ranks, 0, [&](int r) {
-    FileSpec s;
-    s.source = (dir / "src").string();
-    s.output = (dir / ("n" + std::to_string(r)) / "copy").string();
-    s.chunk_bytes = kChunk;
-    s.window_bytes = kWindow;
-    s.resume = true;
+    FileSpec s = resume_spec(dir.path(), r);
     if (r == 2)
       s.on_work = [&](std::uint64_t) {
         // Stuck (bounded, so the test ends): far past the timeout.
