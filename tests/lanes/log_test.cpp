@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <regex>
+#include <cctype>
 #include <stdexcept>
 #include <string>
 
@@ -83,12 +83,24 @@ TEST_F(Log, EachLevelLetsThroughItselfAndWhatIsMoreSevere) {
             "i3\nd3\n");
 }
 
+// "2026-11-24T05:01:02.345Z " (checked by hand: <regex> trips GCC 12's
+// maybe-uninitialized warning in the sanitizer builds).
+bool is_utc_stamp(const std::string& s) {
+  const std::string shape = "dddd-dd-ddTdd:dd:dd.dddZ ";
+  if (s.size() != shape.size()) return false;
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (shape[i] == 'd' ? !std::isdigit(static_cast<unsigned char>(s[i])) : s[i] != shape[i])
+      return false;
+  return true;
+}
+
 TEST_F(Log, TimestampsPrefixEveryLineWithTheUtcTime) {
   set_timestamps(true);
   const std::string out = stderr_of([] { notice("stamped"); });
-  EXPECT_TRUE(
-      std::regex_match(out, std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z stamped\n)")))
-      << out;
+  const std::string tail = "stamped\n";
+  ASSERT_GT(out.size(), tail.size()) << out;
+  EXPECT_TRUE(is_utc_stamp(out.substr(0, out.size() - tail.size()))) << out;
+  EXPECT_EQ(out.substr(out.size() - tail.size()), tail);
   set_timestamps(false);
   EXPECT_EQ(stamp(), "");
 }
