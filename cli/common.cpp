@@ -112,6 +112,10 @@ void add_topology_options(CLI::App* cmd, TopologyOptions& t, bool congestion, bo
   cmd->add_option("--streams", t.streams,
                   "TCP streams per WAN hop on every link (default with --hosts: 4)")
       ->check(CLI::Range(1, 64));
+  cmd->add_option("--lanes", t.lanes,
+                  "logical lanes per rank, one part of the message each in multilane (default: "
+                  "the topology's defaults.lanes, else the most NICs a node has, at least 2)")
+      ->check(CLI::Range(1, topology::kMaxLanes));
   if (congestion)
     cmd->add_option("--congestion", t.congestion,
                     "TCP congestion control of every socket, e.g. cubic or bbr");
@@ -129,6 +133,7 @@ Loaded load(const TopologyOptions& t) {
       parsed<double>(t.wan_bandwidth, "--wan-bandwidth", topology::parse_bandwidth);
   if (t.streams > 0) o.streams = t.streams;
   if (!t.congestion.empty()) o.congestion = t.congestion;
+  if (t.lanes > 0) o.lanes = t.lanes;
   std::optional<topology::SlurmAllocation> slurm;
   if (given == 0) slurm = topology::slurm_allocation(std::getenv);
   if (t.hosts.empty() && t.hostfile.empty() && !slurm) {
@@ -170,6 +175,11 @@ Loaded load(const TopologyOptions& t) {
     d.name = std::filesystem::path(t.hostfile).stem().string();
   }
   std::string yaml = topology::hosts_to_yaml(hosts, d);
+  if (o.lanes) {
+    topology::Overrides lanes_only;
+    lanes_only.lanes = o.lanes;
+    yaml = topology::apply_overrides(yaml, lanes_only);
+  }
   return {topology::load_grid_string(yaml, source), std::move(yaml), slurm.has_value()};
 }
 

@@ -65,6 +65,7 @@ struct Simulate {
         throw CLI::ValidationError("--scale", "expected SITESxNODES, e.g. 10x1000");
       grid = topology::synthetic_grid(std::stoi(s_scale.substr(0, x)),
                                       std::stoi(s_scale.substr(x + 1)));
+      grid.lanes = s_topology_options.lanes;
     } else {
       grid = load(s_topology_options).grid;
     }

@@ -182,10 +182,19 @@ struct Overloaded : Ts... {
 template <class... Ts>
 Overloaded(Ts...) -> Overloaded<Ts...>;
 
-std::uint16_t port(Reader& r) {
-  const std::uint16_t p = r.u16();
-  if (p == 0) r.fail("a port of 0");
-  return p;
+// A rank's lane ports: lane 0's is never 0, and past its lane count
+// (Grid::lane_count) every slot is 0. Whether that count is the topology's is
+// checked where the table is used (runtime::Communicator::set_endpoints).
+runtime::LanePorts lane_ports(Reader& r) {
+  runtime::LanePorts ports{};
+  bool ended = false;
+  for (auto& p : ports) {
+    p = r.u16();
+    if (p == 0 && &p == ports.data()) r.fail("a port of 0 for lane 0");
+    if (p != 0 && ended) r.fail("a port after a lane without one");
+    ended = ended || p == 0;
+  }
+  return ports;
 }
 
 }  // namespace
@@ -298,13 +307,12 @@ ToRank decode_to_rank(const std::string& body, std::uint32_t ranks) {
       if (n == 0 || n > kMaxRanks || (ranks != 0 && n != ranks))
         r.fail("a table of " + std::to_string(n) + " ranks" +
                (ranks != 0 ? " for a job of " + std::to_string(ranks) : std::string()));
-      if (static_cast<std::uint64_t>(n) * runtime::kLanes * 2 != body.size() - 5)
+      if (static_cast<std::uint64_t>(n) * runtime::kMaxLanes * 2 != body.size() - 5)
         r.fail("a table of " + std::to_string(n) + " ranks in " + std::to_string(body.size()) +
                " bytes");
       Table t;
       t.ports.resize(n);
-      for (auto& lanes : t.ports)
-        for (auto& p : lanes) p = port(r);
+      for (auto& lanes : t.ports) lanes = lane_ports(r);
       r.end();
       out = std::move(t);
       break;
@@ -337,7 +345,7 @@ ToLauncher decode_to_launcher(const std::string& body) {
     case Type::kEndpoints: {
       Reader r(body, "Endpoints");
       Endpoints e;
-      for (auto& p : e.ports) p = port(r);
+      e.ports = lane_ports(r);
       r.end();
       out = e;
       break;

@@ -66,7 +66,7 @@ struct Exit {};
 
 // rank → launcher
 struct Endpoints {
-  std::array<std::uint16_t, runtime::kLanes> ports{};
+  runtime::LanePorts ports{};
 };
 struct Ready {
   std::int32_t iteration = 0;

@@ -230,7 +230,7 @@ Communicator::Communicator(topology::Grid grid, int rank, JobCredentials creds,
 
 Communicator::~Communicator() = default;
 
-std::array<std::uint16_t, kLanes> Communicator::listen() {
+LanePorts Communicator::listen() {
   return impl_->transport.listen();
 }
 
@@ -238,6 +238,14 @@ void Communicator::set_endpoints(EndpointTable table) {
   if (static_cast<int>(table.size()) != impl_->grid.size())
     throw std::invalid_argument("endpoint table has " + std::to_string(table.size()) +
                                 " ranks, the topology " + std::to_string(impl_->grid.size()));
+  const int lanes = impl_->grid.lane_count();
+  for (size_t r = 0; r < table.size(); ++r)
+    for (int lane = 0; lane < kMaxLanes; ++lane)
+      if ((table[r][static_cast<size_t>(lane)] == 0) == (lane < lanes))
+        throw std::invalid_argument(
+            "endpoint table: rank " + std::to_string(r) + " lane " + std::to_string(lane) +
+            (lane < lanes ? " has no port"
+                          : " has a port, but ranks have " + std::to_string(lanes) + " lanes"));
   impl_->transport.set_table(std::move(table));
 }
 

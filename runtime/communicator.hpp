@@ -67,7 +67,7 @@ class Communicator {
   Communicator& operator=(const Communicator&) = delete;
 
   // Opens this rank's listening lanes; the ports go to the rendezvous.
-  std::array<std::uint16_t, kLanes> listen();
+  LanePorts listen();
   void set_endpoints(EndpointTable table);
 
   // Every rank calls it with the same bytes, root and algorithm. Throws

@@ -8,10 +8,13 @@
 
 namespace gridbcast::runtime {
 
-inline constexpr int kLanes = 2;  // logical lanes per rank (multilane uses two)
+// Logical lanes a rank can have (topology::kMaxLanes; Grid::lane_count says how
+// many it opens). Port slots past a rank's lane count are 0.
+inline constexpr int kMaxLanes = 8;
 
 // Every rank's listening ports, index = rank, then lane.
-using EndpointTable = std::vector<std::array<std::uint16_t, kLanes>>;
+using LanePorts = std::array<std::uint16_t, kMaxLanes>;
+using EndpointTable = std::vector<LanePorts>;
 
 struct JobCredentials {
   std::uint64_t job_id = 0;

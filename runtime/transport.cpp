@@ -38,9 +38,9 @@ lanes::PeerPolicy Transport::policy(const lanes::Hello& h, int lane) const {
   else if (h.lane_to != lane)
     p.refuse = "it names lane " + std::to_string(h.lane_to) + ", this listener is lane " +
                std::to_string(lane);
-  else if (h.lane_from >= kLanes)
+  else if (h.lane_from >= static_cast<std::uint32_t>(grid_.lane_count()))
     p.refuse = "it sends from lane " + std::to_string(h.lane_from) + ", ranks have " +
-               std::to_string(kLanes);
+               std::to_string(grid_.lane_count());
   else if (h.stream == kMessageStream ? lane != 0 : h.stream >= kMaxLinkStreams)
     p.refuse =
         "stream " + std::to_string(h.stream) + " is not a stream of lane " + std::to_string(lane);
@@ -55,10 +55,11 @@ lanes::PeerPolicy Transport::policy(const lanes::Hello& h, int lane) const {
   return p;
 }
 
-std::array<std::uint16_t, kLanes> Transport::listen() {
-  std::array<std::uint16_t, kLanes> ports{};
+LanePorts Transport::listen() {
+  static_assert(kMaxLanes == topology::kMaxLanes);
+  LanePorts ports{};
   const auto& node = grid_.nodes.at(static_cast<size_t>(rank_));
-  for (int lane = 0; lane < kLanes; ++lane) {
+  for (int lane = 0; lane < grid_.lane_count(); ++lane) {
     auto l = lanes::Listener::open(io_.get_executor(), node.lane_nic(lane).address, 0, creds_);
     // The certificate must name the node of the rank the hello claims (and
     // proved with the secret), so a node's key cannot speak for another rank.

@@ -48,7 +48,7 @@ class Transport {
   Transport& operator=(const Transport&) = delete;
 
   // Opens the listeners; returns their ports (index = lane).
-  std::array<std::uint16_t, kLanes> listen();
+  LanePorts listen();
   void set_table(EndpointTable table) { table_ = std::move(table); }
   const EndpointTable& table() const { return table_; }
 

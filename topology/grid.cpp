@@ -142,6 +142,13 @@ std::string Grid::congestion_between(int from_rank, int to_rank) const {
   return congestion;
 }
 
+int Grid::lane_count() const {
+  if (lanes > 0) return std::min(lanes, kMaxLanes);
+  size_t most = 2;
+  for (const Node& n : nodes) most = std::max(most, n.nics.size());
+  return static_cast<int>(std::min(most, static_cast<size_t>(kMaxLanes)));
+}
+
 int Grid::max_wan_streams() const {
   int streams = 1;
   for (const WanLink& link : wan) streams = std::max(streams, link.streams);

@@ -29,6 +29,9 @@ class ConfigError : public std::runtime_error {
   std::string message_;
 };
 
+// Logical lanes per rank: 1..kMaxLanes (a node with more NICs uses the first 8).
+inline constexpr int kMaxLanes = 8;
+
 struct Nic {
   std::string address;       // IPv4 or IPv6 literal this NIC's lane binds to
   double bandwidth_bps = 0;  // bits per second, each direction
@@ -36,7 +39,7 @@ struct Nic {
 };
 
 // One node runs one rank. Logical lane L uses NIC (L mod nics.size()), so a
-// one-NIC node still has the two lanes multilane needs (two sockets, one NIC).
+// one-NIC node still has every lane the grid's plans use (k sockets, one NIC).
 struct Node {
   std::string name;
   std::string host;  // where the ssh backend reaches it; defaults to name
@@ -76,6 +79,9 @@ struct Grid {
   std::vector<WanLink> wan;
   std::uint64_t segment_bytes = 0;  // pipelining unit; 0 = automatic
   std::string congestion;  // TCP congestion control (defaults.congestion); empty: the host's
+  // Logical lanes per rank (defaults.lanes, or --lanes); 0 = automatic. Read it
+  // through lane_count().
+  int lanes = 0;
 
   int size() const { return static_cast<int>(nodes.size()); }
   int site_of(int rank) const { return nodes.at(static_cast<size_t>(rank)).site; }
@@ -100,6 +106,10 @@ struct Grid {
   std::string congestion_between(int from_rank, int to_rank) const;
   // Largest stream count any WAN link asks for (1 when there are none).
   int max_wan_streams() const;
+  // The lanes every rank opens and multilane plans use: `lanes` when set, else
+  // the most NICs any node has, at least 2 (so grids of one- and two-NIC nodes
+  // keep the two-lane multilane) and at most kMaxLanes.
+  int lane_count() const;
 };
 
 }  // namespace gridbcast::topology

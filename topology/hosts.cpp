@@ -268,6 +268,7 @@ std::string apply_overrides(const std::string& yaml, const Overrides& o) {
         for (auto nic : node["nics"]) nic["bandwidth"] = bits(*o.nic_bandwidth_bps);
   }
   if (o.congestion) defaults["congestion"] = *o.congestion;
+  if (o.lanes) defaults["lanes"] = std::to_string(*o.lanes);
   auto each_link = [&](const char* key, const std::string& value) {
     wan_defaults[key] = value;
     if (root["wan"].IsSequence())

@@ -266,13 +266,22 @@ class Loader {
   }
 
   int streams_value(const Field& field) const {
-    const std::string expected =
-        "an integer from " + std::to_string(kMinStreams) + " to " + std::to_string(kMaxStreams);
+    return int_value(field, kMinStreams, kMaxStreams, "");
+  }
+
+  // "auto" (0) or 1..kMaxLanes.
+  int lanes_value(const Field& field) const { return int_value(field, 1, kMaxLanes, "auto"); }
+
+  // An integer in [lo, hi], or `word` (returned as 0) when `word` is not empty.
+  int int_value(const Field& field, int lo, int hi, std::string_view word) const {
+    const std::string expected = "an integer from " + std::to_string(lo) + " to " +
+                                 std::to_string(hi) + (word.empty() ? "" : " or " + quoted(word));
     const std::string text = scalar(field, expected);
+    if (!word.empty() && text == word) return 0;
     bool digits = !text.empty() && text.size() <= 9;
     for (const char c : text) digits = digits && c >= '0' && c <= '9';
     const int value = digits ? std::stoi(text) : 0;
-    if (!digits || value < kMinStreams || value > kMaxStreams) {
+    if (!digits || value < lo || value > hi) {
       fail(field, quoted(field.name) + ": expected " + expected + ", got " + quoted(text));
     }
     return value;
@@ -311,12 +320,13 @@ class Loader {
   }
 
   void load_defaults(const Field& defaults) {
-    const std::vector<Field> fs =
-        fields(defaults.value, "\"defaults\"", {"nic_bandwidth", "segment", "congestion", "wan"});
+    const std::vector<Field> fs = fields(
+        defaults.value, "\"defaults\"", {"nic_bandwidth", "segment", "lanes", "congestion", "wan"});
     if (const Field* f = find(fs, "nic_bandwidth")) nic_bandwidth_ = positive_bandwidth(*f);
     if (const Field* f = find(fs, "segment")) {
       grid_.segment_bytes = quantity(*f, "a size such as \"256 KiB\"", parse_size);
     }
+    if (const Field* f = find(fs, "lanes")) grid_.lanes = lanes_value(*f);
     if (const Field* f = find(fs, "congestion")) grid_.congestion = congestion_value(*f);
     if (const Field* f = find(fs, "wan"); f != nullptr && !f->value.IsNull()) {
       wan_defaults_ = wan_settings(f->value, "\"defaults.wan\"");

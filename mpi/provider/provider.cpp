@@ -406,7 +406,7 @@ std::unique_ptr<CommState> set_up(MPI_Comm comm, const Config& config) {
       runtime::JobCredentials creds;
       creds.secret.assign(secret.begin(), secret.begin() + 32);
       std::memcpy(&creds.job_id, secret.data() + 32, 8);
-      std::array<std::uint16_t, runtime::kLanes> ports{};
+      runtime::LanePorts ports{};
       if (failure.empty()) {
         try {
           runtime::CommOptions options;
@@ -420,20 +420,28 @@ std::unique_ptr<CommState> set_up(MPI_Comm comm, const Config& config) {
           failure = e.what();
         }
       }
-      std::vector<std::uint16_t> all(static_cast<size_t>(count) * runtime::kLanes);
-      check(PMPI_Allgather(ports.data(), runtime::kLanes, MPI_UNSIGNED_SHORT, all.data(),
-                           runtime::kLanes, MPI_UNSIGNED_SHORT, lanes_comm),
+      std::vector<std::uint16_t> all(static_cast<size_t>(count) * runtime::kMaxLanes);
+      check(PMPI_Allgather(ports.data(), runtime::kMaxLanes, MPI_UNSIGNED_SHORT, all.data(),
+                           runtime::kMaxLanes, MPI_UNSIGNED_SHORT, lanes_comm),
             "PMPI_Allgather");
       if (failure.empty() && s->lanes) {
         runtime::EndpointTable table(static_cast<size_t>(s->placement.grid.size()));
         for (int m = 0; m < count; ++m) {
           const int g =
               s->placement.grid_of_comm[static_cast<size_t>(members[static_cast<size_t>(m)])];
-          for (int l = 0; l < runtime::kLanes; ++l)
+          for (int l = 0; l < runtime::kMaxLanes; ++l)
             table[static_cast<size_t>(g)][static_cast<size_t>(l)] =
-                all[static_cast<size_t>(m) * runtime::kLanes + static_cast<size_t>(l)];
+                all[static_cast<size_t>(m) * runtime::kMaxLanes + static_cast<size_t>(l)];
         }
-        s->lanes->set_endpoints(std::move(table));
+        // A rank whose set-up failed sent no ports; it says so itself, and the
+        // Allreduce below turns every rank to the fallback.
+        bool complete = true;
+        for (const auto& lanes : table) complete = complete && lanes[0] != 0;
+        try {
+          if (complete) s->lanes->set_endpoints(std::move(table));
+        } catch (const std::exception& e) {
+          failure = e.what();
+        }
         // While a lanes broadcast waits, keep the MPI library progressing the
         // application's own requests (MPI's progress rule).
         MPI_Comm priv = s->priv;

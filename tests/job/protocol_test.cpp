@@ -107,8 +107,14 @@ TEST(ControlProtocol, DecodersRefuseWhatIsOutOfRange) {
   t.ports = {{1000, 1001}, {2000, 2001}};
   refused_by_rank(encode_body(t), 3);  // a table for another job size
   Table zero;
-  zero.ports = {{1000, 0}};
+  zero.ports = {{0, 1000}};  // lane 0 without a port
   refused_by_rank(encode_body(zero));
+  Table gap;
+  gap.ports = {{1000, 0, 1002}};  // a port after a lane without one
+  refused_by_rank(encode_body(gap));
+  Table four;
+  four.ports = {{1000, 1001, 1002, 1003}};  // four lanes: well formed
+  EXPECT_EQ(std::get<Table>(decode_to_rank(encode_body(four), 1)).ports, four.ports);
   // A rank count of 2^31, as the launcher's old signed check let through.
   std::string huge = encode_body(t);
   huge[1] = '\x80';

@@ -93,6 +93,43 @@ TEST(Communicator, OneNicNodesUseTwoSocketsOnOneNic) {
   });
 }
 
+// k lanes (issue 14): four-NIC nodes open four lanes by themselves; odd and
+// single lane counts put two halves on one lane; every rank gets every byte.
+TEST(Communicator, KLanesFromOneToEightAreByteExact) {
+  for (int k : {4, 1, 3, 8}) {
+    SCOPED_TRACE("k=" + std::to_string(k));
+    auto grid = make_grid({4, 3}, 2, 4);
+    if (k != 4) grid.lanes = k;
+    ASSERT_EQ(grid.lane_count(), k);
+    Ranks ranks(grid);
+    for (int r = 0; r < grid.size(); ++r)
+      for (int lane = 0; lane < runtime::kMaxLanes; ++lane)
+        EXPECT_EQ(ranks.port(r, lane) != 0, lane < k) << "rank " << r << " lane " << lane;
+    ranks.run([&](Communicator& c) {
+      std::vector<std::byte> buf((2u << 20) + 7);
+      std::uint64_t seed = 50;
+      for (int root : {0, 5})
+        for (std::uint64_t size :
+             {std::uint64_t{1}, std::uint64_t{4097}, std::uint64_t{buf.size()}})
+          bcast_and_check(c, buf, size, root, Algorithm::kMultilane, seed++);
+    });
+  }
+}
+
+TEST(Communicator, AnEndpointTableForAnotherLaneCountIsRefused) {
+  const auto grid = make_grid({2}, 1, 4);
+  Communicator c(grid, 0, new_credentials(), {});
+  c.listen();
+  EndpointTable two_lanes(2, LanePorts{1000, 1001});
+  try {
+    c.set_endpoints(two_lanes);
+    FAIL() << "a table of two-lane ranks was taken for a four-lane grid";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0 lane 2 has no port"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Communicator, ThreeGibibytesBetweenTwoRanksCrossOffsetsPast2To31) {
   const std::uint64_t size = 3ull << 30;
   const auto grid = make_grid({2});

@@ -161,7 +161,7 @@ TEST(LoaderErrors, UnknownDefaultsKeys) {
                       }),
                       2, 3,
                       "unknown key \"nic_bw\" in \"defaults\"; allowed keys: nic_bandwidth, "
-                      "segment, congestion, wan");
+                      "segment, lanes, congestion, wan");
   EXPECT_CONFIG_ERROR(yaml({
                           "defaults:",      // 1
                           "  wan:",         // 2
@@ -826,6 +826,29 @@ TEST(Loader, CongestionControlPerSiteDefaultAndWanLink) {
                        "inline.yaml");
   EXPECT_EQ(host.congestion_between(0, 0), "");  // the host's default
   EXPECT_EQ(host.congestion_between(0, 1), "reno");
+}
+
+TEST(Loader, LanesAreAutomaticOrGivenFromOneToEight) {
+  auto with = [](const std::string& lanes) {
+    return load_grid_string(yaml({
+                                "defaults:",
+                                "  nic_bandwidth: 1 Gbit",
+                                "  lanes: " + lanes,
+                                "sites:",
+                                "  - {name: a, nodes: [{name: a1, nics: [{address: 10.0.0.1}, "
+                                "{address: 10.0.1.1}, {address: 10.0.2.1}]}]}",
+                            }),
+                            "inline.yaml");
+  };
+  EXPECT_EQ(with("auto").lane_count(), 3);  // the most NICs a node has
+  EXPECT_EQ(with("1").lane_count(), 1);
+  EXPECT_EQ(with("8").lane_count(), 8);
+  EXPECT_CONFIG_ERROR(yaml({"defaults:", "  lanes: 9", "sites: []"}), 2, 10,
+                      "\"lanes\": expected an integer from 1 to 8 or \"auto\", got \"9\"");
+  EXPECT_CONFIG_ERROR(yaml({"defaults:", "  lanes: 0", "sites: []"}), 2, 10,
+                      "\"lanes\": expected an integer from 1 to 8 or \"auto\", got \"0\"");
+  EXPECT_CONFIG_ERROR(yaml({"defaults:", "  lanes: two", "sites: []"}), 2, 10,
+                      "\"lanes\": expected an integer from 1 to 8 or \"auto\", got \"two\"");
 }
 
 TEST(Loader, RanksFollowSitesThenNodeEntriesThenHostlistOrder) {

@@ -96,6 +96,79 @@ TEST(Multilane, EveryNonRootRankReceivesHalfOnEachLane) {
   EXPECT_EQ(check.stats.wan_bytes, m);
 }
 
+// k lanes (issue 14): every lane count 1..8, on many shapes and roots.
+TEST(MultilaneKLanes, EveryLaneCountHoldsEveryProperty) {
+  for (int k = 1; k <= kMaxLanes; ++k) {
+    for (auto shape : std::vector<std::vector<int>>{
+             {1}, {2}, {3}, {7}, {16}, {33}, {1, 1}, {2, 5}, {8, 8}, {5, 1, 9}, {3, 17, 4}}) {
+      Grid g = make_grid(shape, 2, k);
+      ASSERT_EQ(g.lane_count(), std::max(k, 2));
+      g.lanes = k;
+      SCOPED_TRACE("k=" + std::to_string(k));
+      expect_all_properties(g, Algorithm::kMultilane);
+    }
+  }
+}
+
+TEST(MultilaneKLanes, EveryRankReceivesOnePartOnEveryLane) {
+  for (int k = 1; k <= kMaxLanes; ++k) {
+    Grid g = make_grid({9, 6, 4}, 3, 1);  // one NIC: lanes are sockets, the plan is the same
+    g.lanes = k;
+    const std::uint64_t m = 10'007;
+    const Plan plan = build_multilane(g, 4, m);
+    EXPECT_EQ(plan.lanes, k);
+    const PlanCheck check = verify_plan(g, plan);
+    ASSERT_TRUE(check.ok()) << "k=" << k << ": " << check.errors.front();
+    const std::uint64_t part =
+        (m + static_cast<std::uint64_t>(k) - 1) / static_cast<std::uint64_t>(k);
+    for (int r = 0; r < g.size(); ++r) {
+      if (r == 4) continue;
+      const auto ur = static_cast<size_t>(r);
+      std::uint64_t total = 0;
+      for (int lane = 0; lane < k; ++lane) {
+        const std::uint64_t in = check.stats.in_bytes[static_cast<size_t>(lane)][ur];
+        EXPECT_GE(in + 1, m / static_cast<std::uint64_t>(k)) << "k=" << k << " rank " << r;
+        EXPECT_LE(in, part) << "k=" << k << " rank " << r << " lane " << lane;
+        total += in;
+      }
+      EXPECT_EQ(total, m) << "k=" << k << " rank " << r;
+    }
+    EXPECT_EQ(check.stats.wan_bytes, 2 * m);
+  }
+}
+
+TEST(MultilaneKLanes, TwoLanesAreExactlyTheTwoLanePlan) {
+  // A grid of two-NIC nodes picks 2 lanes by itself; saying 2 changes nothing,
+  // and the plan's halves are [0, ceil(M/2)) and the rest, as before k lanes.
+  Grid g = make_grid({5, 8, 3});
+  ASSERT_EQ(g.lane_count(), 2);
+  const Plan automatic = build_multilane(g, 2, 999);
+  g.lanes = 2;
+  const Plan explicit_two = build_multilane(g, 2, 999);
+  EXPECT_EQ(automatic.transfers, explicit_two.transfers);
+  for (const Transfer& t : automatic.transfers) {
+    EXPECT_TRUE((t.offset == 0 && t.length == 500) || (t.offset == 500 && t.length == 499))
+        << t.offset << "+" << t.length;
+    EXPECT_LE(t.lane_from, 1);
+  }
+}
+
+TEST(MultilaneKLanes, LaneCountFollowsTheNicsUnlessSet) {
+  EXPECT_EQ(make_grid({3}, 1, 1).lane_count(), 2);
+  EXPECT_EQ(make_grid({3}, 1, 4).lane_count(), 4);
+  EXPECT_EQ(make_grid({3}, 1, 12).lane_count(), kMaxLanes);
+  Grid g = make_grid({3}, 1, 4);
+  g.lanes = 3;
+  EXPECT_EQ(g.lane_count(), 3);
+  // A plan for another lane count is refused by the checker.
+  Plan p = build_multilane(g, 0, 100);
+  g.lanes = 2;
+  const PlanCheck check = verify_plan(g, p);
+  ASSERT_FALSE(check.ok());
+  EXPECT_NE(check.errors.front().find("3 lanes, the topology 2"), std::string::npos)
+      << check.errors.front();
+}
+
 TEST(Multilane, WanTransfersCarryTheLinkStreamCount) {
   const Grid g = make_grid({4, 4, 4}, 5);
   const Plan plan = build_multilane(g, 0, 4096);

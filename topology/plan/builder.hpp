@@ -20,6 +20,7 @@ class PlanBuilder {
   int ranks() const { return plan_.ranks; }
   int root() const { return plan_.root; }
   std::uint64_t size() const { return plan_.size; }
+  int plan_lanes() const { return plan_.lanes; }
   const Grid& grid() const { return grid_; }
   // Rank at a position relative to the root: (root + rel) mod p.
   int absolute(int rel) const { return (plan_.root + rel) % plan_.ranks; }

@@ -1,8 +1,9 @@
-// Multi-lane tree broadcast (Chiba, Endo, Matsuoka).
+// Multi-lane tree broadcast (Chiba, Endo, Matsuoka), generalised to k lanes.
 //
-// The root splits the message into halves A = [0, ceil(M/2)) and B = the rest.
-// In every site the members (its nodes, less the root) form two binary trees in
-// heap layout; Tree A carries A and Tree B carries B, one lane per child:
+// Two lanes (k = 2). The root splits the message into halves A = [0, ceil(M/2))
+// and B = the rest. In every site the members (its nodes, less the root) form
+// two binary trees in heap layout; Tree A carries A and Tree B carries B, one
+// lane per child:
 //
 //        root                 lane 0: A          lane 1: B
 //       /    \.
@@ -23,6 +24,15 @@
 // lane (multi-rail) means lane_from == lane_to inside a site. With these choices
 // the idle slots of one tree match the other tree's needs lane by lane for every
 // member count (checked for all counts by tests/topology/plan_properties_test).
+//
+// k lanes (Grid::lane_count, 1..8). The message is cut into k parts, part i =
+// [ceil(iM/k), ceil((i+1)M/k)), one per lane. Lanes are taken in pairs (0,1),
+// (2,3), ...: each pair runs the two-lane scheme above on its two parts, with
+// the pair's lanes in place of lanes 0 and 1. For odd k the last lane pairs
+// with itself: its part is cut in two halves that both travel on that lane.
+// Every member thus receives each part once and moves at most ceil(M/k) bytes
+// in and out per lane; every pair leaves two idle slots per site, so k parts
+// (k + 1 for odd k) feed the next site. k = 2 is exactly the two-lane plan.
 #include <array>
 #include <stdexcept>
 #include <string>
@@ -44,8 +54,8 @@ struct Half {
 };
 
 struct TreeShape {
-  int root_lane;    // lane the tree root receives its half on
-  int first_lane;   // lane to a first child (odd heap index)
+  int root_lane;   // lane the tree root receives its half on
+  int first_lane;  // lane to a first child (odd heap index)
 };
 
 constexpr TreeShape kTreeA{0, 1};
@@ -56,10 +66,12 @@ int own_lane(const TreeShape& shape, size_t index) {
   return index % 2 == 1 ? shape.first_lane : 1 - shape.first_lane;
 }
 
+// One lane pair's two trees. Slots carry pair-local lanes 0 and 1; `lanes`
+// maps them to the grid's lanes when a transfer is emitted.
 class SiteTrees {
  public:
-  SiteTrees(detail::PlanBuilder& b, std::array<Half, 2> halves)
-      : b_(b), halves_(halves) {}
+  SiteTrees(detail::PlanBuilder& b, std::array<Half, 2> halves, std::array<int, 2> lanes)
+      : b_(b), halves_(halves), lanes_(lanes) {}
 
   // Builds one site. `sources[h]` sends half h to the site (the root's lanes in
   // the root site, the previous site's idle slots elsewhere). Returns the site's
@@ -101,7 +113,8 @@ class SiteTrees {
         emit(Slot{t[(i - 1) / 2], own_lane(shape, i)}, t[i], h, own_lane(shape, i));
       for (size_t i = 0; i < t.size(); ++i) {
         for (size_t c : {2 * i + 1, 2 * i + 2}) {
-          if (c >= t.size()) free_slots[static_cast<size_t>(h)].push_back(Slot{t[i], own_lane(shape, c)});
+          if (c >= t.size())
+            free_slots[static_cast<size_t>(h)].push_back(Slot{t[i], own_lane(shape, c)});
         }
       }
     }
@@ -135,33 +148,57 @@ class SiteTrees {
  private:
   void emit(Slot from, int to, int half, int lane_to) {
     const Half& part = halves_[static_cast<size_t>(half)];
-    b_.send(from.rank, to, part.offset, part.length, from.lane, lane_to);
+    b_.send(from.rank, to, part.offset, part.length, lanes_[static_cast<size_t>(from.lane)],
+            lanes_[static_cast<size_t>(lane_to)]);
   }
 
   detail::PlanBuilder& b_;
   std::array<Half, 2> halves_;
+  std::array<int, 2> lanes_;
 };
+
+// Start of part i of k: ceil(i * size / k), without overflow.
+std::uint64_t part_begin(std::uint64_t size, int k, int i) {
+  const auto uk = static_cast<std::uint64_t>(k), ui = static_cast<std::uint64_t>(i);
+  const std::uint64_t q = size / uk, r = size % uk;
+  return ui * q + (ui * r + uk - 1) / uk;
+}
+
+// The lane pairs and their halves: pair j is lanes (2j, 2j+1) with parts 2j and
+// 2j+1; for odd k the last pair is (k-1, k-1) with part k-1 cut in two.
+std::vector<SiteTrees> lane_pairs(detail::PlanBuilder& b, int k) {
+  const std::uint64_t size = b.size();
+  std::vector<SiteTrees> pairs;
+  for (int lane = 0; lane < k; lane += 2) {
+    const std::uint64_t begin = part_begin(size, k, lane);
+    if (lane + 1 < k) {
+      const std::uint64_t mid = part_begin(size, k, lane + 1), end = part_begin(size, k, lane + 2);
+      pairs.emplace_back(b, std::array<Half, 2>{Half{begin, mid - begin}, Half{mid, end - mid}},
+                         std::array<int, 2>{lane, lane + 1});
+    } else {
+      const std::uint64_t len = size - begin, first = len - len / 2;
+      pairs.emplace_back(b,
+                         std::array<Half, 2>{Half{begin, first}, Half{begin + first, len - first}},
+                         std::array<int, 2>{lane, lane});
+    }
+  }
+  return pairs;
+}
 
 }  // namespace
 
 Plan build_multilane(const Grid& grid, int root, std::uint64_t size) {
   detail::PlanBuilder b(grid, Algorithm::kMultilane, root, size);
-  const std::uint64_t half_a = size - size / 2;  // ceil(M/2)
-  SiteTrees trees(b, {Half{0, half_a}, Half{half_a, size - half_a}});
+  std::vector<SiteTrees> pairs = lane_pairs(b, b.plan_lanes());
 
-  std::array<Slot, 2> sources{Slot{root, 0}, Slot{root, 1}};
+  // Each pair's sources: the root's two (pair-local) lanes, then the previous
+  // site's idle slots of that pair.
+  std::vector<std::array<Slot, 2>> sources(pairs.size(), {Slot{root, 0}, Slot{root, 1}});
   bool root_site = true;
   for (int site : grid.site_chain(grid.site_of(root))) {
     std::vector<int> members;
     for (int r : grid.sites[static_cast<size_t>(site)].ranks)
       if (r != root) members.push_back(r);
-    std::vector<Slot> idle = trees.build(members, sources, root_site);
-    root_site = false;
-    if (idle.size() < 2) {
-      // Cannot happen for a site with members (exactly two slots stay idle).
-      throw std::logic_error("multilane: site " + grid.sites[static_cast<size_t>(site)].name +
-                             " has no idle slots to feed the next site");
-    }
     // Prefer a Tree A member for half A: it holds A one hop earlier.
     const size_t k_a = (members.size() + 1) / 2;
     auto in_tree_a = [&](int rank) {
@@ -169,8 +206,17 @@ Plan build_multilane(const Grid& grid, int root, std::uint64_t size) {
         if (members[i] == rank) return true;
       return members.empty();
     };
-    if (!in_tree_a(idle[0].rank) && in_tree_a(idle[1].rank)) std::swap(idle[0], idle[1]);
-    sources = {idle[0], idle[1]};
+    for (size_t j = 0; j < pairs.size(); ++j) {
+      std::vector<Slot> idle = pairs[j].build(members, sources[j], root_site);
+      if (idle.size() < 2) {
+        // Cannot happen for a site with members (exactly two slots stay idle).
+        throw std::logic_error("multilane: site " + grid.sites[static_cast<size_t>(site)].name +
+                               " has no idle slots to feed the next site");
+      }
+      if (!in_tree_a(idle[0].rank) && in_tree_a(idle[1].rank)) std::swap(idle[0], idle[1]);
+      sources[j] = {idle[0], idle[1]};
+    }
+    root_site = false;
   }
   return std::move(b).finish();
 }

@@ -18,6 +18,7 @@ PlanBuilder::PlanBuilder(const Grid& grid, Algorithm algorithm, int root, std::u
   plan_.root = root;
   plan_.size = size;
   plan_.wan_streams = grid.max_wan_streams();
+  plan_.lanes = grid.lane_count();
 }
 
 void PlanBuilder::send(int from, int to, std::uint64_t offset, std::uint64_t length, int lane_from,

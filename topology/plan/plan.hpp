@@ -14,7 +14,7 @@
 namespace gridbcast::topology {
 
 enum class Algorithm {
-  kMultilane,         // two binary trees per site, leaf swap, chained sites
+  kMultilane,         // two binary trees per site and lane pair, leaf swap, chained sites
   kBinomial,          // latency-optimal for small messages
   kScatterRd,         // binomial scatter + recursive-doubling allgather
   kScatterRing,       // binomial scatter + native ring allgather (p-1 full steps)
@@ -59,6 +59,7 @@ struct Plan {
   int root = 0;
   std::uint64_t size = 0;
   int wan_streams = 1;
+  int lanes = 2;  // lanes every rank opens (Grid::lane_count); transfers use 0..lanes-1
   std::vector<Transfer> transfers;
 };
 

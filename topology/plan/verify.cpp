@@ -16,6 +16,12 @@ std::string describe(size_t index, const Transfer& t) {
   return o.str();
 }
 
+// Bytes [begin, end) reached a rank after `hops` transfers from the root.
+struct ByteDepth {
+  std::uint64_t begin, end;
+  int hops;
+};
+
 }  // namespace
 
 PlanCheck verify_plan(const Grid& grid, const Plan& plan) {
@@ -33,8 +39,14 @@ PlanCheck verify_plan(const Grid& grid, const Plan& plan) {
     errors.push_back("root " + std::to_string(plan.root) + " out of range");
     return check;
   }
-  for (auto& v : st.out_bytes) v.assign(up, 0);
-  for (auto& v : st.in_bytes) v.assign(up, 0);
+  if (plan.lanes < 1 || plan.lanes > kMaxLanes || plan.lanes != grid.lane_count()) {
+    errors.push_back("plan has " + std::to_string(plan.lanes) + " lanes, the topology " +
+                     std::to_string(grid.lane_count()));
+    return check;
+  }
+  const auto lanes = static_cast<size_t>(plan.lanes);
+  st.out_bytes.assign(lanes, std::vector<std::uint64_t>(up, 0));
+  st.in_bytes.assign(lanes, std::vector<std::uint64_t>(up, 0));
   st.received.assign(up, 0);
   st.depth.assign(up, 0);
   st.site_depth.assign(grid.sites.size(), 0);
@@ -42,6 +54,7 @@ PlanCheck verify_plan(const Grid& grid, const Plan& plan) {
   std::vector<IntervalSet> holds(up);
   holds[static_cast<size_t>(plan.root)].add(0, plan.size);
   const bool multilane = plan.algorithm == Algorithm::kMultilane;
+  std::vector<std::vector<ByteDepth>> byte_depth(multilane ? up : 0);
   const bool exact = plan.algorithm != Algorithm::kScatterRing;
 
   for (size_t i = 0; i < plan.transfers.size(); ++i) {
@@ -55,8 +68,8 @@ PlanCheck verify_plan(const Grid& grid, const Plan& plan) {
                        std::to_string(plan.size) + " bytes");
       continue;
     }
-    if (t.lane_from < 0 || t.lane_from > 1 || t.lane_to < 0 || t.lane_to > 1) {
-      errors.push_back(describe(i, t) + ": lanes must be 0 or 1");
+    if (t.lane_from < 0 || t.lane_from >= plan.lanes || t.lane_to < 0 || t.lane_to >= plan.lanes) {
+      errors.push_back(describe(i, t) + ": lanes must be 0 to " + std::to_string(plan.lanes - 1));
       continue;
     }
     const int want_streams = grid.streams_between(t.from, t.to);
@@ -75,11 +88,22 @@ PlanCheck verify_plan(const Grid& grid, const Plan& plan) {
     if (exact && fresh != t.length)
       errors.push_back(describe(i, t) + ": exactness: " + std::to_string(t.length - fresh) +
                        " bytes the receiver already holds");
-    st.out_bytes[t.lane_from][from] += t.length;
-    st.in_bytes[t.lane_to][to] += t.length;
+    st.out_bytes[static_cast<size_t>(t.lane_from)][from] += t.length;
+    st.in_bytes[static_cast<size_t>(t.lane_to)][to] += t.length;
     st.received[to] += t.length;
     if (!same_site) st.wan_bytes += t.length;
-    st.depth[to] = std::max(st.depth[to], st.depth[from] + 1);
+    if (multilane) {
+      // Hops per byte range: parts travel independently, so a transfer is one
+      // hop deeper than the bytes it forwards, not than everything its sender
+      // received (multilane has at most 2k ranges per rank).
+      int hops = 0;
+      for (const ByteDepth& d : byte_depth[from])
+        if (d.begin < t.offset + t.length && t.offset < d.end) hops = std::max(hops, d.hops);
+      byte_depth[to].push_back(ByteDepth{t.offset, t.offset + t.length, hops + 1});
+      st.depth[to] = std::max(st.depth[to], hops + 1);
+    } else {
+      st.depth[to] = std::max(st.depth[to], st.depth[from] + 1);
+    }
   }
 
   for (int r = 0; r < p; ++r) {
@@ -101,15 +125,21 @@ PlanCheck verify_plan(const Grid& grid, const Plan& plan) {
   }
 
   if (multilane && plan.size > 0) {
-    const std::uint64_t half = plan.size - plan.size / 2;
+    // Each lane moves at most one part, ceil(M/k) bytes, each way. For odd k the
+    // last lane carries both halves of its part, ceil(part/2) each: a tree
+    // parent sends its half twice on it, so up to 2 * ceil(part/2) out.
+    const auto k = static_cast<std::uint64_t>(plan.lanes);
+    const std::uint64_t part = plan.size / k + (plan.size % k != 0 ? 1 : 0);
     for (int r = 0; r < p; ++r) {
       const auto ur = static_cast<size_t>(r);
-      for (int lane = 0; lane < 2; ++lane) {
-        const auto ul = static_cast<size_t>(lane);
-        if (st.out_bytes[ul][ur] > half || st.in_bytes[ul][ur] > half)
-          errors.push_back("multilane: rank " + std::to_string(r) + " lane " +
-                           std::to_string(lane) + " moves more than ceil(M/2) = " +
-                           std::to_string(half) + " bytes (in " +
+      for (size_t ul = 0; ul < lanes; ++ul) {
+        const bool self_paired = k % 2 == 1 && ul + 1 == lanes;
+        const std::uint64_t limit = self_paired ? 2 * (part - part / 2) : part;
+        if (st.out_bytes[ul][ur] > limit || st.in_bytes[ul][ur] > part)
+          errors.push_back("multilane: rank " + std::to_string(r) + " lane " + std::to_string(ul) +
+                           " moves more than its part of " + std::to_string(limit) +
+                           " bytes (ceil(M/" + std::to_string(k) + ")" +
+                           (self_paired ? ", both halves on one lane" : "") + "; in " +
                            std::to_string(st.in_bytes[ul][ur]) + ", out " +
                            std::to_string(st.out_bytes[ul][ur]) + ")");
       }
