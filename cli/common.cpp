@@ -114,7 +114,8 @@ void add_topology_options(CLI::App* cmd, TopologyOptions& t, bool congestion, bo
       ->check(CLI::Range(1, 64));
   cmd->add_option("--lanes", t.lanes,
                   "logical lanes per rank, one part of the message each in multilane (default: "
-                  "the topology's defaults.lanes, else the most NICs a node has, at least 2)")
+                  "the topology's defaults.lanes, else the count with the best rate for the NICs; "
+                  "docs/TOPOLOGY.md)")
       ->check(CLI::Range(1, topology::kMaxLanes));
   if (congestion)
     cmd->add_option("--congestion", t.congestion,

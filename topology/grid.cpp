@@ -1,7 +1,10 @@
 #include "topology/grid.hpp"
 
 #include <algorithm>
+#include <array>
 #include <deque>
+#include <limits>
+#include <set>
 #include <stdexcept>
 
 namespace gridbcast::topology {
@@ -142,11 +145,61 @@ std::string Grid::congestion_between(int from_rank, int to_rank) const {
   return congestion;
 }
 
+int Node::lane_nic_index(int lane) const {
+  std::array<int, kMaxLanes> on{};  // lanes dealt to each NIC so far (a node uses its first 8)
+  const size_t n = std::min(nics.size(), on.size());
+  int last = 0;
+  for (int l = 0; l <= lane; ++l) {
+    size_t best = 0;
+    for (size_t j = 1; j < n; ++j) {
+      // Compare bandwidth / (lanes + 1) without dividing; on a tie the NIC
+      // with fewer lanes, then the lower index.
+      const double mine = nics[j].bandwidth_bps * (on[best] + 1);
+      const double theirs = nics[best].bandwidth_bps * (on[j] + 1);
+      if (mine > theirs || (mine == theirs && on[j] < on[best])) best = j;
+    }
+    ++on[best];
+    last = static_cast<int>(best);
+  }
+  return last;
+}
+
+double Node::lane_bandwidth_bps(int lane, int lanes) const {
+  const int nic = lane_nic_index(lane);
+  int sharing = 0;
+  for (int l = 0; l < lanes; ++l) sharing += lane_nic_index(l) == nic ? 1 : 0;
+  return nics[static_cast<size_t>(nic)].bandwidth_bps / std::max(sharing, 1);
+}
+
 int Grid::lane_count() const {
   if (lanes > 0) return std::min(lanes, kMaxLanes);
-  size_t most = 2;
-  for (const Node& n : nodes) most = std::max(most, n.nics.size());
-  return static_cast<int>(std::min(most, static_cast<size_t>(kMaxLanes)));
+  return automatic_lane_count();
+}
+
+int Grid::automatic_lane_count() const {
+  // Nodes with the same NIC bandwidths have the same lanes: price each once.
+  std::set<std::vector<double>> shapes;
+  for (const Node& n : nodes) {
+    std::vector<double> bw;
+    for (const Nic& nic : n.nics) bw.push_back(nic.bandwidth_bps);
+    shapes.insert(std::move(bw));
+  }
+  int best_k = 2;
+  double best_rate = -1;
+  for (int k = 2; k <= kMaxLanes; ++k) {
+    double slowest = std::numeric_limits<double>::infinity();
+    for (const auto& bw : shapes) {
+      Node n;
+      for (const double b : bw) n.nics.push_back(Nic{"", b, ""});
+      for (int l = 0; l < k; ++l) slowest = std::min(slowest, n.lane_bandwidth_bps(l, k));
+    }
+    const double rate = nodes.empty() ? 0 : k * slowest;
+    if (rate > best_rate * (1 + 1e-9)) {  // strictly better: ties keep the smaller k
+      best_rate = rate;
+      best_k = k;
+    }
+  }
+  return best_k;
 }
 
 int Grid::max_wan_streams() const {

@@ -38,8 +38,10 @@ struct Nic {
   std::string device;        // optional interface name (testbed uses it)
 };
 
-// One node runs one rank. Logical lane L uses NIC (L mod nics.size()), so a
-// one-NIC node still has every lane the grid's plans use (k sockets, one NIC).
+// One node runs one rank. Its logical lanes go to its NICs in proportion to
+// their bandwidth (lane_nic_index), so a one-NIC node still has every lane the
+// grid's plans use (k sockets, one NIC), and NICs of equal speed take lanes in
+// turn: lane L on NIC L mod nics.size().
 struct Node {
   std::string name;
   std::string host;  // where the ssh backend reaches it; defaults to name
@@ -47,7 +49,15 @@ struct Node {
   std::vector<Nic> nics;
   Location where;
 
-  const Nic& lane_nic(int lane) const { return nics[static_cast<size_t>(lane) % nics.size()]; }
+  // Lanes 0, 1, ... are dealt one at a time, each to the NIC that would give it
+  // the most bandwidth (NIC bandwidth / (lanes on it + 1); ties: the NIC with
+  // fewer lanes, then the lower index). Lane L's NIC depends only on lanes
+  // 0..L-1, never on the lane count.
+  int lane_nic_index(int lane) const;
+  const Nic& lane_nic(int lane) const { return nics[static_cast<size_t>(lane_nic_index(lane))]; }
+  // The bandwidth lane L can count on at this node when `lanes` lanes are open:
+  // its NIC's bandwidth over the lanes that share it.
+  double lane_bandwidth_bps(int lane, int lanes) const;
   double total_bandwidth_bps() const;
 };
 
@@ -107,9 +117,14 @@ struct Grid {
   // Largest stream count any WAN link asks for (1 when there are none).
   int max_wan_streams() const;
   // The lanes every rank opens and multilane plans use: `lanes` when set, else
-  // the most NICs any node has, at least 2 (so grids of one- and two-NIC nodes
-  // keep the two-lane multilane) and at most kMaxLanes.
+  // automatic_lane_count().
   int lane_count() const;
+  // The k in 2..kMaxLanes that gives multilane the highest rate, k x the
+  // smallest lane_bandwidth_bps(l, k) over every node and lane (each lane
+  // carries M/k), the smallest such k on a tie: 2 for grids of one- and two-NIC
+  // nodes of equal speeds (today's multilane), 4 for four equal NICs, 3 for a
+  // 100 + 50 Mbit/s pair.
+  int automatic_lane_count() const;
 };
 
 }  // namespace gridbcast::topology

@@ -143,8 +143,8 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
     const Transfer& t = plan.transfers[ti];
     const auto& src = grid.nodes[static_cast<size_t>(t.from)];
     const auto& dst = grid.nodes[static_cast<size_t>(t.to)];
-    const int nic_out = t.lane_from % static_cast<int>(src.nics.size());
-    const int nic_in = t.lane_to % static_cast<int>(dst.nics.size());
+    const int nic_out = src.lane_nic_index(t.lane_from);
+    const int nic_in = dst.lane_nic_index(t.lane_to);
     const int out_res =
         nic_out_res[static_cast<size_t>(nic_base[static_cast<size_t>(t.from)] + nic_out)];
     const int in_res =

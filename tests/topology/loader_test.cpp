@@ -913,7 +913,8 @@ TEST(Loader, RanksFollowSitesThenNodeEntriesThenHostlistOrder) {
   EXPECT_EQ(x3.nics[1].device, "");
   EXPECT_DOUBLE_EQ(x3.nics[1].bandwidth_bps, 25e9);
   EXPECT_DOUBLE_EQ(x3.total_bandwidth_bps(), 35e9);
-  EXPECT_EQ(x3.lane_nic(0).address, "10.0.0.3");
+  // Lanes go to NICs by bandwidth: 25 Gbit, then 25/2 > 10, then 10 > 25/3.
+  EXPECT_EQ(x3.lane_nic(0).address, "10.0.1.3");
   EXPECT_EQ(x3.lane_nic(1).address, "10.0.1.3");
   EXPECT_EQ(x3.lane_nic(2).address, "10.0.0.3");
 

@@ -155,6 +155,7 @@ TEST(MultilaneKLanes, TwoLanesAreExactlyTheTwoLanePlan) {
 
 TEST(MultilaneKLanes, LaneCountFollowsTheNicsUnlessSet) {
   EXPECT_EQ(make_grid({3}, 1, 1).lane_count(), 2);
+  EXPECT_EQ(make_grid({3}, 1, 3).lane_count(), 3);
   EXPECT_EQ(make_grid({3}, 1, 4).lane_count(), 4);
   EXPECT_EQ(make_grid({3}, 1, 12).lane_count(), kMaxLanes);
   Grid g = make_grid({3}, 1, 4);
@@ -167,6 +168,54 @@ TEST(MultilaneKLanes, LaneCountFollowsTheNicsUnlessSet) {
   ASSERT_FALSE(check.ok());
   EXPECT_NE(check.errors.front().find("3 lanes, the topology 2"), std::string::npos)
       << check.errors.front();
+}
+
+// Bandwidth-aware lanes (issue 14, part 3): lanes go to NICs in proportion to
+// their bandwidth, and the automatic lane count is the one with the best rate.
+Node node_with(std::vector<double> mbits) {
+  Node n;
+  for (double m : mbits) n.nics.push_back(Nic{"10.0.0.1", m * 1e6, ""});
+  return n;
+}
+
+std::vector<int> lane_nics(const Node& n, int lanes) {
+  std::vector<int> out;
+  for (int l = 0; l < lanes; ++l) out.push_back(n.lane_nic_index(l));
+  return out;
+}
+
+TEST(LaneNics, EqualNicsTakeLanesInTurnAndFasterNicsTakeMore) {
+  EXPECT_EQ(lane_nics(node_with({100}), 4), (std::vector<int>{0, 0, 0, 0}));
+  EXPECT_EQ(lane_nics(node_with({100, 100}), 5), (std::vector<int>{0, 1, 0, 1, 0}));
+  EXPECT_EQ(lane_nics(node_with({50, 50, 50}), 4), (std::vector<int>{0, 1, 2, 0}));
+  // 100 + 50: the 100 Mbit NIC takes two lanes of every three.
+  EXPECT_EQ(lane_nics(node_with({100, 50}), 6), (std::vector<int>{0, 1, 0, 0, 1, 0}));
+  EXPECT_EQ(lane_nics(node_with({50, 100}), 3), (std::vector<int>{1, 0, 1}));
+  EXPECT_DOUBLE_EQ(node_with({100, 50}).lane_bandwidth_bps(0, 3), 50e6);
+  EXPECT_DOUBLE_EQ(node_with({100, 50}).lane_bandwidth_bps(1, 3), 50e6);
+  EXPECT_DOUBLE_EQ(node_with({100, 50}).lane_bandwidth_bps(0, 2), 100e6);
+}
+
+TEST(LaneNics, TheAutomaticLaneCountHasTheBestRateAndTheFewestLanes) {
+  auto grid_of = [](std::vector<std::vector<double>> nodes) {
+    Grid g;
+    g.sites.push_back(Site{"s", {}, {}});
+    for (auto& n : nodes) {
+      g.sites[0].ranks.push_back(g.size());
+      g.nodes.push_back(node_with(n));
+    }
+    return g;
+  };
+  EXPECT_EQ(grid_of({{100}, {100}}).automatic_lane_count(), 2);            // today's
+  EXPECT_EQ(grid_of({{100, 100}, {100, 100}}).automatic_lane_count(), 2);  // today's
+  EXPECT_EQ(grid_of({{25, 25, 25, 25}, {25, 25, 25, 25}}).automatic_lane_count(), 4);
+  EXPECT_EQ(grid_of({{100, 50}, {100, 50}}).automatic_lane_count(), 3);  // 3 x 50, not 2 x 50
+  EXPECT_EQ(grid_of({{100, 50}, {50, 100}}).automatic_lane_count(), 3);
+  // A one-NIC node sets every k's rate alike: the fewest lanes.
+  EXPECT_EQ(grid_of({{50}, {100, 100, 100, 100}}).automatic_lane_count(), 2);
+  EXPECT_EQ(grid_of(std::vector<std::vector<double>>(3, std::vector<double>(12, 10)))
+                .automatic_lane_count(),
+            kMaxLanes);
 }
 
 TEST(Multilane, WanTransfersCarryTheLinkStreamCount) {
