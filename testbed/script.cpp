@@ -13,6 +13,7 @@ constexpr int kLaneRulePref = 1000;  // + lane index: iif laneK -> delay table
 constexpr int kWanRulePref = 2000;   // + WAN end index: iif wanI -> delay table
 constexpr std::size_t kMinDelayBuffer = 4u << 20;
 constexpr std::size_t kMaxDelayBuffer = 256u << 20;
+constexpr std::string_view kMulticastNet = "224.0.0.0/4";
 
 std::string num(double v) {
   return std::to_string(std::llround(v));
@@ -193,7 +194,16 @@ std::vector<Step> build_script(const topology::Grid& grid, const Layout& l,
   // 3. Routers: bridges (one per lane) and the WAN veth pairs.
   for (const auto& r : l.routers) {
     lines = {"link set lo up"};
-    for (const auto& lane : r.lanes) lines.push_back("link add " + lane.bridge + " type bridge");
+    // A lane is a switch that forwards IP multicast (issue 15's multicast
+    // broadcast), so its bridge does no IGMP snooping: with snooping on, a
+    // port that has not joined gets a group's traffic only while no querier
+    // is around, and a querier would make delivery depend on IGMP timing
+    // (reports, 260 s membership timeouts). Flooding a group to every port
+    // of a lane costs nothing here: every node of a site receives the
+    // broadcast anyway. The router does not route multicast (no multicast
+    // routing daemon, no mroute table), so groups stay inside the site.
+    for (const auto& lane : r.lanes)
+      lines.push_back("link add " + lane.bridge + " type bridge mcast_snooping 0");
     for (const auto& w : r.wan)
       if (r.site < w.peer_site)
         lines.push_back("link add " + w.dev + " type veth peer name " + w.dev + " netns " +
@@ -290,9 +300,15 @@ std::vector<Step> build_script(const topology::Grid& grid, const Layout& l,
                       nic.address.str() + " table " + table);
       lines.push_back("route add default via " + nic.gateway.str() + " dev " + nic.device +
                       " src " + nic.address.str() + " table " + table);
+      // Multicast from a lane's address leaves on that lane, straight onto
+      // its switch (no gateway).
+      lines.push_back("route add " + std::string(kMulticastNet) + " dev " + nic.device + " src " +
+                      nic.address.str() + " table " + table);
     }
     const auto& first = n.nics.front();
     lines.push_back("route add default via " + first.gateway.str() + " dev " + first.device);
+    // Unbound multicast (and joins without an interface) use NIC 0, as unicast does.
+    lines.push_back("route add " + std::string(kMulticastNet) + " dev " + first.device);
     for (const auto& lane : all_lanes) {
       const bool own = std::any_of(n.nics.begin(), n.nics.end(),
                                    [&](const NicPlan& nic) { return nic.subnet == lane.subnet; });
