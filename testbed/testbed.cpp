@@ -318,6 +318,23 @@ State up(const topology::Grid& grid, const UpOptions& o, std::ostream& log) {
   return s;
 }
 
+std::string dry_run(const topology::Grid& grid, const UpOptions& o) {
+  const std::string prefix = testbed_prefix(grid.name, o.id);
+  const int block = preferred_management_block(prefix);
+  const Layout l = plan_layout(grid, o.id, block);
+  ScriptOptions so;
+  so.latency = o.delay == DelayMode::kNetem ? Latency::kNetem : Latency::kDelayLine;
+  so.exe = o.exe.empty() ? self_exe() : o.exe;
+  so.state_dir = state_dir(prefix);
+  so.offload = o.offload;
+  std::string out = "# gridbcast testbed up --dry-run: testbed " + prefix + " of topology \"" +
+                    grid.name + "\"; management network " + l.mgmt_net.str() +
+                    " if free (else the next free block)";
+  if (!grid.wan.empty() && o.delay == DelayMode::kAuto)
+    out += "; WAN latency shown with the delay line (up uses netem where the kernel has it)";
+  return out + "\n" + format_script(build_script(grid, l, so));
+}
+
 bool down(const std::string& prefix, std::ostream& log) {
   const std::string dir = state_dir(prefix);
   std::optional<State> s;

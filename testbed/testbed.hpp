@@ -35,6 +35,12 @@ bool netem_available(const std::string& ns, std::string* why_not = nullptr);
 // Builds the testbed; first removes leftovers of the same one (same prefix).
 // On failure removes what it created and throws TestbedError.
 State up(const topology::Grid& grid, const UpOptions& o, std::ostream& log);
+// `up --dry-run`: the script `up` would run (format_script), without root and
+// without touching the system. Two decisions `up` takes on the machine are
+// assumed: the management block is the preferred one (`up` moves to the next
+// free one if it is taken), and --delay auto is shown as the delay line (`up`
+// uses netem where the kernel has it; --delay netem shows that variant).
+std::string dry_run(const topology::Grid& grid, const UpOptions& o);
 // Removes every namespace, interface and delay-line process of the testbed
 // with this prefix. Returns false if there was nothing to remove.
 bool down(const std::string& prefix, std::ostream& log);

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "testbed_support.hpp"
 #include "topology/loader.hpp"
 
 namespace gridbcast::testbed {
@@ -88,6 +89,26 @@ INSTANTIATE_TEST_SUITE_P(ShippedConfigs, TestbedScriptGolden,
                              if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
                            return n;
                          });
+
+// `gridbcast testbed up --dry-run` prints this very script and changes nothing.
+TEST(TestbedScript, DryRunPrintsTheScript) {
+  const std::string config = kSrc + "/site-configs/testbed-2x2.yaml";
+  testing::TbChild c(
+      {testing::kBin, "testbed", "up", "--dry-run", config, "--id", kGoldenId, "--delay", "netem"});
+  ASSERT_EQ(c.wait(std::chrono::seconds(30)), 0) << c.err();
+  std::string out = c.out();
+  // The delay lines would run this binary; the golden says "gridbcast".
+  for (size_t at; (at = out.find(testing::kBin)) != std::string::npos;)
+    out.replace(at, testing::kBin.size(), "gridbcast");
+  const std::string script = format_script(script_of("testbed-2x2", Latency::kNetem));
+  ASSERT_GE(out.size(), script.size());
+  EXPECT_EQ(out.substr(out.size() - script.size()), script);
+  EXPECT_EQ(out.rfind("# gridbcast testbed up --dry-run: testbed gb", 0), 0u) << out.substr(0, 200);
+  // Nothing was built.
+  const auto prefix = testbed_prefix("testbed-2x2", kGoldenId);
+  EXPECT_FALSE(state_exists(state_dir(prefix)));
+  EXPECT_TRUE(netns_with_prefix(prefix).empty());
+}
 
 size_t index_of_choice(const std::vector<Step>& s) {
   for (size_t i = 0; i < s.size(); ++i)
