@@ -26,7 +26,7 @@ struct Testbed {
            *client = nullptr;
   std::string topology, id, delay = "auto", prefix, node, output, image = "gridbcast:latest",
                             env_file = "gridbcast.env";
-  bool keep = false, no_offload = false;
+  bool keep = false, no_offload = false, dry_run = false;
   std::vector<std::string> command, links, launch_args;
   int ready_fd = -1;
   int priority = kDelayLinePriority;
@@ -90,8 +90,12 @@ Testbed::Testbed(CLI::App& app) {
       "up", "Build the emulated grid: namespaces, lane bridges, routers, shaping, WAN delay");
   topology_arg(m.up, true);
   delay_opt(m.up);
+  m.up->add_flag("--dry-run", m.dry_run,
+                 "print the ip, tc and sysctl commands and the delay lines `up` would run, one a "
+                 "line, and change nothing (no root needed)");
   m.up->footer(
-      "Removes leftovers of the same testbed first. Prints the launcher (management) address.");
+      "Removes leftovers of the same testbed first. Prints the launcher (management) address.\n"
+      "Example: gridbcast testbed up --dry-run site-configs/testbed-2x2.yaml | grep mcast");
 
   m.down = m.cmd->add_subcommand(
       "down", "Remove every namespace, interface and process the testbed created");
@@ -183,6 +187,10 @@ Testbed::Testbed(CLI::App& app) {
 // Runs the chosen sub-subcommand; errors are thrown (TestbedError,
 // topology::ConfigError) for main to report.
 int run_testbed(Testbed& m) {
+  if (m.up->parsed() && m.dry_run) {
+    std::cout << dry_run(m.grid(), m.up_options());
+    return 0;
+  }
   if (m.up->parsed()) {
     up(m.grid(), m.up_options(), std::cerr);
     return 0;

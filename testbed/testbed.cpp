@@ -33,96 +33,10 @@ using namespace std::chrono_literals;
 constexpr auto kDelayLineStartTimeout = 10s;
 constexpr auto kStopGrace = 2s;
 constexpr std::string_view kDelayLineTag = " testbed delayline";
-constexpr int kLaneRulePref = 1000;  // + lane index: iif laneK -> delay table
-constexpr int kWanRulePref = 2000;   // + WAN end index: iif wanI -> delay table
-constexpr std::size_t kMinDelayBuffer = 4u << 20;
-constexpr std::size_t kMaxDelayBuffer = 256u << 20;
-
-std::string num(double v) {
-  return std::to_string(std::llround(v));
-}
-
-// One HTB class line. Burst: 1 ms at the rate, but at least one GSO packet
-// (64 KiB) so big segments do not stall the class.
-std::string htb_class(const std::string& dev, const std::string& parent, const std::string& id,
-                      double rate_bps, double ceil_bps, long long quantum) {
-  const long long burst = std::max<long long>(std::llround(ceil_bps / 8 / 1000), 70000);
-  return "class add dev " + dev + " parent " + parent + " classid " + id + " htb rate " +
-         num(rate_bps) + "bit ceil " + num(ceil_bps) + "bit burst " + std::to_string(burst) +
-         " cburst " + std::to_string(burst) + " quantum " + std::to_string(quantum);
-}
-
-// HTB with one class at `rate_bps` and `leaf` below it: shapes egress of `dev`.
-std::vector<std::string> htb(const std::string& dev, double rate_bps, const std::string& leaf) {
-  const long long quantum = std::clamp<long long>(std::llround(rate_bps / 80), 1514, 200000);
-  return {"qdisc add dev " + dev + " root handle 1: htb default 1",
-          htb_class(dev, "1:", "1:1", rate_bps, rate_bps, quantum),
-          "qdisc add dev " + dev + " parent 1:1 handle 10: " + leaf};
-}
 
 }  // namespace
 
-std::string bfifo(double rate_bps, double seconds) {
-  return "bfifo limit " + num(std::max(rate_bps / 8 * seconds, 131072.0));
-}
-
-std::vector<std::string> fair_htb(const std::string& dev, double rate_bps, std::string_view key,
-                                  const std::vector<Ipv4>& peers) {
-  const bool per_peer = peers.size() <= kFairPeers;
-  const size_t children = 1 + (per_peer ? peers.size() : kFairBuckets);
-  const double child_rate = std::max(rate_bps / static_cast<double>(children), 8000.0);
-  std::vector<std::string> lines = {"qdisc add dev " + dev + " root handle 1: htb default 2",
-                                    htb_class(dev, "1:", "1:1", rate_bps, rate_bps, 200000)};
-  auto child = [&](unsigned minor) {
-    char id[16];
-    std::snprintf(id, sizeof id, "1:%x", minor);
-    lines.push_back(htb_class(dev, "1:1", id, child_rate, rate_bps, 65536));
-    lines.push_back("qdisc add dev " + dev + " parent " + id + " " + bfifo(rate_bps, 0.01));
-    return std::string(id);
-  };
-  child(2);
-  const std::string filter_prio = "filter add dev " + dev + " parent 1: protocol ip prio 1 ";
-  const std::string filter = filter_prio + "u32 ";
-  if (per_peer) {
-    for (size_t i = 0; i < peers.size(); ++i) {
-      const std::string id = child(0x100 + static_cast<unsigned>(i));
-      lines.push_back(filter + "match ip " + std::string(key) + " " + peers[i].str() +
-                      "/32 flowid " + id);
-    }
-  } else {
-    lines.push_back(filter_prio + "handle 2: u32 divisor " + std::to_string(kFairBuckets));
-    lines.push_back(filter +
-                    "ht 800:: match ip protocol 6 0xff hashkey mask 0x003e0000 at 20 link 2:");
-    for (int b = 0; b < kFairBuckets; ++b) {
-      const std::string id = child(0x100 + static_cast<unsigned>(b));
-      char bucket[16];
-      std::snprintf(bucket, sizeof bucket, "2:%x:", b);
-      lines.push_back(filter + "ht " + bucket + " match u32 0 0 flowid " + id);
-    }
-  }
-  return lines;
-}
-
 namespace {
-
-std::string loss_percent(double loss) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g%%", loss * 100);
-  return buf;
-}
-
-std::string netem_leaf(const WanEndPlan& w) {
-  const double packets = w.bandwidth_bps / 8 * (w.latency_s + 0.05) / 1500 * 1.5;
-  std::string leaf = "netem delay " + num(w.latency_s * 1e6) + "us";
-  if (w.loss > 0) leaf += " loss " + loss_percent(w.loss);
-  return leaf + " limit " + num(std::max(1000.0, packets));
-}
-
-std::size_t delay_buffer_bytes(const RouterPlan& r, const WanEndPlan& w) {
-  const double bytes = r.ingress_bps / 8 * w.latency_s * 1.5 + static_cast<double>(kMinDelayBuffer);
-  return static_cast<std::size_t>(std::clamp(bytes, static_cast<double>(kMinDelayBuffer),
-                                             static_cast<double>(kMaxDelayBuffer)));
-}
 
 std::string trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
@@ -177,21 +91,12 @@ bool leftovers_exist(const std::string& prefix) {
          !root_links_with_prefix(prefix).empty();
 }
 
-DelayLineProcess spawn_delay_line(const RouterPlan& r, const std::string& dir,
-                                  const std::string& exe, bool offload) {
-  std::vector<std::string> argv = {exe, "testbed", "delayline", "--ready-fd", "3"};
-  for (const auto& w : r.wan) {
-    DelayLinkConfig c;
-    c.tun = w.tun;
-    c.delay_s = w.latency_s;
-    c.loss = w.loss;
-    c.offload = offload && w.loss == 0;  // loss must hit single segments, not 64 KiB bursts
-    c.buffer_bytes = delay_buffer_bytes(r, w);
-    argv.push_back("--link");
-    argv.push_back(format_delay_link(c));
-  }
-  const std::string log_path = dir + "/delayline-" + sanitize_name(r.name) + ".log";
-  const std::string ns_path = "/run/netns/" + r.ns;
+// Starts the delay line inside its router's namespace and waits until it says
+// "ready" (it then owns its TUNs).
+DelayLineProcess start_delay_line(const StartDelayLine& d) {
+  std::vector<std::string> argv = d.argv;
+  const std::string& log_path = d.log;
+  const std::string ns_path = "/run/netns/" + d.ns;
   std::vector<char*> cargv;
   for (auto& a : argv) cargv.push_back(a.data());
   cargv.push_back(nullptr);
@@ -206,14 +111,14 @@ DelayLineProcess spawn_delay_line(const RouterPlan& r, const std::string& dir,
     const std::string why = std::strerror(errno);
     for (int fd : {ready[0], ready[1], logfd, nsfd, devnull})
       if (fd >= 0) ::close(fd);
-    throw TestbedError("starting the delay line of site \"" + r.name + "\": cannot open " +
+    throw TestbedError("starting the delay line of site \"" + d.site_name + "\": cannot open " +
                        log_path + ", " + ns_path + " or /dev/null: " + why);
   }
   const pid_t pid = ::fork();
   if (pid < 0) {
     const std::string why = std::strerror(errno);
     for (int fd : {ready[0], ready[1], logfd, nsfd, devnull}) ::close(fd);
-    throw TestbedError("starting the delay line of site \"" + r.name + "\": fork: " + why);
+    throw TestbedError("starting the delay line of site \"" + d.site_name + "\": fork: " + why);
   }
   if (pid == 0) {
     // The daemon: its own session, inside the router namespace, output to its log.
@@ -251,9 +156,9 @@ DelayLineProcess spawn_delay_line(const RouterPlan& r, const std::string& dir,
     if (msg.find('\n') != std::string::npos) break;
   }
   ::close(ready[0]);
-  if (msg.rfind("ready", 0) == 0) return {r.site, pid, process_start_time(pid), log_path};
+  if (msg.rfind("ready", 0) == 0) return {d.site, pid, process_start_time(pid), log_path};
   stop_process(pid, 0, 1s);
-  throw TestbedError("the delay line of site \"" + r.name + "\" did not start" +
+  throw TestbedError("the delay line of site \"" + d.site_name + "\" did not start" +
                      (msg.empty()
                           ? " within " + std::to_string(kDelayLineStartTimeout.count()) + " s"
                           : ": " + trim(msg)) +
@@ -281,38 +186,22 @@ bool healthy(const State& s, std::ostream* report) {
   return ok;
 }
 
-void build(const topology::Grid& grid, const Layout& l, State& s, const UpOptions& o,
-           std::ostream& log) {
-  const auto t0 = std::chrono::steady_clock::now();
-  // 1. Namespaces, with sysctls set before any interface exists.
-  std::vector<std::string> lines;
-  for (const auto& ns : s.namespaces()) lines.push_back("netns add " + ns);
-  run_batch("ip", "", lines, "creating the namespaces");
-  const std::vector<Sysctl> common = {{"net/ipv6/conf/all/disable_ipv6", "1", true},
-                                      {"net/ipv6/conf/default/disable_ipv6", "1", true},
-                                      {"net/ipv4/conf/all/rp_filter", "0"},
-                                      {"net/ipv4/conf/default/rp_filter", "0"}};
-  std::vector<Sysctl> router = common;
-  router.insert(router.end(), {{"net/ipv4/ip_forward", "1"},
-                               {"net/ipv4/conf/all/send_redirects", "0"},
-                               {"net/ipv4/conf/default/send_redirects", "0"}});
-  for (const auto& r : l.routers) write_sysctls(r.ns, router);
-  for (const auto& n : l.nodes) write_sysctls(n.ns, common);
-
-  // 2. How latency is emulated.
-  bool use_netem = false;
-  if (grid.wan.empty()) {
+// The latency decision (ChooseLatency): --delay, and with auto whether netem
+// works here; recorded in the state and said in the log.
+Latency choose_latency(const ChooseLatency& c, State& s, const UpOptions& o, std::ostream& log) {
+  Latency chosen = Latency::kNone;
+  if (c.probe_ns.empty()) {
     s.delay_mode = "none";
   } else {
     std::string why;
-    const bool netem = o.delay != DelayMode::kDelayLine && netem_available(l.routers[0].ns, &why);
+    const bool netem = o.delay != DelayMode::kDelayLine && netem_available(c.probe_ns, &why);
     if (o.delay == DelayMode::kNetem && !netem)
       throw TestbedError("--delay netem: tc netem does not work on this kernel (" + why +
                          "); use --delay delayline or auto");
-    use_netem = netem;
-    s.delay_mode = use_netem ? "netem" : "delayline";
-    if (!use_netem) check_prerequisites(true);
-    if (use_netem)
+    chosen = netem ? Latency::kNetem : Latency::kDelayLine;
+    s.delay_mode = std::string(latency_name(chosen));
+    if (!netem) check_prerequisites(true);
+    if (netem)
       log << "testbed: WAN latency and loss by tc netem\n";
     else
       log << "testbed: WAN latency and loss by the userspace delay line (gridbcast testbed "
@@ -322,161 +211,38 @@ void build(const topology::Grid& grid, const Layout& l, State& s, const UpOption
           << "\n";
   }
   save_state(s);
+  return chosen;
+}
 
-  // 3. Routers: bridges (one per lane) and the WAN veth pairs.
-  for (const auto& r : l.routers) {
-    lines = {"link set lo up"};
-    for (const auto& lane : r.lanes) lines.push_back("link add " + lane.bridge + " type bridge");
-    for (const auto& w : r.wan)
-      if (r.site < w.peer_site)
-        lines.push_back("link add " + w.dev + " type veth peer name " + w.dev + " netns " +
-                        l.routers[static_cast<size_t>(w.peer_site)].ns);
-    run_batch("ip", r.ns, lines, "setting up the router of site \"" + r.name + "\"");
-  }
-  // 4. Nodes: one veth per NIC, its peer in the router namespace.
-  for (const auto& n : l.nodes) {
-    lines = {"link set lo up"};
-    for (const auto& nic : n.nics) {
-      lines.push_back("link add " + nic.device + " type veth peer name " + nic.port + " netns " +
-                      l.routers[static_cast<size_t>(n.site)].ns);
-      lines.push_back("addr add " + nic.address.str() + "/" + std::to_string(nic.subnet.length) +
-                      " dev " + nic.device);
-      lines.push_back("link set " + nic.device + " up");
-    }
-    run_batch("ip", n.ns, lines, "setting up node \"" + n.name + "\"");
-  }
-  // 5. Management: a bridge in the root namespace, one veth per node.
-  lines = {"link add " + l.mgmt_bridge + " type bridge"};
-  for (const auto& n : l.nodes) {
-    lines.push_back("link add " + n.mgmt_peer + " type veth peer name " +
-                    std::string(kManagementDevice) + " netns " + n.ns);
-    lines.push_back("link set " + n.mgmt_peer + " master " + l.mgmt_bridge);
-  }
-  run_batch("ip", "", lines, "creating the management network");
-  for (const auto& dev : s.root_links) {
-    const std::string p = "/proc/sys/net/ipv6/conf/" + dev + "/disable_ipv6";
-    if (std::ofstream f(p); f) f << "1";  // quiet links: no IPv6 link-local traffic
-  }
-  lines = {"addr add " + l.mgmt_gateway.str() + "/" + std::to_string(l.mgmt_net.length) + " dev " +
-               l.mgmt_bridge,
-           "link set " + l.mgmt_bridge + " up"};
-  for (const auto& n : l.nodes) lines.push_back("link set " + n.mgmt_peer + " up");
-  run_batch("ip", "", lines, "configuring the management network");
-
-  // 6. Routers: ports, gateway addresses, WAN addresses and routes, delay lines' TUNs.
-  for (const auto& r : l.routers) {
-    lines.clear();
-    for (const auto& n : l.nodes)
-      if (n.site == r.site)
-        for (const auto& nic : n.nics) {
-          lines.push_back("link set " + nic.port + " master " + nic.bridge);
-          lines.push_back("link set " + nic.port + " up");
-        }
-    for (const auto& lane : r.lanes) {
-      lines.push_back("addr add " + lane.gateway.str() + "/" + std::to_string(lane.subnet.length) +
-                      " dev " + lane.bridge);
-      lines.push_back("link set " + lane.bridge + " up");
-    }
-    for (const auto& w : r.wan) {
-      lines.push_back("addr add " + w.address.str() + "/30 dev " + w.dev);
-      lines.push_back("link set " + w.dev + " up");
-    }
-    for (const auto& rt : r.routes) {
-      const auto& w = r.wan[static_cast<size_t>(rt.wan)];
-      lines.push_back("route add " + rt.destination.str() + " via " + w.peer_address.str() +
-                      " dev " + w.dev);
-    }
-    if (!use_netem && !r.wan.empty()) {
-      const std::string table = std::to_string(kDelayTable);
-      for (const auto& w : r.wan) {
-        lines.push_back("tuntap add dev " + w.tun + " mode tun");
-        lines.push_back("link set dev " + w.tun + " txqueuelen 10000");
-        lines.push_back("link set " + w.tun + " up");
+// The runner: executes the script of build_script() step by step. The state
+// already names every namespace and root-namespace interface (state_from_layout),
+// so a failure anywhere leaves `down` enough to remove it all; the delay lines
+// are recorded one by one as they start.
+void build(const topology::Grid& grid, const Layout& l, State& s, const UpOptions& o,
+           std::ostream& log) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ScriptOptions so;
+  so.latency = Latency::kDelayLine;  // until ChooseLatency decides; nothing before it depends on it
+  so.exe = o.exe.empty() ? self_exe() : o.exe;
+  so.state_dir = s.dir;
+  so.offload = o.offload;
+  std::vector<Step> script = build_script(grid, l, so);
+  for (size_t i = 0; i < script.size(); ++i) {
+    const Step& step = script[i];
+    if (const auto* b = std::get_if<Batch>(&step.action)) {
+      run_batch(b->tool, b->ns, b->lines, step.what);
+    } else if (const auto* sc = std::get_if<Sysctls>(&step.action)) {
+      if (!sc->ns.empty()) {
+        write_sysctls(sc->ns, sc->settings);
+      } else {
+        for (const auto& x : sc->settings)  // best effort, as documented on Sysctls
+          if (std::ofstream f("/proc/sys/" + x.path); f) f << x.value;
       }
-      for (const auto& rt : r.routes)
-        lines.push_back("route add " + rt.destination.str() + " dev " +
-                        r.wan[static_cast<size_t>(rt.wan)].tun + " table " + table);
-      // Packets from the lanes and from other WAN links go through the delay
-      // line; packets coming out of it (iif dly*) use the main table: no loop.
-      for (size_t i = 0; i < r.lanes.size(); ++i)
-        lines.push_back("rule add iif " + r.lanes[i].bridge + " lookup " + table + " pref " +
-                        std::to_string(kLaneRulePref + static_cast<int>(i)));
-      for (size_t i = 0; i < r.wan.size(); ++i)
-        lines.push_back("rule add iif " + r.wan[i].dev + " lookup " + table + " pref " +
-                        std::to_string(kWanRulePref + static_cast<int>(i)));
-    }
-    run_batch("ip", r.ns, lines, "configuring the router of site \"" + r.name + "\"");
-  }
-  // 7. Nodes: management address, per-lane source routing, routes to every lane subnet.
-  std::vector<LanePlan> all_lanes;
-  for (const auto& r : l.routers) all_lanes.insert(all_lanes.end(), r.lanes.begin(), r.lanes.end());
-  for (const auto& n : l.nodes) {
-    lines = {"addr add " + n.mgmt_address.str() + "/" + std::to_string(l.mgmt_net.length) +
-                 " dev " + std::string(kManagementDevice),
-             "link set " + std::string(kManagementDevice) + " up"};
-    for (const auto& nic : n.nics) {
-      const std::string table = std::to_string(kLaneTableBase + nic.nic);
-      lines.push_back("rule add from " + nic.address.str() + " lookup " + table + " pref " + table);
-      lines.push_back("route add " + nic.subnet.str() + " dev " + nic.device + " src " +
-                      nic.address.str() + " table " + table);
-      lines.push_back("route add default via " + nic.gateway.str() + " dev " + nic.device +
-                      " src " + nic.address.str() + " table " + table);
-    }
-    const auto& first = n.nics.front();
-    lines.push_back("route add default via " + first.gateway.str() + " dev " + first.device);
-    for (const auto& lane : all_lanes) {
-      const bool own = std::any_of(n.nics.begin(), n.nics.end(),
-                                   [&](const NicPlan& nic) { return nic.subnet == lane.subnet; });
-      if (own || lane.nic >= static_cast<int>(n.nics.size())) continue;
-      const auto& nic = n.nics[static_cast<size_t>(lane.nic)];
-      lines.push_back("route add " + lane.subnet.str() + " via " + nic.gateway.str() + " dev " +
-                      nic.device);
-    }
-    run_batch("ip", n.ns, lines, "configuring node \"" + n.name + "\"");
-  }
-  // 8. Shaping: HTB on both ends of every NIC, fair among its flows, and on
-  // every WAN end (a router's FIFO).
-  // The NIC addresses of every node but one: the peers whose flows a NIC shares.
-  auto peers_of = [&](const NodePlan& n) {
-    std::vector<Ipv4> peers;
-    for (const auto& m : l.nodes)
-      if (m.rank != n.rank)
-        for (const auto& nic : m.nics) peers.push_back(nic.address);
-    return peers;
-  };
-  for (const auto& n : l.nodes) {
-    lines.clear();
-    const auto peers = peers_of(n);
-    for (const auto& nic : n.nics) {
-      auto q = fair_htb(nic.device, nic.bandwidth_bps, "dst", peers);
-      lines.insert(lines.end(), q.begin(), q.end());
-    }
-    run_batch("tc", n.ns, lines, "shaping the NICs of node \"" + n.name + "\"");
-  }
-  for (const auto& r : l.routers) {
-    lines.clear();
-    for (const auto& n : l.nodes)
-      if (n.site == r.site) {
-        const auto peers = peers_of(n);
-        for (const auto& nic : n.nics) {
-          auto q = fair_htb(nic.port, nic.bandwidth_bps, "src", peers);
-          lines.insert(lines.end(), q.begin(), q.end());
-        }
-      }
-    for (const auto& w : r.wan) {
-      const std::string leaf =
-          use_netem ? netem_leaf(w) : bfifo(w.bandwidth_bps, std::max(2 * w.latency_s, 0.01));
-      auto q = htb(w.dev, w.bandwidth_bps, leaf);
-      lines.insert(lines.end(), q.begin(), q.end());
-    }
-    run_batch("tc", r.ns, lines, "shaping the links of site \"" + r.name + "\"");
-  }
-  // 9. The delay lines, one process per router.
-  if (!use_netem) {
-    const std::string exe = o.exe.empty() ? self_exe() : o.exe;
-    for (const auto& r : l.routers) {
-      if (r.wan.empty()) continue;
-      s.delay_lines.push_back(spawn_delay_line(r, s.dir, exe, o.offload));
+    } else if (const auto* c = std::get_if<ChooseLatency>(&step.action)) {
+      so.latency = choose_latency(*c, s, o, log);
+      script = build_script(grid, l, so);  // the same steps up to here; `step` is gone
+    } else if (const auto* d = std::get_if<StartDelayLine>(&step.action)) {
+      s.delay_lines.push_back(start_delay_line(*d));
       save_state(s);
     }
   }
@@ -550,6 +316,23 @@ State up(const topology::Grid& grid, const UpOptions& o, std::ostream& log) {
     throw TestbedError(e.what());
   }
   return s;
+}
+
+std::string dry_run(const topology::Grid& grid, const UpOptions& o) {
+  const std::string prefix = testbed_prefix(grid.name, o.id);
+  const int block = preferred_management_block(prefix);
+  const Layout l = plan_layout(grid, o.id, block);
+  ScriptOptions so;
+  so.latency = o.delay == DelayMode::kNetem ? Latency::kNetem : Latency::kDelayLine;
+  so.exe = o.exe.empty() ? self_exe() : o.exe;
+  so.state_dir = state_dir(prefix);
+  so.offload = o.offload;
+  std::string out = "# gridbcast testbed up --dry-run: testbed " + prefix + " of topology \"" +
+                    grid.name + "\"; management network " + l.mgmt_net.str() +
+                    " if free (else the next free block)";
+  if (!grid.wan.empty() && o.delay == DelayMode::kAuto)
+    out += "; WAN latency shown with the delay line (up uses netem where the kernel has it)";
+  return out + "\n" + format_script(build_script(grid, l, so));
 }
 
 bool down(const std::string& prefix, std::ostream& log) {

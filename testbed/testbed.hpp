@@ -12,6 +12,7 @@
 
 #include "job/launcher.hpp"
 #include "testbed/layout.hpp"
+#include "testbed/script.hpp"
 #include "testbed/state.hpp"
 #include "topology/grid.hpp"
 
@@ -34,6 +35,12 @@ bool netem_available(const std::string& ns, std::string* why_not = nullptr);
 // Builds the testbed; first removes leftovers of the same one (same prefix).
 // On failure removes what it created and throws TestbedError.
 State up(const topology::Grid& grid, const UpOptions& o, std::ostream& log);
+// `up --dry-run`: the script `up` would run (format_script), without root and
+// without touching the system. Two decisions `up` takes on the machine are
+// assumed: the management block is the preferred one (`up` moves to the next
+// free one if it is taken), and --delay auto is shown as the delay line (`up`
+// uses netem where the kernel has it; --delay netem shows that variant).
+std::string dry_run(const topology::Grid& grid, const UpOptions& o);
 // Removes every namespace, interface and delay-line process of the testbed
 // with this prefix. Returns false if there was nothing to remove.
 bool down(const std::string& prefix, std::ostream& log);
@@ -63,30 +70,5 @@ struct NetnsLaunch {
   std::string state_dir;
 };
 NetnsLaunch make_netns_launch(const topology::Grid& grid, const std::string& exe);
-
-// Shaping, as `tc -batch` lines.
-// A FIFO holding `seconds` at the rate (at least 128 KiB): a switch or router buffer.
-std::string bfifo(double rate_bps, double seconds);
-
-// Peers up to which a NIC gets one class per peer address. tc slows down with
-// the classes in a namespace: a class per peer on 2 x 64 nodes took minutes.
-inline constexpr size_t kFairPeers = 64;
-// Classes TCP traffic is spread over by source port beyond that.
-inline constexpr int kFairBuckets = 32;
-
-// Egress of `dev` at `rate_bps`, shared fairly among flows: HTB at the rate,
-// split into equal child classes that borrow round-robin (HTB's deficit round
-// robin), one per peer address (`key` "dst" on a node's NIC, "src" on the
-// switch port towards it) when there are at most kFairPeers, otherwise
-// kFairBuckets chosen by bits 1-5 of the TCP source port (Linux gives bind()
-// odd ports, so bit 0 carries nothing), plus a default class 1:2 for the rest.
-// Each child holds 10 ms at the NIC's rate. Hosts share their NIC so (fq_codel,
-// fq), and so do switches with fair queueing; this kernel has no fair-queueing
-// qdisc, only HTB, bfifo and u32. With one FIFO instead, TCP flows through a
-// NIC split it unevenly for seconds, which slows every pipeline that feeds two
-// children through one NIC, or a ring whose node also receives the scatter, by
-// up to half (docs/TESTBED.md).
-std::vector<std::string> fair_htb(const std::string& dev, double rate_bps, std::string_view key,
-                                  const std::vector<Ipv4>& peers);
 
 }  // namespace gridbcast::testbed
