@@ -119,21 +119,40 @@ TEST(MultilaneKLanes, EveryRankReceivesOnePartOnEveryLane) {
     EXPECT_EQ(plan.lanes, k);
     const PlanCheck check = verify_plan(g, plan);
     ASSERT_TRUE(check.ok()) << "k=" << k << ": " << check.errors.front();
-    const std::uint64_t part =
-        (m + static_cast<std::uint64_t>(k) - 1) / static_cast<std::uint64_t>(k);
+    // One part of M/k per lane, within rounding (odd k: two pieces of M/2k).
+    const auto uk = static_cast<std::uint64_t>(k);
+    const std::uint64_t part = k % 2 == 0 ? (m + uk - 1) / uk : 2 * ((m + 2 * uk - 1) / (2 * uk));
     for (int r = 0; r < g.size(); ++r) {
       if (r == 4) continue;
       const auto ur = static_cast<size_t>(r);
       std::uint64_t total = 0;
       for (int lane = 0; lane < k; ++lane) {
         const std::uint64_t in = check.stats.in_bytes[static_cast<size_t>(lane)][ur];
-        EXPECT_GE(in + 1, m / static_cast<std::uint64_t>(k)) << "k=" << k << " rank " << r;
+        EXPECT_GE(in + 2, m / uk) << "k=" << k << " rank " << r;
         EXPECT_LE(in, part) << "k=" << k << " rank " << r << " lane " << lane;
         total += in;
       }
       EXPECT_EQ(total, m) << "k=" << k << " rank " << r;
     }
     EXPECT_EQ(check.stats.wan_bytes, 2 * m);
+  }
+}
+
+TEST(MultilaneKLanes, EveryFlowOfANodeCarriesTheSameBytes) {
+  // Equal flows: a NIC that shares its bandwidth equally among flows gives
+  // every piece the rate it needs (no lane carries two flows of half the rate
+  // beside another lane's one).
+  for (int k = 1; k <= kMaxLanes; ++k) {
+    Grid g = make_grid({7, 5}, 2, 1);
+    g.lanes = k;
+    const std::uint64_t m = 4'200'000;  // 5000 x 840, a multiple of k and 2k for every k <= 8
+    const Plan plan = build_multilane(g, 0, m);
+    std::set<std::uint64_t> lengths;
+    for (const Transfer& t : plan.transfers) lengths.insert(t.length);
+    EXPECT_EQ(lengths.size(), 1u) << "k=" << k;
+    EXPECT_EQ(*lengths.begin(), k % 2 == 0 ? m / static_cast<std::uint64_t>(k)
+                                           : m / (2 * static_cast<std::uint64_t>(k)))
+        << "k=" << k;
   }
 }
 

@@ -25,14 +25,20 @@
 // the idle slots of one tree match the other tree's needs lane by lane for every
 // member count (checked for all counts by tests/topology/plan_properties_test).
 //
-// k lanes (Grid::lane_count, 1..8). The message is cut into k parts, part i =
-// [ceil(iM/k), ceil((i+1)M/k)), one per lane. Lanes are taken in pairs (0,1),
-// (2,3), ...: each pair runs the two-lane scheme above on its two parts, with
-// the pair's lanes in place of lanes 0 and 1. For odd k the last lane pairs
-// with itself: its part is cut in two halves that both travel on that lane.
-// Every member thus receives each part once and moves at most ceil(M/k) bytes
-// in and out per lane; every pair leaves two idle slots per site, so k parts
-// (k + 1 for odd k) feed the next site. k = 2 is exactly the two-lane plan.
+// k lanes (Grid::lane_count, 1..8). Lanes are taken in pairs, and each pair
+// runs the two-lane scheme above on two pieces of the message, with the pair's
+// lanes in place of lanes 0 and 1. Even k: the message is cut into k pieces,
+// piece i = [ceil(iM/k), ceil((i+1)M/k)), and the pairs are (0,1), (2,3), ...
+// Odd k: 2k pieces, and pair i is lanes (i, i+1 mod k), so every lane is in two
+// pairs (k = 1: lane 0 twice). Every member receives each piece once and moves
+// one part, M/k, in and out per lane (odd k: two pieces of M/2k); every pair
+// leaves two idle slots per site, which feed that pair's trees in the next
+// site. Every flow of a node carries the same number of bytes: a NIC shared
+// equally among its flows (TCP, and the emulated grid) then gives each piece
+// the rate it needs. (A lane paired with itself would carry two flows of half
+// the rate beside another lane's one flow, and run at 2/3 of the bound on a
+// 100 + 50 Mbit/s pair: measured, docs/PERFORMANCE.md.) k = 2 is exactly the
+// two-lane plan.
 #include <array>
 #include <stdexcept>
 #include <string>
@@ -164,23 +170,25 @@ std::uint64_t part_begin(std::uint64_t size, int k, int i) {
   return ui * q + (ui * r + uk - 1) / uk;
 }
 
-// The lane pairs and their halves: pair j is lanes (2j, 2j+1) with parts 2j and
-// 2j+1; for odd k the last pair is (k-1, k-1) with part k-1 cut in two.
+// The lane pairs and their halves. Even k: pair j is lanes (2j, 2j+1) with
+// parts 2j and 2j+1 of k. Odd k: pair i is lanes (i, i+1 mod k) with pieces 2i
+// and 2i+1 of 2k, so each lane is in two pairs and carries two pieces (k = 1:
+// lanes (0, 0), the halves). Either way every flow of a node moves the same
+// number of bytes, so a NIC that shares its bandwidth equally among flows
+// gives every part the rate it needs.
 std::vector<SiteTrees> lane_pairs(detail::PlanBuilder& b, int k) {
   const std::uint64_t size = b.size();
+  const bool odd = k % 2 == 1;
+  const int pieces = odd ? 2 * k : k;
   std::vector<SiteTrees> pairs;
-  for (int lane = 0; lane < k; lane += 2) {
-    const std::uint64_t begin = part_begin(size, k, lane);
-    if (lane + 1 < k) {
-      const std::uint64_t mid = part_begin(size, k, lane + 1), end = part_begin(size, k, lane + 2);
-      pairs.emplace_back(b, std::array<Half, 2>{Half{begin, mid - begin}, Half{mid, end - mid}},
-                         std::array<int, 2>{lane, lane + 1});
-    } else {
-      const std::uint64_t len = size - begin, first = len - len / 2;
-      pairs.emplace_back(b,
-                         std::array<Half, 2>{Half{begin, first}, Half{begin + first, len - first}},
-                         std::array<int, 2>{lane, lane});
-    }
+  for (int i = 0; i < (odd ? k : k / 2); ++i) {
+    const std::uint64_t begin = part_begin(size, pieces, 2 * i);
+    const std::uint64_t mid = part_begin(size, pieces, 2 * i + 1);
+    const std::uint64_t end = part_begin(size, pieces, 2 * i + 2);
+    const std::array<int, 2> lanes =
+        odd ? std::array<int, 2>{i, (i + 1) % k} : std::array<int, 2>{2 * i, 2 * i + 1};
+    pairs.emplace_back(b, std::array<Half, 2>{Half{begin, mid - begin}, Half{mid, end - mid}},
+                       lanes);
   }
   return pairs;
 }

@@ -125,23 +125,20 @@ PlanCheck verify_plan(const Grid& grid, const Plan& plan) {
   }
 
   if (multilane && plan.size > 0) {
-    // Each lane moves at most one part, ceil(M/k) bytes, each way. For odd k the
-    // last lane carries both halves of its part, ceil(part/2) each: a tree
-    // parent sends its half twice on it, so up to 2 * ceil(part/2) out.
+    // Each lane moves one part each way: ceil(M/k) bytes for even k, two pieces
+    // of ceil(M/2k) for odd k (topology/plan/multilane.cpp).
     const auto k = static_cast<std::uint64_t>(plan.lanes);
-    const std::uint64_t part = plan.size / k + (plan.size % k != 0 ? 1 : 0);
+    const auto ceil_div = [](std::uint64_t a, std::uint64_t b) { return a / b + (a % b != 0); };
+    const std::uint64_t limit =
+        k % 2 == 0 ? ceil_div(plan.size, k) : 2 * ceil_div(plan.size, 2 * k);
     for (int r = 0; r < p; ++r) {
       const auto ur = static_cast<size_t>(r);
       for (size_t ul = 0; ul < lanes; ++ul) {
-        const bool self_paired = k % 2 == 1 && ul + 1 == lanes;
-        const std::uint64_t limit = self_paired ? 2 * (part - part / 2) : part;
-        if (st.out_bytes[ul][ur] > limit || st.in_bytes[ul][ur] > part)
+        if (st.out_bytes[ul][ur] > limit || st.in_bytes[ul][ur] > limit)
           errors.push_back("multilane: rank " + std::to_string(r) + " lane " + std::to_string(ul) +
-                           " moves more than its part of " + std::to_string(limit) +
-                           " bytes (ceil(M/" + std::to_string(k) + ")" +
-                           (self_paired ? ", both halves on one lane" : "") + "; in " +
-                           std::to_string(st.in_bytes[ul][ur]) + ", out " +
-                           std::to_string(st.out_bytes[ul][ur]) + ")");
+                           " moves more than its part of " + std::to_string(limit) + " bytes (M/" +
+                           std::to_string(k) + "; in " + std::to_string(st.in_bytes[ul][ur]) +
+                           ", out " + std::to_string(st.out_bytes[ul][ur]) + ")");
       }
       if (r != plan.root && st.received[ur] != plan.size)
         errors.push_back("multilane: rank " + std::to_string(r) + " receives " +
