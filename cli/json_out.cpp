@@ -43,6 +43,7 @@ Json plan_json(const topology::Grid& grid, const topology::Plan& plan) {
   j["root"] = plan.root;
   j["size"] = plan.size;
   j["wan_streams"] = plan.wan_streams;
+  j["lanes"] = plan.lanes;
   // Both bounds for this root and size: the max-flow one is what "x bound"
   // figures use; lower_bound_seconds is the simple one (docs/ALGORITHMS.md).
   const topology::MaxFlowBound bound = topology::max_flow_bound(grid, plan.root);
@@ -56,7 +57,7 @@ Json plan_json(const topology::Grid& grid, const topology::Plan& plan) {
     nodes.push_back({{"rank", r},
                      {"name", n.name},
                      {"site", grid.sites[static_cast<size_t>(n.site)].name},
-                     {"lanes", n.nics.size()}});
+                     {"nics", n.nics.size()}});
   }
   Json& transfers = j["transfers"] = Json::array();
   for (const auto& t : plan.transfers)

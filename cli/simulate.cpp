@@ -21,6 +21,7 @@ struct Simulate {
   CLI::App* sim_cmd = nullptr;
   TopologyOptions s_topology_options;
   std::string s_algorithm = "multilane", s_size = "64 MiB", s_scale, s_segment = "0";
+  bool s_mixed_nics = false;
   int s_root = 0;
   bool s_sweep = false, s_json = false;
   std::string s_congestion = "cubic";
@@ -41,6 +42,9 @@ struct Simulate {
     sim_cmd->add_option("--scale", s_scale,
                         "a synthetic grid SITESxNODES instead of TOPOLOGY (2 x 10 Gbit NICs, 10 ms "
                         "WAN), e.g. 10x1000");
+    sim_cmd->add_flag(
+        "--mixed-nics", s_mixed_nics,
+        "with --scale: nodes of 2 x 10, 25 + 10, 4 x 10 and 1 x 40 Gbit NICs in turn");
     sim_cmd->add_option("--segment", s_segment, "pipelining segment; 0 = topology's or automatic")
         ->capture_default_str();
     sim_cmd
@@ -64,9 +68,10 @@ struct Simulate {
       if (x == std::string::npos)
         throw CLI::ValidationError("--scale", "expected SITESxNODES, e.g. 10x1000");
       grid = topology::synthetic_grid(std::stoi(s_scale.substr(0, x)),
-                                      std::stoi(s_scale.substr(x + 1)));
+                                      std::stoi(s_scale.substr(x + 1)), s_mixed_nics);
       grid.lanes = s_topology_options.lanes;
     } else {
+      if (s_mixed_nics) throw CLI::ValidationError("--mixed-nics", "needs --scale");
       grid = load(s_topology_options).grid;
     }
     check_root(s_root, grid);
@@ -88,8 +93,8 @@ struct Simulate {
     model.congestion = *topology::parse_congestion(s_congestion);
     if (!s_json)
       std::cout << "# " << grid.name << ": " << grid.size() << " ranks in " << grid.sites.size()
-                << " site(s), root " << s_root << ", TCP congestion control " << s_congestion
-                << "\n"
+                << " site(s), root " << s_root << ", " << grid.lane_count()
+                << " lanes, TCP congestion control " << s_congestion << "\n"
                 << "# ratio: predicted over the max-flow bound; simple: the old bound "
                    "(docs/ALGORITHMS.md)\n"
                 << "# algorithm            size      predicted s    max-flow s      simple s   "

@@ -296,7 +296,7 @@ double lower_bound_seconds(const Grid& grid, int root, std::uint64_t bytes) {
   return grid.size() <= 1 ? 0.0 : static_cast<double>(bytes) * 8.0 / bw + latency;
 }
 
-Grid synthetic_grid(int sites, int nodes) {
+Grid synthetic_grid(int sites, int nodes, bool mixed_nics) {
   if (sites < 1 || nodes < 1) throw std::invalid_argument("--scale needs at least 1x1");
   Grid g;
   g.name = "synthetic-" + std::to_string(sites) + "x" + std::to_string(nodes);
@@ -309,10 +309,15 @@ Grid synthetic_grid(int sites, int nodes) {
       node.name = "s" + std::to_string(s) + "n" + std::to_string(n);
       node.host = node.name;
       node.site = s;
-      for (int l = 0; l < 2; ++l)
-        node.nics.push_back(Nic{"10." + std::to_string(s) + "." + std::to_string(n / 250 + 4 * l) +
-                                    "." + std::to_string(n % 250 + 1),
-                                10e9, ""});
+      static const std::vector<std::vector<double>> kShapes = {
+          {10e9, 10e9}, {25e9, 10e9}, {10e9, 10e9, 10e9, 10e9}, {40e9}};
+      const auto& shape =
+          mixed_nics ? kShapes[static_cast<size_t>(n) % kShapes.size()] : kShapes[0];
+      for (size_t l = 0; l < shape.size(); ++l)
+        node.nics.push_back(Nic{"10." + std::to_string(s) + "." +
+                                    std::to_string(n / 250 + 4 * static_cast<int>(l)) + "." +
+                                    std::to_string(n % 250 + 1),
+                                shape[l], ""});
       site.ranks.push_back(static_cast<int>(g.nodes.size()));
       g.nodes.push_back(std::move(node));
     }

@@ -67,7 +67,8 @@ double tcp_stream_limit(double rtt_s, double loss, const CostModel& model);
 double lower_bound_seconds(const Grid& grid, int root, std::uint64_t bytes);
 
 // A synthetic grid for --scale: `sites` sites of `nodes` nodes, two 10 Gbit
-// NICs each, chained by 10 ms, 10 Gbit WAN links of 4 streams.
-Grid synthetic_grid(int sites, int nodes);
+// NICs each, chained by 10 ms, 10 Gbit WAN links of 4 streams. `mixed_nics`:
+// node n has instead, by n mod 4, 2 x 10, 25 + 10, 4 x 10 or 1 x 40 Gbit.
+Grid synthetic_grid(int sites, int nodes, bool mixed_nics = false);
 
 }  // namespace gridbcast::topology

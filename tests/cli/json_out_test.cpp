@@ -120,6 +120,7 @@ const std::vector<std::pair<std::string, T>> kPlanFields = {
     {"root", T::number_unsigned},
     {"size", T::number_unsigned},
     {"wan_streams", T::number_unsigned},
+    {"lanes", T::number_unsigned},
     {"max_flow_bound_seconds", T::number_float},
     {"max_flow_rate_bps", T::number_float},
     {"max_flow_bottleneck_rank", T::number_unsigned},
@@ -140,7 +141,8 @@ TEST(JsonSchema, Plan) {
   expect_fields(j["nodes"][0], {{"rank", T::number_unsigned},
                                 {"name", T::string},
                                 {"site", T::string},
-                                {"lanes", T::number_unsigned}});
+                                {"nics", T::number_unsigned}});
+  EXPECT_EQ(j["lanes"], 2);
   ASSERT_EQ(j["transfers"].size(), 7u);  // binomial: one transfer to every other rank
   expect_fields(j["transfers"][0], {{"from", T::number_unsigned},
                                     {"to", T::number_unsigned},

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "support/grids.hpp"
+#include "topology/bound.hpp"
 
 namespace gridbcast::topology {
 namespace {
@@ -149,6 +150,20 @@ TEST(Simulate, SyntheticGridsScale) {
   const auto r = simulate(g, build_plan(g, Algorithm::kMultilane, 0, 64 << 20));
   EXPECT_GT(r.makespan_s, lower_bound_seconds(g, 0, 64 << 20));
   EXPECT_LT(r.makespan_s, 3 * lower_bound_seconds(g, 0, 64 << 20));
+}
+
+TEST(Simulate, SyntheticGridsWithMixedNicsScale) {
+  const Grid g = synthetic_grid(3, 40, true);
+  EXPECT_EQ(g.size(), 120);
+  EXPECT_EQ(g.nodes[1].nics.size(), 2u);
+  EXPECT_EQ(g.nodes[2].nics.size(), 4u);
+  EXPECT_EQ(g.nodes[3].nics.size(), 1u);
+  const Plan plan = build_plan(g, Algorithm::kMultilane, 0, 64 << 20);
+  EXPECT_EQ(plan.lanes, g.automatic_lane_count());
+  const auto r = simulate(g, plan);
+  const double bound = max_flow_bound_seconds(g, 0, 64 << 20);
+  EXPECT_GT(r.makespan_s, bound);
+  EXPECT_LT(r.makespan_s, 3 * bound);
 }
 
 }  // namespace

@@ -43,7 +43,7 @@ std::string plan_to_text(const Grid& grid, const Plan& plan) {
   };
   o << algorithm_name(plan.algorithm) << ": " << plan.ranks << " ranks in " << grid.sites.size()
     << " site(s), root " << name(plan.root) << ", " << format_bytes(plan.size) << ", "
-    << plan.transfers.size() << " transfers\n";
+    << plan.transfers.size() << " transfers, " << plan.lanes << " lanes\n";
   if (grid.size() > 1) {
     const MaxFlowBound bound = max_flow_bound(grid, plan.root);
     char line[160];
