@@ -47,6 +47,28 @@ TEST(Launch, EveryAlgorithmOnTheHeterogeneousGrid) {
   }
 }
 
+// k lanes through the CLI: --lanes reaches every rank (through the topology
+// text the launcher sends), on the embedded default and on --hosts.
+TEST(Launch, LanesOptionRunsThreeAndFiveLanesEverywhere) {
+  for (const char* k : {"3", "5"}) {
+    Child c(
+        {kBin, "launch", "--size", "1000003", "--lanes", k, "--algorithm", "multilane", "--json"});
+    ASSERT_EQ(c.wait(120s), 0) << k << ": " << c.err();
+    EXPECT_EQ(last_json(c.out())["verified"], true) << c.out();
+  }
+  Child hosts({kBin, "launch", "--hosts", "a:127.0.9.[1-3],b:127.0.9.[4-5]", "--lanes", "4",
+               "--size", "777777", "--algorithm", "multilane", "--json"});
+  ASSERT_EQ(hosts.wait(120s), 0) << hosts.err();
+  EXPECT_EQ(last_json(hosts.out())["ranks"], 5) << hosts.out();
+  Child plan({kBin, "plan", "--hosts", "a:127.0.9.[1-3],b:127.0.9.[4-5]", "--lanes", "4", "--size",
+              "1MiB", "--format", "json", "--check"});
+  ASSERT_EQ(plan.wait(60s), 0) << plan.err();
+  EXPECT_EQ(last_json(plan.out())["lanes"], 4) << plan.out();
+  Child bad({kBin, "plan", "--lanes", "9"});
+  EXPECT_EQ(bad.wait(10s), 2);
+  EXPECT_NE(bad.err().find("--lanes"), std::string::npos) << bad.err();
+}
+
 // Two sites on loopback whose lane sockets use the congestion control `cc`.
 std::string congestion_topology(const std::string& dir, const std::string& cc) {
   const std::string path = dir + "/congestion.yaml";
