@@ -36,6 +36,12 @@ void chain_from(const Grid& grid, int site, std::vector<bool>& visited, std::vec
 
 }  // namespace
 
+std::string SiteMulticast::range() const {
+  return std::to_string(network >> 24) + "." + std::to_string((network >> 16) & 0xff) + "." +
+         std::to_string((network >> 8) & 0xff) + "." + std::to_string(network & 0xff) + "/" +
+         std::to_string(prefix);
+}
+
 std::string Location::str() const {
   if (line <= 0) return file;
   if (column <= 0) return file + ":" + std::to_string(line);
