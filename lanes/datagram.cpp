@@ -92,10 +92,12 @@ FragmentHeader fragment_header(std::uint64_t job_id, std::uint64_t broadcast_id,
                         layout.payload(index)};
 }
 
-DatagramKey datagram_key(std::span<const std::uint8_t> secret, std::uint64_t job_id) {
+DatagramKey datagram_key(std::span<const std::uint8_t> secret, std::uint64_t job_id,
+                         std::uint64_t communicator) {
   if (secret.empty()) throw std::runtime_error("the datagram key needs a job secret");
   std::vector<std::uint8_t> info(kKeyLabel.begin(), kKeyLabel.end());
-  for (int i = 7; i >= 0; --i) info.push_back(static_cast<std::uint8_t>(job_id >> (8 * i)));
+  for (const std::uint64_t v : {job_id, communicator})
+    for (int i = 7; i >= 0; --i) info.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
   const std::unique_ptr<EVP_PKEY_CTX, decltype(&EVP_PKEY_CTX_free)> ctx(
       EVP_PKEY_CTX_new_id(EVP_PKEY_HKDF, nullptr), EVP_PKEY_CTX_free);
   DatagramKey key{};

@@ -13,12 +13,15 @@
 //   payload of the last    = total - (count - 1) * fragment bytes
 //   count                  = max(1, ceil(total / fragment bytes))  (0 bytes: one empty datagram)
 //   MAC = HMAC-SHA256(datagram key, header | payload), first 16 bytes
-//   datagram key = HKDF-SHA256(job secret, info "gridbcast multicast datagram key v1" | job id)
+//   datagram key = HKDF-SHA256(job secret,
+//                  info "gridbcast multicast datagram key v1" | job id | communicator)
 //
 // The TCP handshake keys HMAC with the job secret itself (lanes/wire.hpp); the
 // datagram key is derived under its own label, so no datagram MAC is ever a
-// valid handshake MAC or the other way round, and the job id in the derivation
-// gives two jobs sharing a secret different keys.
+// valid handshake MAC or the other way round. The job id in the derivation
+// gives two jobs sharing a secret different keys, and the communicator (its
+// context id) keeps one communicator's datagrams, replayed into another's
+// group, from passing there: broadcast ids count from 0 on each.
 //
 // A receiver trusts nothing before decode_fragment() accepted it: sizes first,
 // then the job id and the MAC, then every range (index < count, count and
@@ -88,7 +91,8 @@ FragmentHeader fragment_header(std::uint64_t job_id, std::uint64_t broadcast_id,
 
 // HKDF-SHA256 of the job secret (see above). Throws std::runtime_error if
 // OpenSSL fails or the secret is empty.
-DatagramKey datagram_key(std::span<const std::uint8_t> secret, std::uint64_t job_id);
+DatagramKey datagram_key(std::span<const std::uint8_t> secret, std::uint64_t job_id,
+                         std::uint64_t communicator = 0);
 
 // Writes header | payload | MAC into `out` and returns the datagram's size
 // (kDatagramOverhead + payload.size()). Encodes the header as given, so tests

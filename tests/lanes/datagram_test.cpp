@@ -72,6 +72,8 @@ TEST(Datagram, KeyIsDerivedPerJobAndIsNotTheSecret) {
   const DatagramKey a = datagram_key(kSecret, 1);
   EXPECT_EQ(a, datagram_key(kSecret, 1));  // deterministic: every rank derives the same
   EXPECT_NE(a, datagram_key(kSecret, 2));
+  EXPECT_EQ(a, datagram_key(kSecret, 1, 0));
+  EXPECT_NE(a, datagram_key(kSecret, 1, 1));  // another communicator of the job
   EXPECT_NE(a, datagram_key(std::vector<std::uint8_t>(32, 0x5b), 1));
   EXPECT_FALSE(std::equal(a.begin(), a.end(), kSecret.begin()));
   EXPECT_THROW(datagram_key({}, 1), std::runtime_error);
