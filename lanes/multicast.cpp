@@ -360,6 +360,13 @@ struct MulticastSender::Impl : std::enable_shared_from_this<Impl> {
                         options.key, datagram);
     socket.async_send_to(asio::buffer(datagram.data(), n), destination,
                          [self = shared_from_this()](std::error_code ec, size_t sent) {
+                           // A full device queue loses this datagram only
+                           // (the chain brings it); anything else ends the send.
+                           if (ec == asio::error::no_buffer_space) {
+                             ++self->dropped;
+                             ++self->next;
+                             return self->step();
+                           }
                            if (ec)
                              return self->finish_send("multicast send to " +
                                                       where(self->destination) + ": " +
@@ -403,6 +410,7 @@ struct MulticastSender::Impl : std::enable_shared_from_this<Impl> {
   std::function<bool(std::uint32_t)> include;
   std::uint64_t datagrams = 0;
   std::uint64_t wire_bytes = 0;
+  std::uint64_t dropped = 0;
 };
 
 std::unique_ptr<MulticastSender> MulticastSender::open(asio::io_context& io,

@@ -158,6 +158,9 @@ class MulticastSender {
             std::function<bool(std::uint32_t index)> include = {});
   std::uint64_t datagrams_sent() const;
   std::uint64_t wire_bytes_sent() const;  // IP packet bytes, as the pace counts them
+  // Refused by the host with ENOBUFS (a full device queue): lost like a
+  // datagram dropped on the wire, and the send goes on.
+  std::uint64_t datagrams_dropped() const;
   void close();
 
   struct Impl;
