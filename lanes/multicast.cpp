@@ -119,9 +119,16 @@ struct MulticastReceiver::Impl : std::enable_shared_from_this<Impl> {
     if (ec == asio::error::operation_aborted || !socket.is_open()) return;
     if (ec) {
       // A UDP receive error (e.g. an ICMP report on a unicast socket) ends
-      // nothing: note it within the rate limit and keep receiving.
+      // nothing: note it within the rate limit and keep receiving; one that
+      // repeats without a datagram between is not transient, and would spin.
       log.note("receive failed: " + ec.message());
+      if (++errors_in_a_row >= kMaxErrorsInARow) {
+        log.note("receiving stopped after " + std::to_string(errors_in_a_row) +
+                 " failures in a row; the chain must bring every fragment");
+        return;
+      }
     } else {
+      errors_in_a_row = 0;
       ++received;
       handle(std::span<const std::uint8_t>(buffer.data(), n));
     }
@@ -221,6 +228,8 @@ struct MulticastReceiver::Impl : std::enable_shared_from_this<Impl> {
   std::uint64_t received = 0;
   std::uint64_t delivered = 0;
   RejectionCounts counts{};
+  static constexpr int kMaxErrorsInARow = 64;
+  int errors_in_a_row = 0;
 };
 
 std::unique_ptr<MulticastReceiver> MulticastReceiver::open(asio::io_context& io,
@@ -317,10 +326,10 @@ struct MulticastSender::Impl : std::enable_shared_from_this<Impl> {
   void send(std::uint64_t id, std::span<const std::uint8_t> msg,
             std::function<void(const std::string&)> done, std::function<bool(std::uint32_t)> inc) {
     if (busy) throw std::logic_error("MulticastSender::send while a send is running");
+    layout = fragment_layout(msg.size(), fragment);  // may throw: before anything changes
     busy = true;
     broadcast_id = id;
     message = msg;
-    layout = fragment_layout(msg.size(), fragment);
     next = 0;
     on_done = std::move(done);
     include = std::move(inc);

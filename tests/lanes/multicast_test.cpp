@@ -3,6 +3,7 @@
 // this). As root with `ip netns`: a real group joined on a veth NIC in a
 // private network namespace.
 #include "lanes/multicast.hpp"
+#include "lanes/net.hpp"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -308,6 +309,43 @@ TEST(MulticastReceiver, ALateReceiverStillCatchesWhatArrivedBeforeItAsked) {
   ASSERT_TRUE(run_until(io, [&] { return r->rejected(Rejection::kOtherBroadcast) == 8; }));
   EXPECT_EQ(r->early_held(), 0u);
   EXPECT_EQ(b2, second);
+}
+
+TEST(MulticastSender, RefusesMisuse) {
+  asio::io_context io;
+  SenderOptions so;
+  so.destination = "239.1.2.3";
+  so.port = 50000;
+  so.interface_address = "127.0.0.1";
+  so.ttl = 0;
+  EXPECT_THROW(MulticastSender::open(io, so), std::invalid_argument);
+  so.ttl = 256;
+  EXPECT_THROW(MulticastSender::open(io, so), std::invalid_argument);
+  so.ttl = 1;
+  so.interface_address = "eth0";
+  EXPECT_THROW(MulticastSender::open(io, so), NetworkError);
+  so.interface_address = "127.0.0.1";
+  so.destination = "127.0.0.1";
+  so.rate_bps = 1e6;
+  auto s = MulticastSender::open(io, so);
+  const auto msg = message(20'000, 1);
+  std::string result = "(running)";
+  s->send(1, msg, [&](const std::string& e) { result = e; });
+  // One send at a time: a second one is refused and the first goes on.
+  EXPECT_THROW(s->send(2, msg, [](const std::string&) {}), std::logic_error);
+  ASSERT_TRUE(run_until(io, [&] { return result != "(running)"; }));
+  EXPECT_EQ(result, "");
+  EXPECT_EQ(s->datagrams_sent(), 15u);
+}
+
+TEST(MulticastReceiver, RefusesWhatIsNotAGroupOrAnAddress) {
+  asio::io_context io;
+  ReceiverOptions o = unicast_receiver();
+  o.group = "10.1.2.3";
+  EXPECT_THROW(MulticastReceiver::open(io, o), NetworkError);
+  o.group = "239.1.2.3";
+  o.interface_address = "not-an-address";
+  EXPECT_THROW(MulticastReceiver::open(io, o), NetworkError);
 }
 
 TEST(MulticastSender, PacesToTheGivenRate) {
