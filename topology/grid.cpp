@@ -57,6 +57,16 @@ double Node::total_bandwidth_bps() const {
   return total;
 }
 
+double Grid::multicast_pace_bps(int sender, int lane) const {
+  double slowest = 0;
+  for (const int r : sites.at(static_cast<size_t>(site_of(sender))).ranks) {
+    if (r == sender) continue;
+    const double bps = nodes[static_cast<size_t>(r)].lane_nic(lane).bandwidth_bps;
+    if (slowest == 0 || bps < slowest) slowest = bps;
+  }
+  return slowest;
+}
+
 const WanLink* Grid::link_between(int a, int b) const {
   for (const WanLink& link : wan) {
     if ((link.site_a == a && link.site_b == b) || (link.site_a == b && link.site_b == a)) {

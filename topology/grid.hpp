@@ -148,6 +148,11 @@ struct Grid {
   // nodes of equal speeds (today's multilane), 4 for four equal NICs, 3 for a
   // 100 + 50 Mbit/s pair.
   int automatic_lane_count() const;
+  // The pace for a multicast from `sender` inside its site on `lane`: the
+  // slowest NIC that lane uses on the site's other nodes, which each receive
+  // every datagram (the NIC's whole bandwidth; the chain's TCP shares it).
+  // 0 when the sender is alone in its site.
+  double multicast_pace_bps(int sender, int lane) const;
 };
 
 }  // namespace gridbcast::topology

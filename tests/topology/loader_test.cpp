@@ -1265,6 +1265,32 @@ TEST(Docs, TheCompleteExampleInTopologyMdLoads) {
 // ---------------------------------------------------------------------------
 // Graph queries
 
+TEST(GridQueries, MulticastPaceIsTheSlowestReceivingNicOfTheLane) {
+  const Grid grid =
+      load_grid_string(yaml({
+                           "sites:",
+                           "  - name: s",
+                           "    multicast: true",
+                           "    nodes:",
+                           "      - {name: a, nics: [{address: 10.0.0.1, bandwidth: 10 Gbit},",
+                           "                         {address: 10.0.1.1, bandwidth: 10 Gbit}]}",
+                           "      - {name: b, nics: [{address: 10.0.0.2, bandwidth: 2 Gbit},",
+                           "                         {address: 10.0.1.2, bandwidth: 1.5 Gbit}]}",
+                           "      - {name: c, nics: [{address: 10.0.0.3, bandwidth: 5 Gbit}]}",
+                           "  - name: alone",
+                           "    nodes: [{name: d, nics: [{address: 10.0.2.1, bandwidth: 1 Gbit}]}]",
+                           "wan: [{sites: [s, alone], latency: 1 ms, bandwidth: 1 Gbit}]",
+                       }),
+                       "test.yaml");
+  // b's lanes: 0 on its 2 Gbit NIC, 1 on its 1.5 Gbit one (Node::lane_nic_index);
+  // c has one NIC for every lane.
+  EXPECT_EQ(grid.multicast_pace_bps(0, 0), 2e9);
+  EXPECT_EQ(grid.multicast_pace_bps(0, 1), 1.5e9);
+  EXPECT_EQ(grid.multicast_pace_bps(1, 0), 5e9);  // the sender's own NIC does not count
+  EXPECT_EQ(grid.multicast_pace_bps(2, 1), 1.5e9);
+  EXPECT_EQ(grid.multicast_pace_bps(3, 0), 0);  // nobody to receive
+}
+
 TEST(GridQueries, HeteroChainPathsAndStreams) {
   const Grid grid = load_grid_file(kConfigDir + "/three-sites-hetero.yaml");
   ASSERT_EQ(grid.wan.size(), 2u);
