@@ -36,6 +36,12 @@ void chain_from(const Grid& grid, int site, std::vector<bool>& visited, std::vec
 
 }  // namespace
 
+std::string SiteMulticast::range() const {
+  return std::to_string(network >> 24) + "." + std::to_string((network >> 16) & 0xff) + "." +
+         std::to_string((network >> 8) & 0xff) + "." + std::to_string(network & 0xff) + "/" +
+         std::to_string(prefix);
+}
+
 std::string Location::str() const {
   if (line <= 0) return file;
   if (column <= 0) return file + ":" + std::to_string(line);
@@ -49,6 +55,16 @@ double Node::total_bandwidth_bps() const {
   double total = 0;
   for (const Nic& nic : nics) total += nic.bandwidth_bps;
   return total;
+}
+
+double Grid::multicast_pace_bps(int sender, int lane) const {
+  double slowest = 0;
+  for (const int r : sites.at(static_cast<size_t>(site_of(sender))).ranks) {
+    if (r == sender) continue;
+    const double bps = nodes[static_cast<size_t>(r)].lane_nic(lane).bandwidth_bps;
+    if (slowest == 0 || bps < slowest) slowest = bps;
+  }
+  return slowest;
 }
 
 const WanLink* Grid::link_between(int a, int b) const {

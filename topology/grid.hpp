@@ -61,10 +61,33 @@ struct Node {
   double total_bandwidth_bps() const;
 };
 
+// Whether a site's network carries IPv4 multicast, and where its groups may
+// live (the site entry's `multicast:`, docs/TOPOLOGY.md). One group per
+// communicator is drawn from [network, network + 2^(32 - prefix)) (lanes/
+// multicast.hpp); addresses here are IPv4 in host byte order.
+inline constexpr std::uint32_t kDefaultMulticastNetwork = 0xEF000000;  // 239.0.0.0
+inline constexpr int kDefaultMulticastPrefix = 8;  // administratively scoped (RFC 2365)
+inline constexpr int kDefaultMulticastTtl = 1;     // never past the site's first router
+
+struct SiteMulticast {
+  bool enabled = false;
+  std::uint32_t network = kDefaultMulticastNetwork;
+  int prefix = kDefaultMulticastPrefix;  // 4..32, inside 224.0.0.0/4, never 224.0.0.0/24
+  int ttl = kDefaultMulticastTtl;        // 1..255
+  std::uint16_t port = 0;                // 0: chosen per communicator with its group
+  Location where;                        // of the `multicast` value
+
+  // "239.0.0.0/8"
+  std::string range() const;
+  // Addresses in the range: 2^(32 - prefix).
+  std::uint64_t size() const { return std::uint64_t{1} << (32 - prefix); }
+};
+
 struct Site {
   std::string name;
   std::vector<int> ranks;  // ranks of this site's nodes, ascending
   Location where;
+  SiteMulticast multicast{};
 };
 
 struct WanLink {
@@ -125,6 +148,11 @@ struct Grid {
   // nodes of equal speeds (today's multilane), 4 for four equal NICs, 3 for a
   // 100 + 50 Mbit/s pair.
   int automatic_lane_count() const;
+  // The pace for a multicast from `sender` inside its site on `lane`: the
+  // slowest NIC that lane uses on the site's other nodes, which each receive
+  // every datagram (the NIC's whole bandwidth; the chain's TCP shares it).
+  // 0 when the sender is alone in its site.
+  double multicast_pace_bps(int sender, int lane) const;
 };
 
 }  // namespace gridbcast::topology

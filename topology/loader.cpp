@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <fstream>
@@ -358,7 +359,8 @@ class Loader {
     std::map<std::string, Location> node_names;
     std::map<std::string, std::pair<std::string, Location>> addresses;
     for (const YAML::Node& site_node : sites) {
-      const std::vector<Field> fs = fields(site_node, "a site entry", {"name", "nodes"});
+      const std::vector<Field> fs =
+          fields(site_node, "a site entry", {"name", "nodes", "multicast"});
       const Field& name_field =
           require(fs, "name", site_node, "a site entry", "the site's unique name");
       Site site;
@@ -370,6 +372,7 @@ class Loader {
                                site_name_locs_[i].str() + ")");
         }
       }
+      if (const Field* f = find(fs, "multicast")) site.multicast = multicast_value(*f);
       const int index = static_cast<int>(grid_.sites.size());
       const Field& nodes_field =
           require(fs, "nodes", site_node, "site " + quoted(site.name), "a non-empty list of nodes");
@@ -391,6 +394,69 @@ class Loader {
       grid_.sites.push_back(std::move(site));
       site_name_locs_.push_back(loc(name_field));
     }
+  }
+
+  // A site's `multicast:`: true/false, or a map {group, ttl, port} (which
+  // enables it; absent keys keep their defaults).
+  SiteMulticast multicast_value(const Field& field) const {
+    SiteMulticast m;
+    m.where = loc(field);
+    if (!field.value.IsMap()) {
+      if (!field.value.IsScalar() || !YAML::convert<bool>::decode(field.value, m.enabled)) {
+        fail(field,
+             "\"multicast\": expected true, false or a map with keys group, ttl, port; got " +
+                 describe(field.value));
+      }
+      return m;
+    }
+    m.enabled = true;
+    const std::vector<Field> fs = fields(field.value, "\"multicast\"", {"group", "ttl", "port"});
+    if (const Field* f = find(fs, "group")) multicast_group(*f, m);
+    if (const Field* f = find(fs, "ttl")) m.ttl = int_value(*f, 1, 255, "");
+    if (const Field* f = find(fs, "port")) {
+      m.port = static_cast<std::uint16_t>(int_value(*f, 1, 65535, ""));
+    }
+    return m;
+  }
+
+  // "239.192.0.0/14": an IPv4 multicast range (inside 224.0.0.0/4), its host
+  // bits zero, not overlapping the link-local 224.0.0.0/24 (routers' own
+  // protocols; never forwarded, and IGMP snooping floods it).
+  void multicast_group(const Field& field, SiteMulticast& m) const {
+    const std::string expected =
+        "an IPv4 multicast range such as \"239.192.0.0/14\" (inside 224.0.0.0/4)";
+    const std::string text = scalar(field, expected);
+    const size_t slash = text.find('/');
+    const std::string address = text.substr(0, slash);
+    const std::string length = slash == std::string::npos ? "" : text.substr(slash + 1);
+    in_addr a{};
+    bool ok = slash != std::string::npos && inet_pton(AF_INET, address.c_str(), &a) == 1 &&
+              !length.empty() && length.size() <= 2;
+    for (const char c : length) ok = ok && c >= '0' && c <= '9';
+    const int prefix = ok ? std::stoi(length) : -1;
+    if (!ok || prefix > 32) {
+      fail(field, "\"group\": expected " + expected + ", got " + quoted(text));
+    }
+    const std::uint32_t network = ntohl(a.s_addr);
+    const std::uint32_t mask = prefix == 0 ? 0 : ~std::uint32_t{0} << (32 - prefix);
+    if (prefix < 4 || (network & 0xF0000000u) != 0xE0000000u) {
+      fail(field, "\"group\": " + quoted(text) +
+                      " is not inside the IPv4 multicast range 224.0.0.0/4; use e.g. "
+                      "239.192.0.0/14 (organisation-local scope)");
+    }
+    if ((network & ~mask) != 0) {
+      fail(field, "\"group\": " + quoted(text) +
+                      " has host bits set after the prefix; write the range's first address");
+    }
+    const bool overlaps_link_local =
+        prefix <= 24 ? (0xE0000000u & mask) == network : (network & 0xFFFFFF00u) == 0xE0000000u;
+    if (overlaps_link_local) {
+      fail(field, "\"group\": " + quoted(text) +
+                      " overlaps 224.0.0.0/24, the link-local groups of routing protocols; "
+                      "use e.g. 239.192.0.0/14");
+    }
+    m.network = network;
+    m.prefix = prefix;
   }
 
   // One entry of a site's node list, which a hostlist may expand to many nodes.

@@ -101,7 +101,9 @@ TEST(LoaderErrors, UnknownSiteKey) {
                           "          - address: 127.0.0.1",  // 7
                           "            bandwidth: 1 Gbit",   // 8
                       }),
-                      3, 5, "unknown key \"location\" in a site entry; allowed keys: name, nodes");
+                      3, 5,
+                      "unknown key \"location\" in a site entry; allowed keys: name, nodes, "
+                      "multicast");
 }
 
 TEST(LoaderErrors, UnknownNodeKey) {
@@ -189,8 +191,9 @@ TEST(LoaderErrors, WrongTypes) {
                       "got a map");
   EXPECT_CONFIG_ERROR(yaml({"sites:"}), 1, 1, "\"sites\" must be a non-empty list");
   EXPECT_CONFIG_ERROR(yaml({"sites: []"}), 1, 8, "got an empty list");
-  EXPECT_CONFIG_ERROR(yaml({"sites:", "  - tokyo"}), 2, 5,
-                      "expected a site entry to be a map with keys name, nodes; got \"tokyo\"");
+  EXPECT_CONFIG_ERROR(
+      yaml({"sites:", "  - tokyo"}), 2, 5,
+      "expected a site entry to be a map with keys name, nodes, multicast; got \"tokyo\"");
   EXPECT_CONFIG_ERROR(yaml({"sites:", "  -", "  - name: x"}), 2, 3,
                       "entry 1 of \"sites\" is empty");
   EXPECT_CONFIG_ERROR(yaml({"sites:", "  - name: [a, b]"}), 2, 11,
@@ -747,6 +750,105 @@ TEST(LoaderErrors, DuplicateSiteNames) {
                       8, 11, "duplicate site name \"tokyo\" (first defined at test.yaml:2:11)");
 }
 
+// A one-site grid whose site entry has `multicast: <value>` on line 3.
+std::string multicast_site(std::string_view value) {
+  return yaml({
+      "sites:",                                                                  // 1
+      "  - name: tokyo",                                                         // 2
+      std::string("    multicast: ") + std::string(value),                       // 3
+      "    nodes: [{name: a, nics: [{address: 10.0.0.1, bandwidth: 1 Gbit}]}]",  // 4
+  });
+}
+
+TEST(LoaderErrors, MulticastValues) {
+  EXPECT_CONFIG_ERROR(multicast_site("maybe"), 3, 16,
+                      "\"multicast\": expected true, false or a map with keys group, ttl, port; "
+                      "got \"maybe\"");
+  EXPECT_CONFIG_ERROR(multicast_site("[1, 2]"), 3, 16, "expected true, false or a map");
+  EXPECT_CONFIG_ERROR(multicast_site("{groups: 239.0.0.0/8}"), 3, 17,
+                      "unknown key \"groups\" in \"multicast\"; allowed keys: group, ttl, port");
+  EXPECT_CONFIG_ERROR(multicast_site("{group: 239.1.2.3}"), 3, 24,
+                      "\"group\": expected an IPv4 multicast range such as \"239.192.0.0/14\"");
+  EXPECT_CONFIG_ERROR(multicast_site("{group: 239.0.0.0/33}"), 3, 24, "expected an IPv4 multicast");
+  EXPECT_CONFIG_ERROR(multicast_site("{group: 239.0.0.0/}"), 3, 24, "expected an IPv4 multicast");
+  EXPECT_CONFIG_ERROR(multicast_site("{group: 239.0.0.0/-8}"), 3, 24, "expected an IPv4 multicast");
+  EXPECT_CONFIG_ERROR(multicast_site("{group: \"ff02::1/16\"}"), 3, 24,
+                      "expected an IPv4 multicast");
+  EXPECT_CONFIG_ERROR(
+      multicast_site("{group: 10.0.0.0/8}"), 3, 24,
+      "\"group\": \"10.0.0.0/8\" is not inside the IPv4 multicast range 224.0.0.0/4");
+  EXPECT_CONFIG_ERROR(multicast_site("{group: 192.0.0.0/2}"), 3, 24,
+                      "is not inside the IPv4 multicast range");
+  EXPECT_CONFIG_ERROR(multicast_site("{group: 239.1.0.0/8}"), 3, 24, "has host bits set");
+  EXPECT_CONFIG_ERROR(multicast_site("{group: 224.0.0.0/4}"), 3, 24, "overlaps 224.0.0.0/24");
+  EXPECT_CONFIG_ERROR(multicast_site("{group: 224.0.0.0/16}"), 3, 24, "overlaps 224.0.0.0/24");
+  EXPECT_CONFIG_ERROR(multicast_site("{group: 224.0.0.128/25}"), 3, 24, "overlaps 224.0.0.0/24");
+  EXPECT_CONFIG_ERROR(multicast_site("{group: 224.0.0.251/32}"), 3, 24, "overlaps 224.0.0.0/24");
+  EXPECT_CONFIG_ERROR(multicast_site("{ttl: 0}"), 3, 22,
+                      "\"ttl\": expected an integer from 1 to 255, got \"0\"");
+  EXPECT_CONFIG_ERROR(multicast_site("{ttl: 256}"), 3, 22, "expected an integer from 1 to 255");
+  EXPECT_CONFIG_ERROR(multicast_site("{ttl: one}"), 3, 22, "expected an integer from 1 to 255");
+  EXPECT_CONFIG_ERROR(multicast_site("{port: 0}"), 3, 23,
+                      "\"port\": expected an integer from 1 to 65535, got \"0\"");
+  EXPECT_CONFIG_ERROR(multicast_site("{port: 65536}"), 3, 23, "from 1 to 65535");
+  EXPECT_CONFIG_ERROR(multicast_site("{ttl: 1, ttl: 2}"), 3, 25, "duplicate key \"ttl\"");
+}
+
+TEST(Loader, MulticastIsOffUnlessTheSiteSaysSo) {
+  const Grid grid = load_grid_string(
+      yaml({
+          "sites:",                                                                  // 1
+          "  - name: plain",                                                         // 2
+          "    nodes: [{name: a, nics: [{address: 10.0.0.1, bandwidth: 1 Gbit}]}]",  // 3
+          "  - name: on",                                                            // 4
+          "    multicast: true",                                                     // 5
+          "    nodes: [{name: b, nics: [{address: 10.0.1.1, bandwidth: 1 Gbit}]}]",  // 6
+          "  - name: off",                                                           // 7
+          "    multicast: no",                                                       // 8
+          "    nodes: [{name: c, nics: [{address: 10.0.2.1, bandwidth: 1 Gbit}]}]",  // 9
+          "  - name: tuned",                                                         // 10
+          "    multicast:",                                                          // 11
+          "      group: 239.192.0.0/14",                                             // 12
+          "      ttl: 4",                                                            // 13
+          "      port: 5400",                                                        // 14
+          "    nodes: [{name: d, nics: [{address: 10.0.3.1, bandwidth: 1 Gbit}]}]",  // 15
+          "  - name: single",                                                        // 16
+          "    multicast: {group: 224.0.1.0/32}",                                    // 17
+          "    nodes: [{name: e, nics: [{address: 10.0.4.1, bandwidth: 1 Gbit}]}]",  // 18
+          "wan:",
+          "  - {sites: [plain, on], latency: 1 ms, bandwidth: 1 Gbit}",
+          "  - {sites: [on, off], latency: 1 ms, bandwidth: 1 Gbit}",
+          "  - {sites: [off, tuned], latency: 1 ms, bandwidth: 1 Gbit}",
+          "  - {sites: [tuned, single], latency: 1 ms, bandwidth: 1 Gbit}",
+      }),
+      "test.yaml");
+  ASSERT_EQ(grid.sites.size(), 5u);
+  const SiteMulticast& plain = grid.sites[0].multicast;
+  EXPECT_FALSE(plain.enabled);
+  EXPECT_EQ(plain.range(), "239.0.0.0/8");
+  const SiteMulticast& on = grid.sites[1].multicast;
+  EXPECT_TRUE(on.enabled);
+  EXPECT_EQ(on.range(), "239.0.0.0/8");  // the defaults: administratively scoped, TTL 1
+  EXPECT_EQ(on.network, 0xEF000000u);
+  EXPECT_EQ(on.prefix, 8);
+  EXPECT_EQ(on.size(), 1u << 24);
+  EXPECT_EQ(on.ttl, 1);
+  EXPECT_EQ(on.port, 0);
+  EXPECT_EQ(on.where.str(), "test.yaml:5:16");
+  EXPECT_FALSE(grid.sites[2].multicast.enabled);
+  const SiteMulticast& tuned = grid.sites[3].multicast;
+  EXPECT_TRUE(tuned.enabled);  // a map means yes
+  EXPECT_EQ(tuned.range(), "239.192.0.0/14");
+  EXPECT_EQ(tuned.network, 0xEFC00000u);
+  EXPECT_EQ(tuned.size(), 1u << 18);
+  EXPECT_EQ(tuned.ttl, 4);
+  EXPECT_EQ(tuned.port, 5400);
+  const SiteMulticast& single = grid.sites[4].multicast;
+  EXPECT_EQ(single.range(), "224.0.1.0/32");
+  EXPECT_EQ(single.size(), 1u);
+  EXPECT_EQ(single.ttl, 1);
+}
+
 TEST(LoaderErrors, MissingFile) {
   const std::string path = kConfigDir + "/does-not-exist.yaml";
   try {
@@ -1155,10 +1257,39 @@ TEST(Docs, TheCompleteExampleInTopologyMdLoads) {
   ASSERT_EQ(grid.wan.size(), 1u);
   EXPECT_EQ(grid.wan[0].streams, 8);
   EXPECT_TRUE(grid.wan[0].tls);
+  EXPECT_FALSE(grid.sites[0].multicast.enabled);
+  EXPECT_TRUE(grid.sites[1].multicast.enabled);
+  EXPECT_EQ(grid.sites[1].multicast.range(), "239.192.0.0/14");
 }
 
 // ---------------------------------------------------------------------------
 // Graph queries
+
+TEST(GridQueries, MulticastPaceIsTheSlowestReceivingNicOfTheLane) {
+  const Grid grid =
+      load_grid_string(yaml({
+                           "sites:",
+                           "  - name: s",
+                           "    multicast: true",
+                           "    nodes:",
+                           "      - {name: a, nics: [{address: 10.0.0.1, bandwidth: 10 Gbit},",
+                           "                         {address: 10.0.1.1, bandwidth: 10 Gbit}]}",
+                           "      - {name: b, nics: [{address: 10.0.0.2, bandwidth: 2 Gbit},",
+                           "                         {address: 10.0.1.2, bandwidth: 1.5 Gbit}]}",
+                           "      - {name: c, nics: [{address: 10.0.0.3, bandwidth: 5 Gbit}]}",
+                           "  - name: alone",
+                           "    nodes: [{name: d, nics: [{address: 10.0.2.1, bandwidth: 1 Gbit}]}]",
+                           "wan: [{sites: [s, alone], latency: 1 ms, bandwidth: 1 Gbit}]",
+                       }),
+                       "test.yaml");
+  // b's lanes: 0 on its 2 Gbit NIC, 1 on its 1.5 Gbit one (Node::lane_nic_index);
+  // c has one NIC for every lane.
+  EXPECT_EQ(grid.multicast_pace_bps(0, 0), 2e9);
+  EXPECT_EQ(grid.multicast_pace_bps(0, 1), 1.5e9);
+  EXPECT_EQ(grid.multicast_pace_bps(1, 0), 5e9);  // the sender's own NIC does not count
+  EXPECT_EQ(grid.multicast_pace_bps(2, 1), 1.5e9);
+  EXPECT_EQ(grid.multicast_pace_bps(3, 0), 0);  // nobody to receive
+}
 
 TEST(GridQueries, HeteroChainPathsAndStreams) {
   const Grid grid = load_grid_file(kConfigDir + "/three-sites-hetero.yaml");
