@@ -14,11 +14,11 @@ struct PlanStats {
   // Per logical lane (0 .. plan.lanes-1), then rank: bytes sent and received.
   std::vector<std::vector<std::uint64_t>> out_bytes;
   std::vector<std::vector<std::uint64_t>> in_bytes;
-  std::vector<std::uint64_t> received;   // per rank, counting duplicates
-  std::uint64_t wan_bytes = 0;           // bytes on transfers between sites
-  std::uint64_t duplicate_bytes = 0;     // bytes received by a rank that held them
-  std::vector<int> depth;                // hops from the root (0 for the root); multilane: of its deepest byte
-  std::vector<int> site_depth;           // per site: deepest hop count inside it
+  std::vector<std::uint64_t> received;  // per rank, counting duplicates
+  std::uint64_t wan_bytes = 0;          // bytes on transfers between sites
+  std::uint64_t duplicate_bytes = 0;    // bytes received by a rank that held them
+  std::vector<int> depth;  // hops from the root (0 for the root); multilane: of its deepest byte
+  std::vector<int> site_depth;  // per site: deepest hop count inside it
 };
 
 struct PlanCheck {
