@@ -68,6 +68,13 @@ Json plan_json(const topology::Grid& grid, const topology::Plan& plan) {
                          {"lane_from", t.lane_from},
                          {"lane_to", t.lane_to},
                          {"streams", t.streams}});
+  Json& multicasts = j["multicasts"] = Json::array();
+  for (const auto& m : plan.multicasts)
+    multicasts.push_back({{"from", m.from},
+                          {"lane", m.lane},
+                          {"offset", m.offset},
+                          {"length", m.length},
+                          {"to", m.to}});
   return j;
 }
 

@@ -1,15 +1,25 @@
 #include "lanes/multicast.hpp"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <openssl/rand.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <asio.hpp>
 #include <chrono>
+#include <cstring>
 #include <deque>
 #include <optional>
 #include <stdexcept>
+#include <string_view>
 #include <system_error>
 #include <vector>
 
@@ -52,7 +62,10 @@ std::string MulticastGroup::str() const {
   return address_string() + ":" + std::to_string(port);
 }
 
-MulticastGroup choose_group(std::uint32_t network, int prefix, std::uint16_t port) {
+namespace {
+
+// Checks the range and returns its host mask.
+std::uint32_t group_range_mask(std::uint32_t network, int prefix) {
   const std::uint32_t mask = prefix <= 0 ? 0 : ~std::uint32_t{0} << (32 - std::min(prefix, 32));
   if (prefix < 4 || prefix > 32 || (network & 0xF0000000u) != 0xE0000000u || (network & ~mask) != 0)
     throw std::invalid_argument(
@@ -63,12 +76,74 @@ MulticastGroup choose_group(std::uint32_t network, int prefix, std::uint16_t por
   if (link_local)
     throw std::invalid_argument("multicast range " + asio::ip::address_v4(network).to_string() +
                                 "/" + std::to_string(prefix) + " overlaps 224.0.0.0/24");
+  return mask;
+}
+
+// The range's size is a power of two, and so is the dynamic port range's:
+// masking uniform words keeps them uniform.
+MulticastGroup pick_group(std::uint32_t network, std::uint32_t mask, std::uint16_t port,
+                          std::uint32_t address_word, std::uint32_t port_word) {
   MulticastGroup g;
-  // The range's size is a power of two: masking is uniform.
-  g.address = network | (random_u32() & ~mask);
-  g.port =
-      port != 0 ? port : static_cast<std::uint16_t>(kFirstDynamicPort + (random_u32() & 0x3fff));
+  g.address = network | (address_word & ~mask);
+  g.port = port != 0 ? port : static_cast<std::uint16_t>(kFirstDynamicPort + (port_word & 0x3fff));
   return g;
+}
+
+}  // namespace
+
+MulticastGroup choose_group(std::uint32_t network, int prefix, std::uint16_t port) {
+  const std::uint32_t mask = group_range_mask(network, prefix);
+  return pick_group(network, mask, port, random_u32(), random_u32());
+}
+
+MulticastGroup derive_group(const DatagramKey& key, std::uint32_t network, int prefix,
+                            std::uint16_t port) {
+  const std::uint32_t mask = group_range_mask(network, prefix);
+  static constexpr std::string_view kLabel = "gridbcast multicast group v1";
+  std::array<unsigned char, 32> out{};
+  unsigned int len = 0;
+  if (HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+           reinterpret_cast<const unsigned char*>(kLabel.data()), kLabel.size(), out.data(),
+           &len) == nullptr ||
+      len != out.size())
+    throw std::runtime_error("HMAC-SHA256 failed in OpenSSL");
+  auto word = [&](size_t at) {
+    return std::uint32_t{out[at]} << 24 | std::uint32_t{out[at + 1]} << 16 |
+           std::uint32_t{out[at + 2]} << 8 | std::uint32_t{out[at + 3]};
+  };
+  return pick_group(network, mask, port, word(0), word(4));
+}
+
+size_t interface_mtu(const std::string& address) {
+  in_addr want{};
+  if (::inet_pton(AF_INET, address.c_str(), &want) != 1) return 0;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return 0;
+  // The interface with exactly this address, else the one whose subnet holds
+  // it (127.0.1.1 is loopback's without being configured on it).
+  std::string name, subnet;
+  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    const in_addr_t a = reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr;
+    if (a == want.s_addr) {
+      name = i->ifa_name;
+      break;
+    }
+    if (i->ifa_netmask != nullptr && subnet.empty()) {
+      const in_addr_t m = reinterpret_cast<const sockaddr_in*>(i->ifa_netmask)->sin_addr.s_addr;
+      if (m != 0 && (a & m) == (want.s_addr & m)) subnet = i->ifa_name;
+    }
+  }
+  if (name.empty()) name = subnet;
+  ::freeifaddrs(list);
+  if (name.empty() || name.size() >= IFNAMSIZ) return 0;
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  ifreq req{};
+  std::memcpy(req.ifr_name, name.c_str(), name.size() + 1);
+  const int rc = ::ioctl(fd, SIOCGIFMTU, &req);
+  ::close(fd);
+  return rc == 0 && req.ifr_mtu > 0 ? static_cast<size_t>(req.ifr_mtu) : 0;
 }
 
 // ---------------------------------------------------------------------------
@@ -166,6 +241,7 @@ struct MulticastReceiver::Impl : std::enable_shared_from_this<Impl> {
     const FragmentAssembler::Outcome out = assembler->accept(d);
     if (!out.ok()) return count(out.rejection, out.why);
     ++delivered;
+    if (on_fragment) on_fragment(d.header.offset(), d.header.payload_bytes);
     if (!was_complete && assembler->complete() && on_complete) {
       auto done = std::move(on_complete);
       on_complete = nullptr;
@@ -173,9 +249,11 @@ struct MulticastReceiver::Impl : std::enable_shared_from_this<Impl> {
     }
   }
 
-  void expect(std::uint64_t id, std::span<std::uint8_t> buf, std::function<void()> done) {
+  void expect(std::uint64_t id, std::span<std::uint8_t> buf, std::function<void()> done,
+              OnFragment each) {
     assembler.emplace(options.key, options.job_id, id, buf);
     on_complete = std::move(done);
+    on_fragment = std::move(each);
     floor = std::max(floor, id);
     // Kept datagrams: this broadcast's are applied, older ones are stale now.
     std::deque<std::vector<std::uint8_t>> keep;
@@ -206,6 +284,7 @@ struct MulticastReceiver::Impl : std::enable_shared_from_this<Impl> {
     if (assembler) floor = std::max(floor, assembler->broadcast_id() + 1);
     assembler.reset();
     on_complete = nullptr;
+    on_fragment = nullptr;
   }
 
   void close() {
@@ -222,6 +301,7 @@ struct MulticastReceiver::Impl : std::enable_shared_from_this<Impl> {
   int receive_buffer = 0;
   std::optional<FragmentAssembler> assembler;
   std::function<void()> on_complete;
+  OnFragment on_fragment;
   std::uint64_t floor = 0;  // broadcast ids below are over
   std::deque<std::vector<std::uint8_t>> early;
   size_t early_bytes = 0;
@@ -258,8 +338,8 @@ int MulticastReceiver::receive_buffer_bytes() const {
   return impl_->receive_buffer;
 }
 void MulticastReceiver::expect(std::uint64_t broadcast_id, std::span<std::uint8_t> buffer,
-                               std::function<void()> on_complete) {
-  impl_->expect(broadcast_id, buffer, std::move(on_complete));
+                               std::function<void()> on_complete, OnFragment on_fragment) {
+  impl_->expect(broadcast_id, buffer, std::move(on_complete), std::move(on_fragment));
 }
 void MulticastReceiver::finish() {
   impl_->finish();
@@ -306,6 +386,10 @@ struct MulticastSender::Impl : std::enable_shared_from_this<Impl> {
       throw std::invalid_argument("multicast TTL " + std::to_string(options.ttl) +
                                   " is not in 1..255");
     if (options.rate_bps < 0) throw std::invalid_argument("negative pace");
+    if (options.path_mtu == 0) {
+      options.path_mtu = interface_mtu(options.interface_address);
+      if (options.path_mtu == 0) options.path_mtu = kDefaultPathMtu;
+    }
     fragment = fragment_bytes_for_mtu(options.path_mtu);
     socket.open(udp::v4());
     socket.bind(udp::endpoint(iface, 0));  // the NIC's address is the source
@@ -315,8 +399,7 @@ struct MulticastSender::Impl : std::enable_shared_from_this<Impl> {
       socket.set_option(asio::ip::multicast::enable_loopback(options.loopback));
     }
     destination = udp::endpoint(to, options.port);
-    datagram.resize(kDatagramOverhead + fragment);
-    const size_t full = (datagram.size() + kIpv4UdpHeaderBytes) * 8;
+    const size_t full = (kDatagramOverhead + fragment + kIpv4UdpHeaderBytes) * 8;
     capacity = static_cast<double>(options.burst_bytes != 0 ? options.burst_bytes * 8 : 2 * full);
     capacity = std::max(capacity, static_cast<double>(full));  // one datagram always fits
     tokens = capacity;
@@ -324,25 +407,35 @@ struct MulticastSender::Impl : std::enable_shared_from_this<Impl> {
   }
 
   void send(std::uint64_t id, std::span<const std::uint8_t> msg,
-            std::function<void(const std::string&)> done, std::function<bool(std::uint32_t)> inc) {
+            std::function<void(const std::string&)> done, std::function<bool(std::uint32_t)> inc,
+            Ready gate) {
     if (busy) throw std::logic_error("MulticastSender::send while a send is running");
     layout = fragment_layout(msg.size(), fragment);  // may throw: before anything changes
     busy = true;
+    ++generation;
     broadcast_id = id;
     message = msg;
     next = 0;
     on_done = std::move(done);
     include = std::move(inc);
+    ready = std::move(gate);
     step();
   }
 
-  // Sends the next fragment the bucket allows, or arms the timer for it.
+  // Sends the next fragment the bucket allows, or arms the timer for it, or
+  // parks until resume() when the fragment is not ready yet.
   void step() {
+    waiting = false;
     while (next < layout.count && include && !include(next)) ++next;
     if (next >= layout.count) return finish_send({});
     const std::uint32_t payload = layout.payload(next);
+    if (ready && !ready(layout.offset(next), payload)) {
+      waiting = true;
+      return;
+    }
     const double bits =
         static_cast<double>((kDatagramOverhead + payload + kIpv4UdpHeaderBytes) * 8);
+    const std::uint64_t gen = generation;
     if (options.rate_bps > 0) {
       const auto now = Clock::now();
       tokens = std::min(
@@ -352,7 +445,8 @@ struct MulticastSender::Impl : std::enable_shared_from_this<Impl> {
         const auto wait = std::chrono::duration<double>((bits - tokens) / options.rate_bps);
         timer.expires_after(std::chrono::duration_cast<Clock::duration>(wait) +
                             std::chrono::microseconds(1));
-        timer.async_wait([self = shared_from_this()](std::error_code ec) {
+        timer.async_wait([self = shared_from_this(), gen](std::error_code ec) {
+          if (gen != self->generation) return;  // cancelled, maybe a new send since
           if (ec)
             return self->finish_send(ec == asio::error::operation_aborted
                                          ? "multicast send cancelled"
@@ -364,11 +458,14 @@ struct MulticastSender::Impl : std::enable_shared_from_this<Impl> {
       tokens -= bits;
     }
     const FragmentHeader h = fragment_header(options.job_id, broadcast_id, layout, next);
-    const size_t n =
-        encode_fragment(h, message.subspan(static_cast<size_t>(layout.offset(next)), payload),
-                        options.key, datagram);
-    socket.async_send_to(asio::buffer(datagram.data(), n), destination,
-                         [self = shared_from_this()](std::error_code ec, size_t sent) {
+    // Each datagram in flight owns its bytes: a cancel() and a new send may
+    // come before the kernel took this one.
+    auto bytes = std::make_shared<std::vector<std::uint8_t>>(kDatagramOverhead + payload);
+    const size_t n = encode_fragment(
+        h, message.subspan(static_cast<size_t>(layout.offset(next)), payload), options.key, *bytes);
+    socket.async_send_to(asio::buffer(bytes->data(), n), destination,
+                         [self = shared_from_this(), gen, bytes](std::error_code ec, size_t sent) {
+                           if (gen != self->generation) return;
                            // A full device queue loses this datagram only
                            // (the chain brings it); anything else ends the send.
                            if (ec == asio::error::no_buffer_space) {
@@ -387,11 +484,30 @@ struct MulticastSender::Impl : std::enable_shared_from_this<Impl> {
                          });
   }
 
+  void resume() {
+    if (busy && waiting) step();
+  }
+
+  void cancel() {
+    if (!busy) return;
+    ++generation;  // completions of this send do nothing from here on
+    timer.cancel();
+    busy = false;
+    waiting = false;
+    on_done = nullptr;
+    include = nullptr;
+    ready = nullptr;
+    message = {};
+  }
+
   void finish_send(const std::string& error) {
     busy = false;
+    waiting = false;
     auto done = std::move(on_done);
     on_done = nullptr;
     include = nullptr;
+    ready = nullptr;
+    message = {};
     if (done) done(error);
   }
 
@@ -406,7 +522,6 @@ struct MulticastSender::Impl : std::enable_shared_from_this<Impl> {
   SenderOptions options;
   udp::endpoint destination;
   std::uint32_t fragment = 0;
-  std::vector<std::uint8_t> datagram;
   double capacity = 0;  // bits
   double tokens = 0;
   Clock::time_point last;
@@ -417,6 +532,9 @@ struct MulticastSender::Impl : std::enable_shared_from_this<Impl> {
   std::uint32_t next = 0;
   std::function<void(const std::string&)> on_done;
   std::function<bool(std::uint32_t)> include;
+  Ready ready;
+  bool waiting = false;          // parked until resume(): the next fragment is not ready
+  std::uint64_t generation = 0;  // of the current send; completions of older ones do nothing
   std::uint64_t datagrams = 0;
   std::uint64_t wire_bytes = 0;
   std::uint64_t dropped = 0;
@@ -443,8 +561,14 @@ std::uint32_t MulticastSender::fragment_bytes() const {
 }
 void MulticastSender::send(std::uint64_t broadcast_id, std::span<const std::uint8_t> message,
                            std::function<void(const std::string&)> on_done,
-                           std::function<bool(std::uint32_t)> include) {
-  impl_->send(broadcast_id, message, std::move(on_done), std::move(include));
+                           std::function<bool(std::uint32_t)> include, Ready ready) {
+  impl_->send(broadcast_id, message, std::move(on_done), std::move(include), std::move(ready));
+}
+void MulticastSender::resume() {
+  impl_->resume();
+}
+void MulticastSender::cancel() {
+  impl_->cancel();
 }
 std::uint64_t MulticastSender::datagrams_sent() const {
   return impl_->datagrams;

@@ -48,6 +48,19 @@ inline constexpr std::uint16_t kFirstDynamicPort = 49152;
 // socket bound to the group address and the MAC per datagram keep them out.
 MulticastGroup choose_group(std::uint32_t network, int prefix, std::uint16_t port = 0);
 
+// The group a communicator uses inside a site, the same on every rank without
+// a message: address and (when `port` is 0) port taken from HMAC-SHA256(key,
+// "gridbcast multicast group v1"), a pseudorandom function under the job's
+// secret, so a stranger can no more predict it than choose_group's, and
+// uniform in the range likewise. Same checks and errors as choose_group.
+MulticastGroup derive_group(const DatagramKey& key, std::uint32_t network, int prefix,
+                            std::uint16_t port = 0);
+
+// The MTU of the network interface that has this IPv4 address (65536 for
+// loopback, 1500 for most Ethernet, 9000 with jumbo frames), 0 when no
+// interface has it or the kernel will not say.
+size_t interface_mtu(const std::string& address);
+
 // Receive buffer requested with SO_RCVBUF: a whole fragment burst at 10 Gbit/s
 // for 3 ms, so a rank busy elsewhere loses nothing the kernel could hold.
 // Linux caps it at net.core.rmem_max for unprivileged sockets (root gets it
@@ -99,8 +112,11 @@ class MulticastReceiver {
   // message's). Datagrams of earlier ids are stale from here on; kept ones of
   // this id are applied at once (on_complete may run before this returns).
   // A previous expectation is replaced.
+  // `on_fragment` (optional) runs for each fragment written, with its offset
+  // and length in the buffer.
+  using OnFragment = std::function<void(std::uint64_t offset, std::uint64_t length)>;
   void expect(std::uint64_t broadcast_id, std::span<std::uint8_t> buffer,
-              std::function<void()> on_complete);
+              std::function<void()> on_complete, OnFragment on_fragment = {});
   // Stop writing into the buffer (the broadcast is over, e.g. the chain
   // delivered the rest); later datagrams of its id count as other broadcast.
   void finish();
@@ -134,7 +150,9 @@ struct SenderOptions {
   // The token bucket's depth: how much may leave back to back after an idle
   // spell. 0: two full datagrams.
   size_t burst_bytes = 0;
-  size_t path_mtu = kDefaultPathMtu;  // fragments are cut to fit it
+  // Fragments are cut to fit it; 0: the MTU of the interface that has
+  // interface_address (interface_mtu), kDefaultPathMtu when unknown.
+  size_t path_mtu = kDefaultPathMtu;
   std::uint64_t job_id = 0;
   DatagramKey key{};
 };
@@ -151,11 +169,20 @@ class MulticastSender {
 
   std::uint32_t fragment_bytes() const;
   // `message` must stay valid until on_done, which gets an empty string on
-  // success or what failed. `include` (tests): send fragment i only if it says
-  // so, to make loss on purpose. Throws std::logic_error if a send is running.
+  // success or what failed, or until cancel(). `include` (tests): send fragment
+  // i only if it says so, to make loss on purpose. `ready` (optional): fragment
+  // bytes [offset, offset + length) of the message may leave only once it says
+  // so (a sender that is still receiving the message); when it says no, the
+  // send waits for resume(). Throws std::logic_error if a send is running.
+  using Ready = std::function<bool(std::uint64_t offset, std::uint64_t length)>;
   void send(std::uint64_t broadcast_id, std::span<const std::uint8_t> message,
             std::function<void(const std::string& error)> on_done,
-            std::function<bool(std::uint32_t index)> include = {});
+            std::function<bool(std::uint32_t index)> include = {}, Ready ready = {});
+  // Looks again at a send waiting for `ready`; nothing otherwise.
+  void resume();
+  // Ends the running send, if any, without calling its on_done; the message
+  // is not read after this returns.
+  void cancel();
   std::uint64_t datagrams_sent() const;
   std::uint64_t wire_bytes_sent() const;  // IP packet bytes, as the pace counts them
   // Refused by the host with ENOBUFS (a full device queue): lost like a

@@ -7,6 +7,8 @@
 #include <map>
 #include <set>
 
+#include "lanes/datagram.hpp"
+#include "lanes/multicast.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/p2p.hpp"
 #include "runtime/run_until.hpp"
@@ -72,6 +74,14 @@ std::uint64_t group_seq(std::uint64_t context, std::uint64_t n) {
 }  // namespace
 
 struct Communicator::Impl {
+  // One communicator's multicast sockets (the world's, or a group's by its
+  // context): one group per communicator and site, derived from the job secret.
+  struct MulticastSockets {
+    bool keyed = false;
+    lanes::DatagramKey key{};
+    std::unique_ptr<lanes::MulticastReceiver> receiver;
+    std::unique_ptr<lanes::MulticastSender> sender;
+  };
   struct Group {
     std::vector<int> members;  // world ranks in group rank order
     std::vector<int> sorted;   // ascending: index in `grid` -> world rank
@@ -91,14 +101,101 @@ struct Communicator::Impl {
   std::function<void()> idle_hook;
   std::chrono::microseconds idle_interval{1000};
   LiveCounters live;
+  JobCredentials creds;
+  std::map<std::uint64_t, MulticastSockets> multicast;  // by communicator; the world's is 0
 
-  Impl(topology::Grid g, int r, JobCredentials creds, CommOptions o,
+  Impl(topology::Grid g, int r, JobCredentials c, CommOptions o,
        std::shared_ptr<lanes::TlsContext> tls)
       : grid(std::move(g)),
         rank(r),
         options(o),
-        transport(io, grid, r, lanes::Credentials{creds.job_id, std::move(creds.secret)},
-                  std::move(tls)) {}
+        transport(io, grid, r, lanes::Credentials{c.job_id, c.secret}, std::move(tls)),
+        creds(std::move(c)) {}
+
+  // The sockets a plan's multicasts need on this rank (`me` is this rank in
+  // the grid `g` the plan was built on; the plan names world ranks), opened on first use and kept;
+  // the world's receiver is opened ahead (open_world_receiver) so datagrams that come before this
+  // rank calls bcast are kept. A socket that cannot be opened leaves the
+  // reason in `unavailable`, and the executor fails the broadcast with it.
+  MulticastPort multicast_port(std::uint64_t communicator, const topology::Grid& g, int me,
+                               const topology::Plan& plan) {
+    MulticastPort port;
+    port.include = options.multicast_include;
+    for (const auto& m : plan.multicasts) {
+      const bool sends = m.from == rank;
+      const bool joins = std::binary_search(m.to.begin(), m.to.end(), rank);
+      if (!sends && !joins) continue;
+      try {
+        open_multicast(communicator, g, me, m.lane, sends, joins);
+      } catch (const std::exception& e) {
+        port.unavailable = e.what();
+      }
+    }
+    if (auto it = multicast.find(communicator); it != multicast.end()) {
+      port.receiver = it->second.receiver.get();
+      port.sender = it->second.sender.get();
+    }
+    return port;
+  }
+
+  void open_multicast(std::uint64_t communicator, const topology::Grid& g, int me, int lane,
+                      bool sender, bool receiver) {
+    MulticastSockets& s = multicast[communicator];
+    if (!s.keyed) {
+      s.key = lanes::datagram_key(creds.secret, creds.job_id, communicator);
+      s.keyed = true;
+    }
+    const auto& node = g.nodes[static_cast<size_t>(me)];
+    const auto& site = g.sites[static_cast<size_t>(node.site)];
+    const lanes::MulticastGroup group = lanes::derive_group(
+        s.key, site.multicast.network, site.multicast.prefix, site.multicast.port);
+    const std::string iface = node.lane_nic(lane).address;
+    const std::string where = "rank " + std::to_string(rank) + " (" + node.name + ", " + iface +
+                              ") on multicast group " + group.str() + " of site " + site.name;
+    try {
+      if (receiver && !s.receiver) {
+        lanes::ReceiverOptions ro;
+        ro.group = group.address_string();
+        ro.interface_address = iface;
+        ro.port = group.port;
+        ro.job_id = creds.job_id;
+        ro.key = s.key;
+        s.receiver = lanes::MulticastReceiver::open(io, ro);
+      }
+      if (sender && !s.sender) {
+        lanes::SenderOptions so;
+        so.destination = group.address_string();
+        so.port = group.port;
+        so.interface_address = iface;
+        so.ttl = site.multicast.ttl;
+        // Ranks sharing this host (loopback grids, several ranks per node)
+        // are members too; a host with none drops its copy at once.
+        so.loopback = true;
+        so.rate_bps = g.multicast_pace_bps(me, lane);
+        so.path_mtu = 0;  // the NIC's: loopback's 64 KiB, Ethernet's 1500, jumbo frames
+        so.job_id = creds.job_id;
+        so.key = s.key;
+        s.sender = lanes::MulticastSender::open(io, so);
+      }
+    } catch (const std::exception& e) {
+      throw lanes::NetworkError(where + ": " + e.what());
+    }
+  }
+
+  // At set_endpoints: the world's receiver, when this rank's site carries
+  // multicast, so a broadcast's datagrams are caught even if they come before
+  // this rank enters it. Failing here is not an error yet: only a multicast
+  // broadcast needs the socket (and then says why it has none).
+  void open_world_receiver() {
+    const auto& node = grid.nodes[static_cast<size_t>(rank)];
+    const auto& site = grid.sites[static_cast<size_t>(node.site)];
+    if (!site.multicast.enabled || site.ranks.size() < 2) return;
+    try {
+      open_multicast(0, grid, rank, 0, false, true);
+    } catch (const std::exception&) {
+      // Tried again, and reported, by the first multicast broadcast.
+    }
+  }
 
   // run_until, calling the idle hook whenever the loop has been idle for the interval.
   template <typename T>
@@ -181,17 +278,26 @@ struct Communicator::Impl {
   }
 
   BcastInfo run(const topology::Plan& plan, std::uint64_t sequence, void* buffer,
-                const topology::Grid& g, std::chrono::steady_clock::time_point start) {
+                const topology::Grid& g, int me, std::uint64_t communicator,
+                std::chrono::steady_clock::time_point start) {
     ExecOptions eo;
     eo.timeout = options.timeout;
     eo.live = &live;
+    MulticastPort port;
+    if (!plan.multicasts.empty()) {
+      port = multicast_port(communicator, g, me, plan);
+      eo.multicast = &port;
+    }
     eo.segment_bytes = topology::resolve_segment_bytes(g, plan.size, options.segment_bytes);
     BcastInfo info{plan.algorithm, plan.size, eo.segment_bytes, 0};
     try {
       if (!transport.failure().empty())
         throw lanes::NetworkError("rank " + std::to_string(rank) +
                                   " cannot serve its links: " + transport.failure());
-      drive(execute(transport, plan, sequence, static_cast<std::byte*>(buffer), eo));
+      const ExecStats stats =
+          drive(execute(transport, plan, sequence, static_cast<std::byte*>(buffer), eo));
+      info.multicast_bytes_in = stats.multicast_bytes_in;
+      info.multicast_bytes_out = stats.multicast_bytes_out;
     } catch (...) {
       failed = std::current_exception();
       transport.close_all();
@@ -247,6 +353,7 @@ void Communicator::set_endpoints(EndpointTable table) {
             (lane < lanes ? " has no port"
                           : " has a port, but ranks have " + std::to_string(lanes) + " lanes"));
   impl_->transport.set_table(std::move(table));
+  impl_->open_world_receiver();
 }
 
 BcastInfo Communicator::bcast(void* buffer, std::uint64_t bytes, int root,
@@ -257,7 +364,7 @@ BcastInfo Communicator::bcast(void* buffer, std::uint64_t bytes, int root,
   const auto algo =
       algorithm.value_or(topology::select_algorithm(im.grid, bytes, im.options.thresholds));
   const topology::Plan plan = topology::build_plan(im.grid, algo, root, bytes);
-  return im.run(plan, im.seq++, buffer, im.grid, start);
+  return im.run(plan, im.seq++, buffer, im.grid, im.rank, 0, start);
 }
 
 void Communicator::define_group(std::uint64_t context, std::vector<int> world_ranks) {
@@ -306,9 +413,15 @@ BcastInfo Communicator::bcast_group(std::uint64_t context, void* buffer, std::ui
     t.from = g.sorted[static_cast<size_t>(t.from)];
     t.to = g.sorted[static_cast<size_t>(t.to)];
   }
+  for (auto& m : plan.multicasts) {
+    m.from = g.sorted[static_cast<size_t>(m.from)];
+    for (int& r : m.to) r = g.sorted[static_cast<size_t>(r)];  // stays ascending
+  }
   plan.root = root_world;
   plan.ranks = im.grid.size();
-  return im.run(plan, group_seq(context, g.seq++), buffer, g.grid, start);
+  const int me = static_cast<int>(std::lower_bound(g.sorted.begin(), g.sorted.end(), im.rank) -
+                                  g.sorted.begin());
+  return im.run(plan, group_seq(context, g.seq++), buffer, g.grid, me, context, start);
 }
 
 void Communicator::send(int dest, std::uint64_t context, std::int64_t tag, const void* data,

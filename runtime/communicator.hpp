@@ -29,6 +29,9 @@ struct CommOptions {
   // and NODE.crt/NODE.key of this rank's node. Empty: GRIDBCAST_CERT_DIR.
   // Unused (and not needed) when no tls: true link leads to this rank.
   std::string cert_dir;
+  // Tests: which fragments of a multicast this rank sends (datagram loss on
+  // purpose, the reliable ring delivers the rest). Empty: every fragment.
+  std::function<bool(std::uint32_t index)> multicast_include;
 };
 
 struct BcastInfo {
@@ -36,6 +39,10 @@ struct BcastInfo {
   std::uint64_t bytes = 0;
   std::uint64_t segment_bytes = 0;
   double seconds = 0;  // on this rank, from the call to its return
+  // Multicast algorithm: bytes this rank held first by datagram (before the
+  // ring brought them), and bytes it multicast.
+  std::uint64_t multicast_bytes_in = 0;
+  std::uint64_t multicast_bytes_out = 0;
 };
 
 // What receive() found: the sender (world rank), its tag, and the message's full

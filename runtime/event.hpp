@@ -11,9 +11,7 @@ class Event {
  public:
   explicit Event(asio::any_io_executor ex) : timer_(ex, asio::steady_timer::time_point::max()) {}
   void notify_all() { timer_.cancel(); }
-  asio::awaitable<void> wait() {
-    co_await timer_.async_wait(lanes::kAsTuple);
-  }
+  asio::awaitable<void> wait() { co_await timer_.async_wait(lanes::kAsTuple); }
 
  private:
   asio::steady_timer timer_;

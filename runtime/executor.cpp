@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <span>
 #include <tuple>
 #include <vector>
 
@@ -145,6 +146,46 @@ asio::awaitable<void> receive_stream(Run& run, LinkKey key, std::uint64_t frames
   run.waiting_on.erase(socket);
 }
 
+// Multicasts [m.offset, m.offset + m.length) to the site's group, each
+// fragment once this rank holds it (a site's entry node is still receiving
+// the message over the WAN), paced by the sender. Datagrams are best effort;
+// a socket error that is not a full queue fails the broadcast.
+asio::awaitable<void> multicast_send(Run& run, const topology::Multicast& m) {
+  lanes::MulticastSender& sender = *run.options.multicast->sender;
+  bool done = false;
+  std::string error;
+  // Leaving early (the run failed): the send must not read the buffer after.
+  struct CancelUnlessDone {
+    lanes::MulticastSender& sender;
+    const bool& done;
+    ~CancelUnlessDone() {
+      if (!done) sender.cancel();
+    }
+  } guard{sender, done};
+  const std::uint64_t base = m.offset;
+  sender.send(
+      run.seq,
+      std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(run.buffer + base),
+                                    m.length),
+      [&run, &done, &error](const std::string& e) {
+        done = true;
+        error = e;
+        run.progress.notify_all();
+      },
+      run.options.multicast->include,
+      [&run, base](std::uint64_t off, std::uint64_t len) {
+        return run.have.contains(base + off, base + off + len);
+      });
+  while (!done) {
+    run.check();
+    co_await run.progress.wait();
+    sender.resume();
+  }
+  run.check();
+  if (!error.empty()) throw BroadcastError(error);
+  run.stats.multicast_bytes_out += m.length;
+}
+
 // Fails the run when nothing has moved for options.timeout. It sleeps until the
 // deadline of the last progress it saw and re-arms if there was progress since.
 asio::awaitable<void> watchdog(Run& run) {
@@ -179,6 +220,40 @@ asio::awaitable<ExecStats> execute(Transport& transport, const topology::Plan& p
   Run run(transport, plan, seq, buffer, options);
   const int me = transport.rank();
   if (me == plan.root) run.have.add(0, plan.size);
+
+  // The multicast this rank sends and the one it receives, if any.
+  const topology::Multicast* multicast_out = nullptr;
+  const topology::Multicast* multicast_in = nullptr;
+  for (const auto& m : plan.multicasts) {
+    if (m.from == me) multicast_out = &m;
+    if (std::binary_search(m.to.begin(), m.to.end(), me)) multicast_in = &m;
+  }
+  MulticastPort* port = options.multicast;
+  if ((multicast_out && (!port || !port->sender)) || (multicast_in && (!port || !port->receiver)))
+    throw BroadcastError(
+        "rank " + std::to_string(me) + " cannot take part in the multicast: " +
+        (port && !port->unavailable.empty() ? port->unavailable : "no multicast socket"));
+  // Datagrams of this broadcast land in the buffer and count as held, so the
+  // ring forwards them before its predecessor's copy arrives (which is then
+  // written over the same, already verified, bytes).
+  struct FinishReceiver {
+    lanes::MulticastReceiver* receiver;
+    ~FinishReceiver() {
+      if (receiver) receiver->finish();
+    }
+  } finish_receiver{multicast_in ? port->receiver : nullptr};
+  if (multicast_in) {
+    const std::uint64_t base = multicast_in->offset;
+    port->receiver->expect(seq,
+                           std::span<std::uint8_t>(reinterpret_cast<std::uint8_t*>(buffer + base),
+                                                   multicast_in->length),
+                           {}, [&run, base](std::uint64_t off, std::uint64_t len) {
+                             const std::uint64_t fresh = run.have.add(base + off, base + off + len);
+                             if (fresh == 0) return;
+                             run.stats.multicast_bytes_in += fresh;
+                             run.moved();
+                           });
+  }
 
   // The plan's segments on this rank's links (topology/plan/segments.hpp); a
   // link's segments are dealt round-robin over its streams, and the receiver
@@ -224,6 +299,7 @@ asio::awaitable<ExecStats> execute(Transport& transport, const topology::Plan& p
         start(run, receive_stream(run, LinkKey{link.from, link.lane_from, link.lane_to, s},
                                   in_streams[l][static_cast<size_t>(s)].size()));
   }
+  if (multicast_out) start(run, multicast_send(run, *multicast_out));
 
   if (run.pending > 0) {
     bool watching = true;

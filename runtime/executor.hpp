@@ -7,7 +7,10 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <string>
 
+#include "lanes/multicast.hpp"
 #include "runtime/transport.hpp"
 #include "topology/plan/plan.hpp"
 
@@ -26,10 +29,21 @@ struct LiveCounters {
   std::atomic<std::uint64_t> bytes_out{0};
 };
 
+// This rank's multicast sockets on the communicator a plan runs on: what the
+// multicast algorithm's datagrams need (the communicator opens them).
+struct MulticastPort {
+  lanes::MulticastReceiver* receiver = nullptr;  // joined to the site's group
+  lanes::MulticastSender* sender = nullptr;      // sends to it, paced
+  std::string unavailable;  // why a socket this plan needs is missing: the broadcast fails
+  // Tests: which fragments the sender sends (datagram loss on purpose); empty: all.
+  std::function<bool(std::uint32_t index)> include;
+};
+
 struct ExecOptions {
   std::uint64_t segment_bytes = 0;            // 0: topology::resolve_segment_bytes
   std::chrono::milliseconds timeout{30'000};  // longest time without progress
   LiveCounters* live = nullptr;               // added to as bytes move; optional
+  MulticastPort* multicast = nullptr;  // needed when the plan multicasts to or from this rank
 };
 
 struct ExecStats {
@@ -37,6 +51,8 @@ struct ExecStats {
   std::uint64_t bytes_out = 0;
   std::uint64_t frames_in = 0;
   std::uint64_t frames_out = 0;
+  std::uint64_t multicast_bytes_in = 0;   // new bytes that came first by datagram
+  std::uint64_t multicast_bytes_out = 0;  // bytes this rank multicast
 };
 
 // Runs `plan` (broadcast number `seq`) over `transport`; `buffer` holds

@@ -31,6 +31,8 @@ topology::Grid restrict_grid(const topology::Grid& grid, const std::vector<int>&
   out.source = grid.source;
   out.segment_bytes = grid.segment_bytes;
   out.congestion = grid.congestion;
+  // The members' transport opened the world's lanes: plan for exactly those.
+  out.lanes = grid.lane_count();
   std::vector<int> site_map(grid.sites.size(), -1);  // old site -> new site
   for (int r : ranks) {
     const int old_site = grid.site_of(r);
@@ -40,6 +42,7 @@ topology::Grid restrict_grid(const topology::Grid& grid, const std::vector<int>&
       topology::Site site;
       site.name = grid.sites[static_cast<size_t>(old_site)].name;
       site.where = grid.sites[static_cast<size_t>(old_site)].where;
+      site.multicast = grid.sites[static_cast<size_t>(old_site)].multicast;
       out.sites.push_back(site);
     }
     topology::Node node = grid.nodes[static_cast<size_t>(r)];

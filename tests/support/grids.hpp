@@ -9,7 +9,7 @@
 namespace gridbcast::testing {
 
 // Sites of the given node counts, chained site i -- site i+1 by WAN links of
-// `streams` streams. Nodes get `nics` NICs on loopback-style addresses
+// `streams` streams. Every site carries multicast. Nodes get `nics` NICs on loopback-style addresses
 // 127.<lane+1>.<site>.<node>. Ranks follow site order.
 inline topology::Grid make_grid(const std::vector<int>& site_nodes, int streams = 3,
                                 int nics = 2, const std::string& base = "127") {
@@ -19,6 +19,7 @@ inline topology::Grid make_grid(const std::vector<int>& site_nodes, int streams 
   for (size_t s = 0; s < site_nodes.size(); ++s) {
     topology::Site site;
     site.name = "s" + std::to_string(s);
+    site.multicast.enabled = true;  // loopback carries it inside the host
     for (int n = 0; n < site_nodes[s]; ++n) {
       topology::Node node;
       node.name = site.name + "n" + std::to_string(n);

@@ -67,7 +67,7 @@ INSTANTIATE_TEST_SUITE_P(Plans, EveryAlgorithm,
                          ::testing::Values(Algorithm::kMultilane, Algorithm::kBinomial,
                                            Algorithm::kScatterRd, Algorithm::kScatterRing,
                                            Algorithm::kScatterRingTuned, Algorithm::kChain,
-                                           Algorithm::kBinary),
+                                           Algorithm::kBinary, Algorithm::kMulticast),
                          [](const auto& p) { return std::string(algorithm_name(p.param)); });
 
 TEST(Multilane, LaneMatchingHoldsForEveryMemberCountInRootAndOtherSites) {
@@ -310,10 +310,78 @@ TEST(BuildPlan, RejectsARootOutsideTheGrid) {
   EXPECT_THROW(build_plan(g, Algorithm::kMultilane, -1, 10), std::invalid_argument);
 }
 
+// Multicast (issue 15): a ring per site behind one multicast from the site's
+// entry, sites chained from each ring's tail to the next site's entry.
+TEST(MulticastPlan, RingPerSiteOneMulticastPerSiteAndWanFromTheTail) {
+  const Grid g = make_grid({4, 1, 3});
+  const Plan plan = build_multicast(g, 1, 1000);
+  ASSERT_TRUE(verify_plan(g, plan).ok()) << verify_plan(g, plan).errors.front();
+  const std::vector<Transfer> want = {
+      {1, 2, 0, 1000, 1, 1, 1}, {2, 3, 0, 1000, 1, 1, 1}, {3, 0, 0, 1000, 1, 1, 1},
+      {0, 4, 0, 1000, 0, 0, 3},  // the tail of site 0's ring to site 1's only node
+      {4, 5, 0, 1000, 0, 0, 3},  // on to site 2's entry (all nodes have equal NICs)
+      {5, 6, 0, 1000, 1, 1, 1}, {6, 7, 0, 1000, 1, 1, 1}};
+  EXPECT_EQ(plan.transfers, want);
+  ASSERT_EQ(plan.multicasts.size(), 2u);  // none for the one-node site
+  EXPECT_EQ(plan.multicasts[0], (Multicast{1, 0, 0, 1000, {0, 2, 3}}));
+  EXPECT_EQ(plan.multicasts[1], (Multicast{5, 0, 0, 1000, {6, 7}}));
+}
+
+TEST(MulticastPlan, OneLaneRanksRingOnLaneZeroAndEmptyMessagesSendNothing) {
+  Grid g = make_grid({3}, 1, 1);
+  g.lanes = 1;
+  const Plan plan = build_multicast(g, 0, 10);
+  ASSERT_TRUE(verify_plan(g, plan).ok());
+  for (const auto& t : plan.transfers) EXPECT_EQ(t.lane_from, 0);
+  EXPECT_TRUE(build_multicast(g, 0, 0).transfers.empty());
+  EXPECT_TRUE(build_multicast(g, 0, 0).multicasts.empty());
+}
+
+TEST(MulticastPlan, ASiteWithoutMulticastIsRefusedOneNodeSitesNeedNone) {
+  Grid g = make_grid({3, 1, 2});
+  g.sites[1].multicast.enabled = false;  // one node: nothing to multicast to
+  EXPECT_TRUE(algorithm_unavailable(g, Algorithm::kMulticast).empty());
+  EXPECT_NO_THROW(build_plan(g, Algorithm::kMulticast, 0, 100));
+  g.sites[2].multicast.enabled = false;
+  g.sites[2].where = Location{"grid.yaml", 12, 5};
+  try {
+    build_plan(g, Algorithm::kMulticast, 0, 100);
+    FAIL() << "planned multicast over a site without it";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("site 's2' (grid.yaml:12:5)"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(algorithm_unavailable(g, Algorithm::kMultilane).empty());
+}
+
+TEST(MulticastPlan, TheCheckerCatchesBadMulticasts) {
+  const Grid g = make_grid({3, 3});
+  auto errors_of = [&](const Plan& p) { return verify_plan(g, p).errors; };
+  const Plan good = build_multicast(g, 0, 100);
+  Plan p = good;
+  p.multicasts[0].to.push_back(3);  // a rank of the other site
+  EXPECT_FALSE(errors_of(p).empty());
+  p = good;
+  p.multicasts[1].from = 4;  // another sender that holds the message (by the ring)
+  p.multicasts[1].to = {3, 5};
+  EXPECT_TRUE(errors_of(p).empty());
+  p.multicasts[1].offset = 50;  // 50 + 100 runs past the message
+  EXPECT_FALSE(errors_of(p).empty());
+  p = good;
+  p.multicasts.push_back(p.multicasts[0]);  // joins twice
+  EXPECT_FALSE(errors_of(p).empty());
+  p = build_chain(g, 0, 100);
+  p.multicasts = good.multicasts;  // only the multicast algorithm may
+  EXPECT_FALSE(errors_of(p).empty());
+  Grid off = g;
+  off.sites[0].multicast.enabled = false;
+  EXPECT_FALSE(verify_plan(off, good).ok());
+}
+
 TEST(Registry, NamesRoundTrip) {
   for (const auto& info : algorithms()) EXPECT_EQ(parse_algorithm(info.name), info.id);
   EXPECT_FALSE(parse_algorithm("ring_of_fire").has_value());
-  EXPECT_EQ(algorithms().size(), 7u);
+  EXPECT_EQ(algorithms().size(), 8u);
 }
 
 TEST(Selection, SmallMessagesGoBinomialLargeGoMultilane) {

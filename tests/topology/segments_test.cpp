@@ -117,6 +117,10 @@ void expect_on_grid(const Grid& g) {
   const std::set<int> roots{0, g.size() / 2, g.size() - 1};
   for (const auto& info : algorithms())
     for (int root : roots) {
+      if (!algorithm_unavailable(g, info.id).empty()) {
+        EXPECT_THROW(build_plan(g, info.id, root, 1), std::invalid_argument);
+        continue;
+      }
       for (std::uint64_t size : sizes) {
         const Plan plan = build_plan(g, info.id, root, size);
         expect_schedule_properties(g, plan, SegmentOptions{seg, 0, true});

@@ -6,7 +6,8 @@ namespace gridbcast::topology {
 
 Plan build_chain(const Grid& grid, int root, std::uint64_t size) {
   detail::PlanBuilder b(grid, Algorithm::kChain, root, size);
-  for (int rel = 1; rel < b.ranks(); ++rel) b.send(b.absolute(rel - 1), b.absolute(rel), 0, size, 0);
+  for (int rel = 1; rel < b.ranks(); ++rel)
+    b.send(b.absolute(rel - 1), b.absolute(rel), 0, size, 0);
   return std::move(b).finish();
 }
 

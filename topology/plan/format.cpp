@@ -67,6 +67,12 @@ std::string plan_to_text(const Grid& grid, const Plan& plan) {
       if (t.streams > 1) o << " over " << t.streams << " streams";
       o << "\n";
     }
+    for (const auto& m : plan.multicasts) {
+      if (grid.site_of(m.from) != site) continue;
+      o << "  " << name(m.from) << " lane " << m.lane << " ~~multicast~~> " << m.to.size()
+        << " rank(s) of the site  bytes [" << m.offset << ", " << m.offset + m.length
+        << ") (best effort; the transfers deliver every byte)\n";
+    }
   }
   return o.str();
 }
@@ -92,6 +98,9 @@ std::string plan_to_dot(const Grid& grid, const Plan& plan) {
       << (t.streams > 1 ? " x" + std::to_string(t.streams) : "") << "\""
       << (wan ? ", style=bold, penwidth=3" : "") << "];\n";
   }
+  for (const auto& m : plan.multicasts)
+    for (int r : m.to)
+      o << "  r" << m.from << " -> r" << r << " [style=dashed, color=gray, label=\"multicast\"];\n";
   o << "}\n";
   return o.str();
 }

@@ -52,6 +52,9 @@ const std::vector<AlgorithmInfo>& algorithms() {
        "(Zhou et al. 2015)"},
       {Algorithm::kChain, "chain", "pipelined chain in rank order from the root"},
       {Algorithm::kBinary, "binary", "pipelined binary tree, one lane per child"},
+      {Algorithm::kMulticast, "multicast",
+       "IP multicast inside each site with a reliable ring behind it (Hoefler, Siebert, Rehm), "
+       "sites chained; needs multicast: true on every site of two or more nodes"},
   };
   return kRegistry;
 }
@@ -66,6 +69,20 @@ std::optional<Algorithm> parse_algorithm(std::string_view name) {
   for (const auto& info : algorithms())
     if (info.name == name) return info.id;
   return std::nullopt;
+}
+
+std::string algorithm_unavailable(const Grid& grid, Algorithm algorithm) {
+  if (algorithm != Algorithm::kMulticast) return {};
+  for (const Site& site : grid.sites) {
+    if (site.ranks.size() < 2 || site.multicast.enabled) continue;
+    const std::string where = site.where.file.empty() ? "" : " (" + site.where.str() + ")";
+    return "the multicast algorithm needs IP multicast inside every site of two or more nodes, "
+           "and site '" +
+           site.name + "'" + where +
+           " does not say it carries it: add `multicast: true` to the site if its network "
+           "forwards IPv4 multicast, or choose another algorithm";
+  }
+  return {};
 }
 
 Plan build_plan(const Grid& grid, Algorithm algorithm, int root, std::uint64_t size) {
@@ -86,6 +103,8 @@ Plan build_plan(const Grid& grid, Algorithm algorithm, int root, std::uint64_t s
       return build_chain(grid, root, size);
     case Algorithm::kBinary:
       return build_binary(grid, root, size);
+    case Algorithm::kMulticast:
+      return build_multicast(grid, root, size);
   }
   throw std::invalid_argument("unknown algorithm");
 }

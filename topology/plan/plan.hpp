@@ -21,6 +21,7 @@ enum class Algorithm {
   kScatterRingTuned,  // binomial scatter + ring that skips chunks the receiver owns
   kChain,             // pipelined chain
   kBinary,            // pipelined binary tree
+  kMulticast,         // IP multicast inside each site, a reliable ring behind it, sites chained
 };
 
 struct AlgorithmInfo {
@@ -50,6 +51,21 @@ struct Transfer {
   bool operator==(const Transfer&) const = default;
 };
 
+// "This rank multicasts bytes [offset, offset + length) on this lane to its
+// site's group, which the ranks in `to` join." Best effort: datagrams may be
+// lost, so a plan's transfers alone deliver every byte (the reliable ring of
+// the multicast algorithm), and a multicast only lets a rank hold, and forward,
+// bytes before its transfer brings them. Only the multicast algorithm has them.
+struct Multicast {
+  int from = 0;
+  int lane = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+  std::vector<int> to;  // ascending, all in the sender's site
+
+  bool operator==(const Multicast&) const = default;
+};
+
 // Transfers are listed in a causal order: when a transfer is listed, its sender
 // is the root or has received the whole range from transfers listed before it.
 // No transfer has length 0.
@@ -61,9 +77,15 @@ struct Plan {
   int wan_streams = 1;
   int lanes = 2;  // lanes every rank opens (Grid::lane_count); transfers use 0..lanes-1
   std::vector<Transfer> transfers;
+  std::vector<Multicast> multicasts;  // at most one per site; see Multicast
 };
 
-// Throws std::invalid_argument for a root outside [0, ranks).
+// Why `algorithm` cannot run on `grid`, empty when it can. Only multicast has
+// a precondition: every site of two or more nodes carries IP multicast.
+std::string algorithm_unavailable(const Grid& grid, Algorithm algorithm);
+
+// Throws std::invalid_argument for a root outside [0, ranks), and with
+// algorithm_unavailable's reason for an algorithm the grid cannot run.
 Plan build_plan(const Grid& grid, Algorithm algorithm, int root, std::uint64_t size);
 
 // The builders, one file each under topology/plan/.
@@ -72,6 +94,9 @@ Plan build_binomial(const Grid& grid, int root, std::uint64_t size);
 Plan build_scatter_allgather(const Grid& grid, Algorithm variant, int root, std::uint64_t size);
 Plan build_chain(const Grid& grid, int root, std::uint64_t size);
 Plan build_binary(const Grid& grid, int root, std::uint64_t size);
+// Throws std::invalid_argument, naming the site, when a site of two or more
+// nodes does not carry multicast (`multicast: true` in the topology).
+Plan build_multicast(const Grid& grid, int root, std::uint64_t size);
 
 // Algorithm selection by size and shape. Thresholds are named and overridable;
 // see docs/ALGORITHMS.md for the rationale.

@@ -46,9 +46,9 @@ struct ChunkSend {
 Plan build_scatter_allgather(const Grid& grid, Algorithm variant, int root, std::uint64_t size) {
   detail::PlanBuilder b(grid, variant, root, size);
   const int p = b.ranks();
-  const detail::Chunks chunks{size, p,
-                              p == 0 ? 0 : (size + static_cast<std::uint64_t>(p) - 1) /
-                                               static_cast<std::uint64_t>(p)};
+  const detail::Chunks chunks{
+      size, p,
+      p == 0 ? 0 : (size + static_cast<std::uint64_t>(p) - 1) / static_cast<std::uint64_t>(p)};
   Holdings holds(p);
   for (int c = 0; c < p; ++c) holds.add(0, c);
 

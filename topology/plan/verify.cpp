@@ -22,6 +22,51 @@ struct ByteDepth {
   int hops;
 };
 
+// Multicasts are best effort, so coverage and causality rest on the transfers
+// alone (checked without them); here: each multicast is well formed, its
+// sender ends up holding what it sends, its receivers are other ranks of its
+// site, and no rank sends or joins more than one (a communicator has one group).
+void verify_multicasts(const Grid& grid, const Plan& plan, const std::vector<IntervalSet>& holds,
+                       std::vector<std::string>& errors) {
+  if (!plan.multicasts.empty() && plan.algorithm != Algorithm::kMulticast)
+    errors.push_back(std::string(algorithm_name(plan.algorithm)) +
+                     " plan has multicasts; only the multicast algorithm may");
+  std::vector<int> sends(static_cast<size_t>(plan.ranks), 0);
+  std::vector<int> joins(static_cast<size_t>(plan.ranks), 0);
+  for (size_t i = 0; i < plan.multicasts.size(); ++i) {
+    const Multicast& m = plan.multicasts[i];
+    const std::string what = "multicast #" + std::to_string(i) + " (from " +
+                             std::to_string(m.from) + " lane " + std::to_string(m.lane) + ")";
+    if (m.from < 0 || m.from >= plan.ranks || m.lane < 0 || m.lane >= plan.lanes) {
+      errors.push_back(what + ": bad rank or lane");
+      continue;
+    }
+    if (m.length == 0 || m.offset > plan.size || m.length > plan.size - m.offset) {
+      errors.push_back(what + ": empty or outside the message");
+      continue;
+    }
+    if (m.to.empty()) errors.push_back(what + ": nobody receives it");
+    const auto& site = grid.sites[static_cast<size_t>(grid.site_of(m.from))];
+    if (!site.multicast.enabled)
+      errors.push_back(what + ": site " + site.name + " does not carry multicast");
+    if (!holds[static_cast<size_t>(m.from)].contains(m.offset, m.offset + m.length))
+      errors.push_back(what + ": the sender never holds these bytes");
+    if (++sends[static_cast<size_t>(m.from)] == 2)
+      errors.push_back(what + ": rank " + std::to_string(m.from) + " sends a second multicast");
+    for (size_t j = 0; j < m.to.size(); ++j) {
+      const int r = m.to[j];
+      if (r < 0 || r >= plan.ranks || r == m.from || grid.site_of(r) != grid.site_of(m.from) ||
+          (j > 0 && r <= m.to[j - 1])) {
+        errors.push_back(what + ": receiver " + std::to_string(r) +
+                         " is not another rank of its site in ascending order");
+        continue;
+      }
+      if (++joins[static_cast<size_t>(r)] == 2)
+        errors.push_back(what + ": rank " + std::to_string(r) + " joins a second multicast");
+    }
+  }
+}
+
 }  // namespace
 
 PlanCheck verify_plan(const Grid& grid, const Plan& plan) {
@@ -105,6 +150,8 @@ PlanCheck verify_plan(const Grid& grid, const Plan& plan) {
       st.depth[to] = std::max(st.depth[to], st.depth[from] + 1);
     }
   }
+
+  verify_multicasts(grid, plan, holds, errors);
 
   for (int r = 0; r < p; ++r) {
     const auto ur = static_cast<size_t>(r);
