@@ -132,7 +132,14 @@ struct Bench {
     check_root(b_root, l.grid);
     b_spec.sizes = parse_sizes(b_sizes);
     if (b_algorithms == "all") {
-      for (const auto& a : topology::algorithms()) b_spec.algorithms.emplace_back(a.name);
+      // Every algorithm this grid can run; a skipped one says why.
+      for (const auto& a : topology::algorithms()) {
+        if (const std::string why = topology::algorithm_unavailable(l.grid, a.id); !why.empty()) {
+          std::cerr << "gridbcast bench: skipping " << a.name << ": " << why << "\n";
+          continue;
+        }
+        b_spec.algorithms.emplace_back(a.name);
+      }
     } else {
       std::stringstream ss(b_algorithms);
       for (std::string n; std::getline(ss, n, ',');) {

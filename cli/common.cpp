@@ -206,6 +206,8 @@ topology::Algorithm resolve_algorithm(const std::string& name, const topology::G
   if (!a)
     throw CLI::ValidationError(
         "--algorithm", "unknown algorithm \"" + name + "\"; one of auto, " + algorithm_list());
+  if (const std::string why = topology::algorithm_unavailable(g, *a); !why.empty())
+    throw CLI::ValidationError("--algorithm", why);
   return *a;
 }
 

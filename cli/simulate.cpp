@@ -83,7 +83,13 @@ struct Simulate {
     }
     std::vector<std::string> names;
     if (s_algorithm == "all") {
-      for (const auto& a : topology::algorithms()) names.emplace_back(a.name);
+      for (const auto& a : topology::algorithms()) {
+        if (const std::string why = topology::algorithm_unavailable(grid, a.id); !why.empty()) {
+          std::cerr << "gridbcast simulate: skipping " << a.name << ": " << why << "\n";
+          continue;
+        }
+        names.emplace_back(a.name);
+      }
     } else {
       std::stringstream ss(s_algorithm);
       for (std::string n; std::getline(ss, n, ',');) names.push_back(n);

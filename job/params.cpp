@@ -34,8 +34,8 @@ Iteration iteration_at(const JobParams& p, int index, const topology::Grid& grid
   if (p.random_roots) it.root = static_cast<int>(r % static_cast<std::uint64_t>(grid.size()));
   if (p.random_sizes) it.size = splitmix(r) % (p.size + 1);
   if (p.algorithm == "random") {
-    const auto& all = topology::algorithms();
-    it.algorithm = std::string(all[splitmix(r + 7) % all.size()].name);
+    const auto all = topology::available_algorithms(grid);
+    it.algorithm = std::string(topology::algorithm_name(all[splitmix(r + 7) % all.size()]));
   }
   return it;
 }

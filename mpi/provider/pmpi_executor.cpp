@@ -35,6 +35,10 @@ std::string mpi_error(int code) {
 
 void execute_over_pmpi(const topology::Plan& plan, int me, const std::vector<int>& comm_of_grid,
                        std::byte* buffer, const PmpiOptions& options) {
+  if (!plan.multicasts.empty())
+    throw std::runtime_error(
+        "the multicast algorithm sends IP multicast datagrams, which MPI point-to-point cannot "
+        "carry: run it with GRIDBCAST_TRANSPORT=lanes");
   // The plan's segments on this rank's links (topology/plan/segments.hpp). A
   // link is a peer (lanes mean nothing to MPI); a segment's tag is its index
   // on the link, so the segment grows until no link needs more tags than

@@ -488,8 +488,11 @@ CommState& state_of(MPI_Comm comm, const Config& config) {
 
 topology::Algorithm choose(const Config& config, CommState& s, std::uint64_t bytes) {
   if (config.random) {
-    const auto& all = topology::algorithms();
-    return all[mix(s.bcasts * 7919u + static_cast<std::uint64_t>(s.size)) % all.size()].id;
+    // What this grid can run; datagrams need the lanes transport.
+    auto all = topology::available_algorithms(s.placement.grid);
+    if (config.transport != Transport::kLanes)
+      std::erase(all, topology::Algorithm::kMulticast);
+    return all[mix(s.bcasts * 7919u + static_cast<std::uint64_t>(s.size)) % all.size()];
   }
   if (config.algorithm) return *config.algorithm;
   return topology::select_algorithm(s.placement.grid, bytes, config.thresholds);

@@ -44,8 +44,8 @@ void bcast_bytes(Comm& c, void* buffer, std::uint64_t bytes, int root) {
   std::optional<topology::Algorithm> algo = st.algorithm;
   if (st.random_algorithm) {
     // The same draw on every member: it depends only on the communicator's history.
-    const auto& all = topology::algorithms();
-    algo = all[mix(c.context * 1000003u + c.bcasts) % all.size()].id;
+    const auto all = topology::available_algorithms(st.world->grid());
+    algo = all[mix(c.context * 1000003u + c.bcasts) % all.size()];
   }
   ++c.bcasts;
   if (c.size() == 1) return;

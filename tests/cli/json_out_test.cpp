@@ -126,7 +126,8 @@ const std::vector<std::pair<std::string, T>> kPlanFields = {
     {"max_flow_bottleneck_rank", T::number_unsigned},
     {"lower_bound_seconds", T::number_float},
     {"nodes", T::array},
-    {"transfers", T::array}};
+    {"transfers", T::array},
+    {"multicasts", T::array}};
 
 TEST(JsonSchema, Plan) {
   Child c({kBin, "plan", "--algorithm", "binomial", "--size", "1MiB", "--format", "json"});
@@ -152,6 +153,22 @@ TEST(JsonSchema, Plan) {
                                     {"lane_to", T::number_unsigned},
                                     {"streams", T::number_unsigned}});
   EXPECT_GT(j["max_flow_bound_seconds"].get<double>(), 0);
+  EXPECT_TRUE(j["multicasts"].empty());
+}
+
+TEST(JsonSchema, MulticastPlan) {
+  Child c({kBin, "plan", "--algorithm", "multicast", "--size", "1MiB", "--format", "json"});
+  ASSERT_EQ(c.wait(60s), 0) << c.err();
+  const auto j = last_ordered(c.out());
+  expect_fields(j, kPlanFields);
+  ASSERT_EQ(j["multicasts"].size(), 2u);  // one per site of the embedded default
+  expect_fields(j["multicasts"][1], {{"from", T::number_unsigned},
+                                     {"lane", T::number_unsigned},
+                                     {"offset", T::number_unsigned},
+                                     {"length", T::number_unsigned},
+                                     {"to", T::array}});
+  EXPECT_EQ(j["multicasts"][0]["to"].size(), 3u);
+  EXPECT_EQ(j["multicasts"][1]["length"], 1 << 20);
 }
 
 TEST(JsonSchema, Simulate) {

@@ -37,6 +37,20 @@ TEST(Launch, TwoHundredBackToBackBroadcastsWithRandomSizesRootsAndAlgorithms) {
   EXPECT_EQ(last_json(c.out())["iterations"], 200) << c.out();
 }
 
+// Multicast through the CLI on the embedded default (loopback carries it), and
+// refused, naming the site, on a grid whose sites do not say they carry it.
+TEST(Launch, MulticastRunsOnTheDefaultAndIsRefusedWhereSitesLackIt) {
+  Child c({kBin, "launch", "--size", "3000017", "--algorithm", "multicast", "--iterations", "3",
+           "--random-roots", "--json"});
+  ASSERT_EQ(c.wait(120s), 0) << c.err();
+  EXPECT_EQ(last_json(c.out())["verified"], true) << c.out();
+  Child refused({kBin, "launch", kSrc + "/site-configs/three-sites-hetero.yaml", "--algorithm",
+                 "multicast"});
+  EXPECT_EQ(refused.wait(60s), 2) << refused.err();
+  EXPECT_NE(refused.err().find("site 'alpha'"), std::string::npos) << refused.err();
+  EXPECT_NE(refused.err().find("multicast: true"), std::string::npos) << refused.err();
+}
+
 TEST(Launch, EveryAlgorithmOnTheHeterogeneousGrid) {
   for (const char* a : {"multilane", "binomial", "scatter_rd", "scatter_ring", "scatter_ring_tuned",
                         "chain", "binary"}) {

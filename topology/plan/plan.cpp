@@ -85,6 +85,13 @@ std::string algorithm_unavailable(const Grid& grid, Algorithm algorithm) {
   return {};
 }
 
+std::vector<Algorithm> available_algorithms(const Grid& grid) {
+  std::vector<Algorithm> out;
+  for (const auto& info : algorithms())
+    if (algorithm_unavailable(grid, info.id).empty()) out.push_back(info.id);
+  return out;
+}
+
 Plan build_plan(const Grid& grid, Algorithm algorithm, int root, std::uint64_t size) {
   if (grid.size() == 0) throw std::invalid_argument("the topology has no nodes");
   if (root < 0 || root >= grid.size())

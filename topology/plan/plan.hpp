@@ -83,6 +83,8 @@ struct Plan {
 // Why `algorithm` cannot run on `grid`, empty when it can. Only multicast has
 // a precondition: every site of two or more nodes carries IP multicast.
 std::string algorithm_unavailable(const Grid& grid, Algorithm algorithm);
+// The registry's algorithms `grid` can run, in registry order.
+std::vector<Algorithm> available_algorithms(const Grid& grid);
 
 // Throws std::invalid_argument for a root outside [0, ranks), and with
 // algorithm_unavailable's reason for an algorithm the grid cannot run.
