@@ -97,14 +97,16 @@ MulticastGroup choose_group(std::uint32_t network, int prefix, std::uint16_t por
 }
 
 MulticastGroup derive_group(const DatagramKey& key, std::uint32_t network, int prefix,
-                            std::uint16_t port) {
+                            std::uint16_t port, std::uint32_t site) {
   const std::uint32_t mask = group_range_mask(network, prefix);
   static constexpr std::string_view kLabel = "gridbcast multicast group v1";
+  std::vector<unsigned char> input(kLabel.begin(), kLabel.end());
+  for (int shift = 24; shift >= 0; shift -= 8)
+    input.push_back(static_cast<unsigned char>(site >> shift));
   std::array<unsigned char, 32> out{};
   unsigned int len = 0;
-  if (HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-           reinterpret_cast<const unsigned char*>(kLabel.data()), kLabel.size(), out.data(),
-           &len) == nullptr ||
+  if (HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), input.data(), input.size(),
+           out.data(), &len) == nullptr ||
       len != out.size())
     throw std::runtime_error("HMAC-SHA256 failed in OpenSSL");
   auto word = [&](size_t at) {

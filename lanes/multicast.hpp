@@ -50,11 +50,13 @@ MulticastGroup choose_group(std::uint32_t network, int prefix, std::uint16_t por
 
 // The group a communicator uses inside a site, the same on every rank without
 // a message: address and (when `port` is 0) port taken from HMAC-SHA256(key,
-// "gridbcast multicast group v1"), a pseudorandom function under the job's
-// secret, so a stranger can no more predict it than choose_group's, and
-// uniform in the range likewise. Same checks and errors as choose_group.
+// "gridbcast multicast group v1" | site), a pseudorandom function under the
+// job's secret, so a stranger can no more predict it than choose_group's, and
+// uniform in the range likewise. Each site (its index in the topology) gets
+// its own group, so sites that share a network (or a host's loopback) do not
+// receive each other's datagrams. Same checks and errors as choose_group.
 MulticastGroup derive_group(const DatagramKey& key, std::uint32_t network, int prefix,
-                            std::uint16_t port = 0);
+                            std::uint16_t port = 0, std::uint32_t site = 0);
 
 // The MTU of the network interface that has this IPv4 address (65536 for
 // loopback, 1500 for most Ethernet, 9000 with jumbo frames), 0 when no

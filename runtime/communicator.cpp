@@ -147,8 +147,9 @@ struct Communicator::Impl {
     }
     const auto& node = g.nodes[static_cast<size_t>(me)];
     const auto& site = g.sites[static_cast<size_t>(node.site)];
-    const lanes::MulticastGroup group = lanes::derive_group(
-        s.key, site.multicast.network, site.multicast.prefix, site.multicast.port);
+    const lanes::MulticastGroup group =
+        lanes::derive_group(s.key, site.multicast.network, site.multicast.prefix,
+                            site.multicast.port, static_cast<std::uint32_t>(node.site));
     const std::string iface = node.lane_nic(lane).address;
     const std::string where = "rank " + std::to_string(rank) + " (" + node.name + ", " + iface +
                               ") on multicast group " + group.str() + " of site " + site.name;

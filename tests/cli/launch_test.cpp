@@ -44,8 +44,8 @@ TEST(Launch, MulticastRunsOnTheDefaultAndIsRefusedWhereSitesLackIt) {
            "--random-roots", "--json"});
   ASSERT_EQ(c.wait(120s), 0) << c.err();
   EXPECT_EQ(last_json(c.out())["verified"], true) << c.out();
-  Child refused({kBin, "launch", kSrc + "/site-configs/three-sites-hetero.yaml", "--algorithm",
-                 "multicast"});
+  Child refused(
+      {kBin, "launch", kSrc + "/site-configs/three-sites-hetero.yaml", "--algorithm", "multicast"});
   EXPECT_EQ(refused.wait(60s), 2) << refused.err();
   EXPECT_NE(refused.err().find("site 'alpha'"), std::string::npos) << refused.err();
   EXPECT_NE(refused.err().find("multicast: true"), std::string::npos) << refused.err();

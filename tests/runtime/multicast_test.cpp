@@ -160,7 +160,7 @@ TEST(Multicast, ForgedDatagramsFloodingTheGroupAreNeverUsed) {
   const auto& creds = ranks.credentials();
   const lanes::DatagramKey real = lanes::datagram_key(creds.secret, creds.job_id, 0);
   const auto& site = grid.sites[0].multicast;
-  const lanes::MulticastGroup group = lanes::derive_group(real, site.network, site.prefix);
+  const lanes::MulticastGroup group = lanes::derive_group(real, site.network, site.prefix, 0, 0);
   std::vector<std::uint8_t> other_secret(32, 0x5a);
   const lanes::DatagramKey wrong = lanes::datagram_key(other_secret, creds.job_id, 0);
 
