@@ -30,6 +30,27 @@ extern char** environ;
 namespace gridbcast::job {
 namespace {
 
+// write() to a pipe whose reader may be gone (a rank that exited at once):
+// EPIPE instead of SIGPIPE killing the launcher. SIGPIPE is blocked in this
+// thread for the call and a pending one consumed, so no other thread's
+// disposition changes and the ranks inherit the default.
+ssize_t write_without_sigpipe(int fd, const void* data, size_t size) {
+  sigset_t pipe_only, old;
+  sigemptyset(&pipe_only);
+  sigaddset(&pipe_only, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_only, &old);
+  const ssize_t n = ::write(fd, data, size);
+  const int saved = errno;
+  if (n < 0 && errno == EPIPE) {
+    const timespec now{0, 0};
+    while (sigtimedwait(&pipe_only, nullptr, &now) == SIGPIPE) {
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  errno = saved;
+  return n;
+}
+
 std::string describe_status(int status) {
   if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) {
@@ -314,7 +335,9 @@ class ProcessBackend : public Backend {
       relay_->add(err[0], 2, prefix);
     }
     const std::string line = secret_hex + "\n";
-    [[maybe_unused]] auto n = ::write(fds[1], line.data(), line.size());
+    // A rank that exited at once (not a gridbcast program) closed its end:
+    // its exit status says so, not a SIGPIPE of the launcher.
+    [[maybe_unused]] auto n = write_without_sigpipe(fds[1], line.data(), line.size());
     ::close(fds[1]);
     pids_[pid] = rank;
   }

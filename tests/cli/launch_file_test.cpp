@@ -172,16 +172,25 @@ TEST(LaunchFile, ResumeAfterAKilledRankMovesOnlyTheMissingChunks) {
   {
     Child c(first_args, dir.path().string());
     pid_t victim = -1;
+    // Killed as soon as its partial copy holds the first chunk: something has
+    // moved, and most of the 60 MiB has not (a fixed sleep raced the
+    // transfer's end on a fast, idle machine).
+    const fs::path partial = dir / "b2" / ".copy.gridbcast-partial";
+    auto first_chunk_landed = [&] {
+      std::ifstream in(partial, std::ios::binary);
+      std::string held(chunk, '\0');
+      in.read(held.data(), static_cast<std::streamsize>(chunk));
+      return in.gcount() == static_cast<std::streamsize>(chunk) &&
+             held.compare(0, chunk, data, 0, chunk) == 0;
+    };
     const auto deadline = std::chrono::steady_clock::now() + 30s;
     while (std::chrono::steady_clock::now() < deadline) {
       for (auto [pid, rank] : children_of(c.pid(), "GRIDBCAST_RANK"))
         if (rank == "5") victim = pid;
-      const fs::path partial = dir / "b2" / ".copy.gridbcast-partial";
-      if (victim > 0 && fs::exists(partial)) break;
-      std::this_thread::sleep_for(10ms);
+      if (victim > 0 && fs::exists(partial) && first_chunk_landed()) break;
+      std::this_thread::sleep_for(2ms);
     }
     ASSERT_GT(victim, 0);
-    std::this_thread::sleep_for(400ms);
     ::kill(victim, SIGKILL);
     EXPECT_NE(c.wait(60s), 0);
     EXPECT_NE(c.err().find("rank 5"), std::string::npos) << c.err();

@@ -46,7 +46,8 @@ inline std::string write_loopback_topology(const std::string& dir, const std::ve
   f << "name: mpi-test\ndefaults:\n  nic_bandwidth: 10 Gbit\nsites:\n";
   int host = 1;
   for (size_t s = 0; s < sites.size(); ++s) {
-    f << "  - name: site" << s << "\n    nodes:\n";
+    // Loopback carries multicast inside the host (the multicast algorithm).
+    f << "  - name: site" << s << "\n    multicast: true\n    nodes:\n";
     for (int n = 0; n < sites[s]; ++n, ++host)
       f << "      - name: s" << s << "n" << n << "\n        nics:\n          - address: 127.0.5."
         << host << "\n          - address: 127.0.6." << host << "\n";

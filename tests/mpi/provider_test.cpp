@@ -107,6 +107,25 @@ TEST_P(Provider, SameOutputWithMultilaneOnATwoSiteTopology) {
   std::filesystem::remove_all(dir);
 }
 
+// The multicast algorithm needs the lanes transport: it runs there, and the
+// mpi transport refuses it with that advice rather than run the ring alone.
+TEST_P(Provider, MulticastOverLanesAndRefusedOverMpi) {
+  const std::string dir = temp_dir();
+  const std::string topo = write_loopback_topology(dir, {2, 2});
+  same_as_without("lanes", {{"GRIDBCAST_MIN_BYTES", "1000"},
+                            {"GRIDBCAST_ALGORITHM", "multicast"},
+                            {"GRIDBCAST_TOPOLOGY", topo}});
+  const Outcome r = run(flavour_,
+                        with_provider(flavour_, {{"GRIDBCAST_TRANSPORT", "mpi"},
+                                                 {"GRIDBCAST_MIN_BYTES", "1000"},
+                                                 {"GRIDBCAST_ALGORITHM", "multicast"},
+                                                 {"GRIDBCAST_TOPOLOGY", topo}}),
+                        {flavour_.program("provider_check")});
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.err.find("GRIDBCAST_TRANSPORT=lanes"), std::string::npos) << r.err;
+  std::filesystem::remove_all(dir);
+}
+
 TEST_P(Provider, EveryCallOfTheSubsetWithTheProviderInPlace) {
   // calls.c against the real MPI with every broadcast above 1 byte on lanes.
   const Outcome r =

@@ -36,6 +36,16 @@ TEST(MpiStandalone, EveryCallOnThreeSitesWithAlgorithmsDrawnPerBroadcast) {
   EXPECT_NE(c.out().find(" checks, 0 failed"), std::string::npos) << c.out();
 }
 
+TEST(MpiStandalone, EveryCallWithMulticastOnTheDefaultTopology) {
+  // The embedded default's sites carry multicast (loopback): the world's and
+  // the split and duplicated communicators' broadcasts all use it.
+  Child c({"/usr/bin/env", "GRIDBCAST_ALGORITHM=multicast", kBin, "launch", "--",
+           kMpiBin + "/calls_gridbcast"});
+  ASSERT_EQ(c.wait(180s), 0) << c.err();
+  EXPECT_NE(c.out().find("calls: 8 ranks, "), std::string::npos) << c.out();
+  EXPECT_NE(c.out().find(" checks, 0 failed"), std::string::npos) << c.out();
+}
+
 TEST(MpiStandalone, PrintsWhatOpenMpiPrintsForTheSameProgram) {
   auto f = openmpi();
   if (!f.missing().empty()) GTEST_SKIP() << f.missing();
