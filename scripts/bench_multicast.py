@@ -36,7 +36,7 @@ sites:
 LOSS_RULES = """table ip gridbcast_bench_loss {{
   chain arrive {{
     type filter hook prerouting priority -300; policy accept;
-    ip daddr 224.0.0.0/4 numgen random mod 10000 < {drop} drop
+    ip daddr 224.0.0.0/4 {match}drop
   }}
 }}
 """
@@ -56,7 +56,10 @@ def set_loss(topo, n, loss):
         subprocess.run([BIN, "testbed", "exec", topo, node, "--", "nft", "delete", "table", "ip",
                         "gridbcast_bench_loss"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if loss > 0:
-            rules = LOSS_RULES.format(drop=int(round(loss * 10000)))
+            # numgen draws 0..9999; every datagram when the loss is whole.
+            drop = int(round(loss * 10000))
+            match = "" if drop >= 10000 else f"numgen random mod 10000 < {drop} "
+            rules = LOSS_RULES.format(match=match)
             subprocess.run([BIN, "testbed", "exec", topo, node, "--", "nft", "-f", "-"], input=rules,
                            text=True, check=True)
 

@@ -1,7 +1,9 @@
 #include "topology/plan/plan.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -116,22 +118,41 @@ Plan build_plan(const Grid& grid, Algorithm algorithm, int root, std::uint64_t s
   throw std::invalid_argument("unknown algorithm");
 }
 
+namespace {
+
+// A count from the environment, when the variable is set and not empty.
+template <typename T>
+void count_from_environment(const char* name, T& out) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long parsed = std::strtoull(v, &end, 10);
+  if (end == v || *end != '\0' || *v == '-' || errno == ERANGE ||
+      parsed > static_cast<unsigned long long>(std::numeric_limits<T>::max()))
+    throw std::invalid_argument(std::string(name) + " must be a count, got \"" + v + "\"");
+  out = static_cast<T>(parsed);
+}
+
+}  // namespace
+
 SelectionThresholds SelectionThresholds::from_environment() {
   SelectionThresholds t;
-  if (const char* v = std::getenv("GRIDBCAST_SMALL_BYTES"); v != nullptr && *v != '\0') {
-    char* end = nullptr;
-    unsigned long long parsed = std::strtoull(v, &end, 10);
-    if (end == v || *end != '\0')
-      throw std::invalid_argument(
-          std::string("GRIDBCAST_SMALL_BYTES must be a byte count, got \"") + v + "\"");
-    t.small_bytes = parsed;
-  }
+  count_from_environment("GRIDBCAST_SMALL_BYTES", t.small_bytes);
+  count_from_environment("GRIDBCAST_MULTICAST_BYTES", t.multicast_bytes);
+  count_from_environment("GRIDBCAST_MULTICAST_MIN_SITE_NODES", t.multicast_min_site_nodes);
   return t;
 }
 
 Algorithm select_algorithm(const Grid& grid, std::uint64_t size,
                            const SelectionThresholds& thresholds) {
-  (void)grid;  // shape-dependent rules come with measurements (docs/ALGORITHMS.md)
+  if (size < thresholds.multicast_bytes &&
+      algorithm_unavailable(grid, Algorithm::kMulticast).empty()) {
+    size_t largest = 0;
+    for (const Site& s : grid.sites) largest = std::max(largest, s.ranks.size());
+    if (largest >= static_cast<size_t>(std::max(thresholds.multicast_min_site_nodes, 2)))
+      return Algorithm::kMulticast;
+  }
   // A small message is latency-bound: halving it buys nothing and costs a hop.
   if (size < thresholds.small_bytes) return Algorithm::kBinomial;
   return Algorithm::kMultilane;

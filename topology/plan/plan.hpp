@@ -105,7 +105,14 @@ Plan build_multicast(const Grid& grid, int root, std::uint64_t size);
 struct SelectionThresholds {
   // Below this many bytes, latency dominates: binomial (log p hops, no halves).
   std::uint64_t small_bytes = 64 * 1024;
-  // Reads GRIDBCAST_SMALL_BYTES from the environment when set.
+  // Below this many bytes, on a grid where multicast is available and some
+  // site has at least multicast_min_site_nodes nodes: multicast. 0 (the
+  // default): never, because in the emulated grid it has not measured faster
+  // than multilane or binomial at any size (docs/PERFORMANCE.md, "Multicast").
+  std::uint64_t multicast_bytes = 0;
+  int multicast_min_site_nodes = 16;
+  // Reads GRIDBCAST_SMALL_BYTES, GRIDBCAST_MULTICAST_BYTES and
+  // GRIDBCAST_MULTICAST_MIN_SITE_NODES from the environment when set.
   static SelectionThresholds from_environment();
 };
 Algorithm select_algorithm(const Grid& grid, std::uint64_t size,
