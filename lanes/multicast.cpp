@@ -289,6 +289,25 @@ struct MulticastReceiver::Impl : std::enable_shared_from_this<Impl> {
     on_fragment = nullptr;
   }
 
+  void pass(std::uint64_t id) {
+    if (assembler) return;
+    floor = std::max(floor, id + 1);
+    std::deque<std::vector<std::uint8_t>> keep;
+    size_t keep_bytes = 0;
+    for (auto& d : early) {
+      const DecodedFragment f =
+          decode_fragment(d, options.key, options.job_id, options.max_message_bytes);
+      if (f.header.broadcast_id >= floor) {
+        keep_bytes += d.size();
+        keep.push_back(std::move(d));
+      } else {
+        ++counts[static_cast<size_t>(Rejection::kOtherBroadcast)];
+      }
+    }
+    early = std::move(keep);
+    early_bytes = keep_bytes;
+  }
+
   void close() {
     std::error_code ignored;
     socket.close(ignored);
@@ -345,6 +364,9 @@ void MulticastReceiver::expect(std::uint64_t broadcast_id, std::span<std::uint8_
 }
 void MulticastReceiver::finish() {
   impl_->finish();
+}
+void MulticastReceiver::pass(std::uint64_t broadcast_id) {
+  impl_->pass(broadcast_id);
 }
 const FragmentAssembler* MulticastReceiver::current() const {
   return impl_->assembler ? &*impl_->assembler : nullptr;
@@ -480,6 +502,7 @@ struct MulticastSender::Impl : std::enable_shared_from_this<Impl> {
                                                       where(self->destination) + ": " +
                                                       ec.message());
                            ++self->datagrams;
+                           if (self->sent_callback) self->sent_callback();
                            self->wire_bytes += sent + kIpv4UdpHeaderBytes;
                            ++self->next;
                            self->step();
@@ -535,6 +558,7 @@ struct MulticastSender::Impl : std::enable_shared_from_this<Impl> {
   std::function<void(const std::string&)> on_done;
   std::function<bool(std::uint32_t)> include;
   Ready ready;
+  std::function<void()> sent_callback;
   bool waiting = false;          // parked until resume(): the next fragment is not ready
   std::uint64_t generation = 0;  // of the current send; completions of older ones do nothing
   std::uint64_t datagrams = 0;
@@ -571,6 +595,9 @@ void MulticastSender::resume() {
 }
 void MulticastSender::cancel() {
   impl_->cancel();
+}
+void MulticastSender::on_sent(std::function<void()> callback) {
+  impl_->sent_callback = std::move(callback);
 }
 std::uint64_t MulticastSender::datagrams_sent() const {
   return impl_->datagrams;

@@ -122,6 +122,10 @@ class MulticastReceiver {
   // Stop writing into the buffer (the broadcast is over, e.g. the chain
   // delivered the rest); later datagrams of its id count as other broadcast.
   void finish();
+  // Broadcasts up to `broadcast_id` are over for this socket (this rank sends
+  // that one, and its own datagrams come back to the host's members): they
+  // are neither kept nor used, and kept ones are dropped. Not while expecting.
+  void pass(std::uint64_t broadcast_id);
   // Null before expect() or after finish().
   const FragmentAssembler* current() const;
 
@@ -182,6 +186,9 @@ class MulticastSender {
             std::function<bool(std::uint32_t index)> include = {}, Ready ready = {});
   // Looks again at a send waiting for `ready`; nothing otherwise.
   void resume();
+  // Called after each datagram the socket took (progress for a watchdog);
+  // empty: none. Kept across sends until replaced.
+  void on_sent(std::function<void()> callback);
   // Ends the running send, if any, without calling its on_done; the message
   // is not read after this returns.
   void cancel();

@@ -173,7 +173,10 @@ struct Communicator::Impl {
         // are members too; a host with none drops its copy at once.
         so.loopback = true;
         so.rate_bps = g.multicast_pace_bps(me, lane);
-        so.path_mtu = 0;  // the NIC's: loopback's 64 KiB, Ethernet's 1500, jumbo frames
+        // Loopback's 64 KiB MTU when the site is this host's loopback (every
+        // member shares the interface); elsewhere Ethernet's 1500, which every
+        // member's NIC takes even where the sender's has jumbo frames.
+        so.path_mtu = iface.starts_with("127.") ? 0 : lanes::kDefaultPathMtu;
         so.job_id = creds.job_id;
         so.key = s.key;
         s.sender = lanes::MulticastSender::open(io, so);
@@ -389,6 +392,8 @@ void Communicator::define_group(std::uint64_t context, std::vector<int> world_ra
 
 void Communicator::forget_group(std::uint64_t context) {
   impl_->groups.erase(context);
+  // Its multicast sockets too: a context used again is a new communicator.
+  if (context != 0) impl_->multicast.erase(context);
 }
 
 BcastInfo Communicator::bcast_group(std::uint64_t context, void* buffer, std::uint64_t bytes,

@@ -160,8 +160,14 @@ asio::awaitable<void> multicast_send(Run& run, const topology::Multicast& m) {
     const bool& done;
     ~CancelUnlessDone() {
       if (!done) sender.cancel();
+      sender.on_sent({});
     }
   } guard{sender, done};
+  // Each datagram out is progress (the ring may be done long before a
+  // multicast paced at a slower NIC), and the watchdog can say what waits.
+  sender.on_sent([&run] { run.moved(); });
+  run.waiting_on[nullptr] = "multicasting bytes " + range(m.offset, m.length) + " from rank " +
+                            std::to_string(m.from) + " lane " + std::to_string(m.lane);
   const std::uint64_t base = m.offset;
   sender.send(
       run.seq,
@@ -181,6 +187,7 @@ asio::awaitable<void> multicast_send(Run& run, const topology::Multicast& m) {
     co_await run.progress.wait();
     sender.resume();
   }
+  run.waiting_on.erase(nullptr);
   run.check();
   if (!error.empty()) throw BroadcastError(error);
   run.stats.multicast_bytes_out += m.length;
@@ -242,6 +249,9 @@ asio::awaitable<ExecStats> execute(Transport& transport, const topology::Plan& p
       if (receiver) receiver->finish();
     }
   } finish_receiver{multicast_in ? port->receiver : nullptr};
+  // A sender's own datagrams come back to its host's members, its own
+  // receiver among them: this broadcast is over for that socket.
+  if (multicast_out && !multicast_in && port->receiver) port->receiver->pass(seq);
   if (multicast_in) {
     const std::uint64_t base = multicast_in->offset;
     port->receiver->expect(seq,

@@ -490,12 +490,13 @@ topology::Algorithm choose(const Config& config, CommState& s, std::uint64_t byt
   if (config.random) {
     // What this grid can run; datagrams need the lanes transport.
     auto all = topology::available_algorithms(s.placement.grid);
-    if (config.transport != Transport::kLanes)
-      std::erase(all, topology::Algorithm::kMulticast);
+    if (config.transport != Transport::kLanes) std::erase(all, topology::Algorithm::kMulticast);
     return all[mix(s.bcasts * 7919u + static_cast<std::uint64_t>(s.size)) % all.size()];
   }
   if (config.algorithm) return *config.algorithm;
-  return topology::select_algorithm(s.placement.grid, bytes, config.thresholds);
+  topology::SelectionThresholds t = config.thresholds;
+  if (config.transport != Transport::kLanes) t.multicast_bytes = 0;  // datagrams need lanes
+  return topology::select_algorithm(s.placement.grid, bytes, t);
 }
 
 // Runs `plan`'s inter-node (or, flat, inter-rank) part over PMPI on s.priv.

@@ -138,6 +138,27 @@ TEST(Multicast, GroupsAndTheWorldTakeTurnsWithoutMixingBroadcasts) {
   });
 }
 
+// The root's multicast is paced at the site's slowest NIC (20 Mbit/s here),
+// long after the ring (loopback, unshaped) is done: every datagram out is
+// progress, so a 300 ms progress deadline does not fail the 0.8 s send.
+TEST(Multicast, APacedSendOutlastingTheRingIsProgressNotATimeout) {
+  auto grid = make_grid({3}, 3, 1);
+  for (auto& node : grid.nodes) node.nics[0].bandwidth_bps = 20e6;
+  CommOptions o;
+  o.timeout = std::chrono::milliseconds(300);
+  Ranks ranks(grid, o);
+  ranks.run([&](Communicator& c) {
+    std::vector<std::byte> buf(2 * kMiB), want(2 * kMiB);
+    if (c.rank() == 0) fill_pattern(buf.data(), buf.size(), 900);
+    const BcastInfo info = c.bcast(buf.data(), buf.size(), 0, Algorithm::kMulticast);
+    if (c.rank() == 0) {
+      EXPECT_GE(info.seconds, 0.5) << "the pace held the root";
+    }
+    fill_pattern(want.data(), want.size(), 900);
+    ASSERT_EQ(std::memcmp(buf.data(), want.data(), buf.size()), 0) << "rank " << c.rank();
+  });
+}
+
 TEST(Multicast, ASiteWithoutMulticastIsRefusedNamingIt) {
   auto grid = make_grid({3, 2});
   grid.sites[1].multicast.enabled = false;
