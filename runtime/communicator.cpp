@@ -173,10 +173,15 @@ struct Communicator::Impl {
         // are members too; a host with none drops its copy at once.
         so.loopback = true;
         so.rate_bps = g.multicast_pace_bps(me, lane);
-        // Loopback's 64 KiB MTU when the site is this host's loopback (every
-        // member shares the interface); elsewhere Ethernet's 1500, which every
-        // member's NIC takes even where the sender's has jumbo frames.
-        so.path_mtu = iface.starts_with("127.") ? 0 : lanes::kDefaultPathMtu;
+        // The site's `mtu` when it declares one (jumbo frames on every
+        // member's lane); else loopback's 64 KiB when the site is this host's
+        // loopback (every member shares the interface); elsewhere Ethernet's
+        // 1500, which every member's NIC takes even where the sender's has
+        // jumbo frames.
+        if (site.multicast.mtu > 0)
+          so.path_mtu = static_cast<size_t>(site.multicast.mtu);
+        else
+          so.path_mtu = iface.starts_with("127.") ? 0 : lanes::kDefaultPathMtu;
         so.job_id = creds.job_id;
         so.key = s.key;
         s.sender = lanes::MulticastSender::open(io, so);

@@ -6,10 +6,12 @@ tree algorithms, optionally with datagram loss on every node's lane.
 
   scripts/bench_multicast.py [--nodes 2,4,8,16,32,64] [--sizes 1KiB,64KiB]
                              [--algorithms multicast,binomial,multilane]
-                             [--loss 0,0.1,0.5] [--nic 100Mbit] [--json FILE]
+                             [--loss 0,0.1,0.5] [--nic 100Mbit] [--mtu 9000]
+                             [--json FILE]
 
 Each site is one `gridbcast testbed` of N nodes with two NICs of --nic, its
-site saying `multicast: true`. Loss: an nftables rule in every node's
+site saying `multicast: true` (with --mtu, `multicast: {mtu: M}`: the site's
+bridges and veths take M-byte packets, and datagrams fill them). Loss: an nftables rule in every node's
 namespace drops that share of arriving multicast datagrams, independently
 per node (the TCP ring is untouched), as a lossy lane would. Needs root;
 installs nftables with apt-get when --loss asks for it and it is missing.
@@ -25,7 +27,7 @@ defaults:
   nic_bandwidth: {nic}
 sites:
   - name: hall
-    multicast: true
+    multicast: {multicast}
     nodes:
       - name: m[1-{n}]
         nics:
@@ -71,6 +73,7 @@ def main():
     ap.add_argument("--algorithms", default="multicast,binomial,multilane")
     ap.add_argument("--loss", default="0", help="comma-separated shares of datagrams lost, e.g. 0,0.1,0.5")
     ap.add_argument("--nic", default="100 Mbit")
+    ap.add_argument("--mtu", type=int, help="the site's MTU (jumbo frames), e.g. 9000; default: 1500")
     ap.add_argument("--max-time", default="8", help="seconds per point (gridbcast bench --max-time)")
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -82,14 +85,15 @@ def main():
         ensure_nft()
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     rows = []
-    print(f"# one site, two {args.nic} NICs per node; `gridbcast bench --method ack`: the slowest rank's "
+    multicast = f"{{mtu: {args.mtu}}}" if args.mtu else "true"
+    print(f"# one site, two {args.nic} NICs per node, MTU {args.mtu or 1500}; `gridbcast bench --method ack`: the slowest rank's "
           f"mean latency (us) over up to {args.max_time} s per point")
     print(f"{'nodes':>6}{'loss':>6}{'algorithm':>12}" + "".join(f"{s:>12}" for s in args.sizes.split(",")))
     with tempfile.TemporaryDirectory() as tmp:
         for n in [int(x) for x in args.nodes.split(",")]:
             topo = os.path.join(tmp, f"mcast-{n}.yaml")
             with open(topo, "w") as f:
-                f.write(TOPOLOGY.format(n=n, nic=args.nic))
+                f.write(TOPOLOGY.format(n=n, nic=args.nic, multicast=multicast))
             subprocess.run([BIN, "testbed", "up", topo], check=True, stdout=subprocess.DEVNULL)
             try:
                 for loss in losses:
@@ -103,7 +107,7 @@ def main():
                     by_algo = {}
                     for p in result["points"]:
                         by_algo.setdefault(p["algorithm"], {})[p["bytes"]] = p
-                        rows.append(dict(nodes=n, loss=loss, algorithm=p["algorithm"], bytes=p["bytes"],
+                        rows.append(dict(nodes=n, loss=loss, mtu=args.mtu or 1500, algorithm=p["algorithm"], bytes=p["bytes"],
                                          max_us=p["max_us"], avg_us=p["avg_us"],
                                          iterations=p["iterations"], verified=p["verified"]))
                     for algo, points in by_algo.items():

@@ -68,6 +68,10 @@ struct Node {
 inline constexpr std::uint32_t kDefaultMulticastNetwork = 0xEF000000;  // 239.0.0.0
 inline constexpr int kDefaultMulticastPrefix = 8;  // administratively scoped (RFC 2365)
 inline constexpr int kDefaultMulticastTtl = 1;     // never past the site's first router
+// The largest IPv4 packet every member's lane takes, when the site says so
+// (jumbo frames); 0 means unknown (Ethernet's 1500 off loopback).
+inline constexpr int kMinMulticastMtu = 576;  // every IPv4 host takes this (RFC 791)
+inline constexpr int kMaxMulticastMtu = 65535;
 
 struct SiteMulticast {
   bool enabled = false;
@@ -75,6 +79,7 @@ struct SiteMulticast {
   int prefix = kDefaultMulticastPrefix;  // 4..32, inside 224.0.0.0/4, never 224.0.0.0/24
   int ttl = kDefaultMulticastTtl;        // 1..255
   std::uint16_t port = 0;                // 0: chosen per communicator with its group
+  int mtu = 0;                           // 0 or kMinMulticastMtu..kMaxMulticastMtu
   Location where;                        // of the `multicast` value
 
   // "239.0.0.0/8"

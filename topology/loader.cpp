@@ -396,7 +396,7 @@ class Loader {
     }
   }
 
-  // A site's `multicast:`: true/false, or a map {group, ttl, port} (which
+  // A site's `multicast:`: true/false, or a map {group, ttl, port, mtu} (which
   // enables it; absent keys keep their defaults).
   SiteMulticast multicast_value(const Field& field) const {
     SiteMulticast m;
@@ -404,18 +404,19 @@ class Loader {
     if (!field.value.IsMap()) {
       if (!field.value.IsScalar() || !YAML::convert<bool>::decode(field.value, m.enabled)) {
         fail(field,
-             "\"multicast\": expected true, false or a map with keys group, ttl, port; got " +
+             "\"multicast\": expected true, false or a map with keys group, ttl, port, mtu; got " +
                  describe(field.value));
       }
       return m;
     }
     m.enabled = true;
-    const std::vector<Field> fs = fields(field.value, "\"multicast\"", {"group", "ttl", "port"});
+    const std::vector<Field> fs = fields(field.value, "\"multicast\"", {"group", "ttl", "port", "mtu"});
     if (const Field* f = find(fs, "group")) multicast_group(*f, m);
     if (const Field* f = find(fs, "ttl")) m.ttl = int_value(*f, 1, 255, "");
     if (const Field* f = find(fs, "port")) {
       m.port = static_cast<std::uint16_t>(int_value(*f, 1, 65535, ""));
     }
+    if (const Field* f = find(fs, "mtu")) m.mtu = int_value(*f, kMinMulticastMtu, kMaxMulticastMtu, "");
     return m;
   }
 

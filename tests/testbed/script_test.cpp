@@ -177,6 +177,62 @@ sites:
   }
 }
 
+// A site that declares jumbo frames (`multicast: {mtu: M}`) gets them on every
+// link of its lanes: both ends of each NIC's veth and the lane's bridge; the
+// other site's links keep the default.
+TEST(TestbedScript, ASiteMtuSetsItsBridgesAndVeths) {
+  const auto grid = topology::load_grid_string(R"(
+name: jumbo
+defaults:
+  nic_bandwidth: 100 Mbit
+  wan: {latency: 1 ms, bandwidth: 100 Mbit}
+sites:
+  - name: a
+    multicast: {mtu: 9000}
+    nodes:
+      - name: a[1-2]
+        nics:
+          - address: 10.250.1.[1-2]
+          - address: 10.250.2.[1-2]
+  - name: b
+    nodes:
+      - name: b1
+        nics:
+          - address: 10.251.1.1
+wan:
+  - sites: [a, b]
+)",
+                                               "jumbo.yaml");
+  int bridges = 0, veths = 0;
+  for (const auto& step : script_of(grid, Latency::kDelayLine)) {
+    const auto* b = std::get_if<Batch>(&step.action);
+    if (b == nullptr) continue;
+    for (const auto& line : b->lines) {
+      const bool jumbo = line.find(" mtu 9000") != std::string::npos;
+      if (line.find(" type bridge mcast_snooping") != std::string::npos) {
+        const bool site_a = step.what.find("\"a\"") != std::string::npos;
+        EXPECT_EQ(jumbo, site_a) << step.what << ": " << line;
+        bridges += jumbo;
+      } else if (line.find(" type veth peer name ") != std::string::npos &&
+                 step.what.find("setting up node") != std::string::npos) {
+        const bool node_a = step.what.find("\"a") != std::string::npos;
+        // Both ends: "link add DEV mtu 9000 type veth peer name PORT mtu 9000 netns NS".
+        const size_t first = line.find(" mtu 9000");
+        EXPECT_EQ(jumbo, node_a) << line;
+        if (node_a) {
+          EXPECT_LT(first, line.find(" type veth")) << line;
+          EXPECT_NE(line.find(" mtu 9000", first + 1), std::string::npos) << line;
+        }
+        veths += jumbo;
+      } else {
+        EXPECT_FALSE(jumbo) << line;
+      }
+    }
+  }
+  EXPECT_EQ(bridges, 2);  // site a's two lanes
+  EXPECT_EQ(veths, 4);    // a1 and a2, two NICs each
+}
+
 // Nothing in a batch line that iproute2's batch parser treats specially
 // (run_batch refuses such lines; the script never makes them).
 TEST(TestbedScript, BatchLinesArePlainWords) {

@@ -762,11 +762,11 @@ std::string multicast_site(std::string_view value) {
 
 TEST(LoaderErrors, MulticastValues) {
   EXPECT_CONFIG_ERROR(multicast_site("maybe"), 3, 16,
-                      "\"multicast\": expected true, false or a map with keys group, ttl, port; "
+                      "\"multicast\": expected true, false or a map with keys group, ttl, port, mtu; "
                       "got \"maybe\"");
   EXPECT_CONFIG_ERROR(multicast_site("[1, 2]"), 3, 16, "expected true, false or a map");
   EXPECT_CONFIG_ERROR(multicast_site("{groups: 239.0.0.0/8}"), 3, 17,
-                      "unknown key \"groups\" in \"multicast\"; allowed keys: group, ttl, port");
+                      "unknown key \"groups\" in \"multicast\"; allowed keys: group, ttl, port, mtu");
   EXPECT_CONFIG_ERROR(multicast_site("{group: 239.1.2.3}"), 3, 24,
                       "\"group\": expected an IPv4 multicast range such as \"239.192.0.0/14\"");
   EXPECT_CONFIG_ERROR(multicast_site("{group: 239.0.0.0/33}"), 3, 24, "expected an IPv4 multicast");
@@ -792,6 +792,10 @@ TEST(LoaderErrors, MulticastValues) {
                       "\"port\": expected an integer from 1 to 65535, got \"0\"");
   EXPECT_CONFIG_ERROR(multicast_site("{port: 65536}"), 3, 23, "from 1 to 65535");
   EXPECT_CONFIG_ERROR(multicast_site("{ttl: 1, ttl: 2}"), 3, 25, "duplicate key \"ttl\"");
+  EXPECT_CONFIG_ERROR(multicast_site("{mtu: 575}"), 3, 22,
+                      "\"mtu\": expected an integer from 576 to 65535, got \"575\"");
+  EXPECT_CONFIG_ERROR(multicast_site("{mtu: 65536}"), 3, 22, "from 576 to 65535");
+  EXPECT_CONFIG_ERROR(multicast_site("{mtu: jumbo}"), 3, 22, "from 576 to 65535");
 }
 
 TEST(Loader, MulticastIsOffUnlessTheSiteSaysSo) {
@@ -811,10 +815,11 @@ TEST(Loader, MulticastIsOffUnlessTheSiteSaysSo) {
           "      group: 239.192.0.0/14",                                             // 12
           "      ttl: 4",                                                            // 13
           "      port: 5400",                                                        // 14
-          "    nodes: [{name: d, nics: [{address: 10.0.3.1, bandwidth: 1 Gbit}]}]",  // 15
-          "  - name: single",                                                        // 16
-          "    multicast: {group: 224.0.1.0/32}",                                    // 17
-          "    nodes: [{name: e, nics: [{address: 10.0.4.1, bandwidth: 1 Gbit}]}]",  // 18
+          "      mtu: 9000",                                                         // 15
+          "    nodes: [{name: d, nics: [{address: 10.0.3.1, bandwidth: 1 Gbit}]}]",  // 16
+          "  - name: single",                                                        // 17
+          "    multicast: {group: 224.0.1.0/32}",                                    // 18
+          "    nodes: [{name: e, nics: [{address: 10.0.4.1, bandwidth: 1 Gbit}]}]",  // 19
           "wan:",
           "  - {sites: [plain, on], latency: 1 ms, bandwidth: 1 Gbit}",
           "  - {sites: [on, off], latency: 1 ms, bandwidth: 1 Gbit}",
@@ -843,6 +848,8 @@ TEST(Loader, MulticastIsOffUnlessTheSiteSaysSo) {
   EXPECT_EQ(tuned.size(), 1u << 18);
   EXPECT_EQ(tuned.ttl, 4);
   EXPECT_EQ(tuned.port, 5400);
+  EXPECT_EQ(tuned.mtu, 9000);
+  EXPECT_EQ(on.mtu, 0);  // unknown: Ethernet's 1500 off loopback
   const SiteMulticast& single = grid.sites[4].multicast;
   EXPECT_EQ(single.range(), "224.0.1.0/32");
   EXPECT_EQ(single.size(), 1u);
