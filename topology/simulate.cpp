@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 #include <queue>
+#include <set>
 #include <stdexcept>
 #include <tuple>
 #include <unordered_map>
@@ -16,8 +17,8 @@ namespace {
 struct SimSegment {
   int from, to;
   std::uint64_t offset, length;
-  // Resources it occupies, each for length / its capacity: sender NIC egress,
-  // receiver NIC ingress, the stream bundle, and the WAN link (or -1).
+  // Resources it occupies, each for length / its capacity: sender lane egress,
+  // receiver lane ingress, the stream bundle, and the WAN link (or -1).
   int res[4];
   double latency;
   int ordinal = 0;  // position within its transfer
@@ -109,12 +110,6 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
   for (const LinkSegments& l : schedule.links)
     for (const topology::Segment& piece : l.segments)
       of_transfer[static_cast<size_t>(piece.transfer)].push_back(&piece);
-  // Resources: per node and NIC an egress and an ingress; per WAN link and direction one.
-  std::vector<int> nic_base(static_cast<size_t>(p) + 1, 0);
-  for (int r = 0; r < p; ++r)
-    nic_base[static_cast<size_t>(r) + 1] =
-        nic_base[static_cast<size_t>(r)] +
-        static_cast<int>(grid.nodes[static_cast<size_t>(r)].nics.size());
   std::vector<Busy> busy;        // per resource: when it is taken
   std::vector<double> capacity;  // per resource: bytes/s
   auto add_resource = [&](double bytes_per_s) {
@@ -122,12 +117,31 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
     capacity.push_back(bytes_per_s);
     return static_cast<int>(busy.size() - 1);
   };
-  std::vector<int> nic_out_res, nic_in_res;
-  for (const auto& node : grid.nodes)
-    for (const auto& nic : node.nics) {
-      nic_out_res.push_back(add_resource(nic.bandwidth_bps / 8 * model.payload_efficiency));
-      nic_in_res.push_back(add_resource(nic.bandwidth_bps / 8 * model.payload_efficiency));
+  // Resources: per node, lane and direction one, on that lane's NIC. Lanes
+  // that share a NIC (more lanes than NICs) each get an equal part of it, as
+  // TCP shares a NIC between connections that all have data: the plan keeps
+  // every lane it uses busy. A lane alone on its NIC, or the only one of its
+  // NIC the plan uses in that direction (lane 0 of a tree algorithm), gets all
+  // of it.
+  std::map<std::tuple<int, int, bool>, int> lane_res;  // (rank, lane, egress)
+  {
+    std::map<std::tuple<int, int, bool>, std::set<int>> lanes_on_nic;  // (rank, NIC, egress)
+    auto use = [&](int rank, int lane, bool egress) {
+      const int nic = grid.nodes[static_cast<size_t>(rank)].lane_nic_index(lane);
+      lanes_on_nic[{rank, nic, egress}].insert(lane);
+    };
+    for (const Transfer& t : plan.transfers) {
+      use(t.from, t.lane_from, true);
+      use(t.to, t.lane_to, false);
     }
+    for (const auto& [key, lanes] : lanes_on_nic) {
+      const auto [rank, nic, egress] = key;
+      const double bps = grid.nodes[static_cast<size_t>(rank)].nics[static_cast<size_t>(nic)].bandwidth_bps /
+                         static_cast<double>(lanes.size());
+      for (const int lane : lanes)
+        lane_res[{rank, lane, egress}] = add_resource(bps / 8 * model.payload_efficiency);
+    }
+  }
   std::vector<int> wan_res;
   for (const auto& l : grid.wan) {
     wan_res.push_back(add_resource(l.bandwidth_bps / 8 * model.payload_efficiency));  // a -> b
@@ -143,12 +157,8 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
     const Transfer& t = plan.transfers[ti];
     const auto& src = grid.nodes[static_cast<size_t>(t.from)];
     const auto& dst = grid.nodes[static_cast<size_t>(t.to)];
-    const int nic_out = src.lane_nic_index(t.lane_from);
-    const int nic_in = dst.lane_nic_index(t.lane_to);
-    const int out_res =
-        nic_out_res[static_cast<size_t>(nic_base[static_cast<size_t>(t.from)] + nic_out)];
-    const int in_res =
-        nic_in_res[static_cast<size_t>(nic_base[static_cast<size_t>(t.to)] + nic_in)];
+    const int out_res = lane_res.at({t.from, t.lane_from, true});
+    const int in_res = lane_res.at({t.to, t.lane_to, false});
     double bundle_rate = 1e300;  // unlimited inside a site: the NICs decide
     double latency = model.lan_latency_s;
     int wan = -1;

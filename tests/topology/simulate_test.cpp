@@ -132,6 +132,36 @@ TEST_F(OneSegmentPlans, AStreamSendsItsSegmentsInPlanOrder) {
   EXPECT_NEAR(r.finish_s[2], 4 * d + 2 * lat, 1e-9);
 }
 
+// Two lanes on one NIC (k > NICs): TCP shares the NIC between their
+// connections, so two transfers on the root's lanes 0 and 1 each run at half
+// its rate and both end at 2D; on one lane the same two go one after the
+// other at the full rate (D, then 2D). Where a node's lanes have NICs of their
+// own (OneSegmentPlans' two-NIC nodes) each gets its whole NIC.
+TEST_F(OneSegmentPlans, LanesSharingANicEachGetAnEqualPartOfIt) {
+  grid = make_grid({3}, 1, 1);
+  grid.lanes = 2;
+  const double lat = model.lan_latency_s;
+  const auto shared = simulate(grid,
+                               plan({{0, 1, 0, kHalf, 0, 0, 1},        // lane 0
+                                     {0, 2, kHalf, kHalf, 1, 1, 1}}),  // lane 1, same NIC
+                               model);
+  EXPECT_NEAR(shared.finish_s[1], 2 * d + lat, 1e-9);
+  EXPECT_NEAR(shared.finish_s[2], 2 * d + lat, 1e-9);
+  const auto one_lane = simulate(grid,
+                                 plan({{0, 1, 0, kHalf, 0, 0, 1},        // lane 0
+                                       {0, 2, kHalf, kHalf, 0, 0, 1}}),  // lane 0 too
+                                 model);
+  EXPECT_NEAR(one_lane.finish_s[1], d + lat, 1e-9);
+  EXPECT_NEAR(one_lane.finish_s[2], 2 * d + lat, 1e-9);
+  grid = make_grid({3}, 1, 2);
+  const auto own_nics = simulate(grid,
+                                 plan({{0, 1, 0, kHalf, 0, 0, 1},        // NIC 0
+                                       {0, 2, kHalf, kHalf, 1, 1, 1}}),  // NIC 1
+                                 model);
+  EXPECT_NEAR(own_nics.finish_s[1], d + lat, 1e-9);
+  EXPECT_NEAR(own_nics.finish_s[2], d + lat, 1e-9);
+}
+
 TEST(Simulate, EveryAlgorithmCompletesAndZeroBytesTakeNoTime) {
   const Grid g = make_grid({5, 4, 3}, 3);
   for (const auto& a : algorithms()) {
