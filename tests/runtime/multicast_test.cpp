@@ -102,6 +102,31 @@ TEST(Multicast, EveryDatagramLostTheRingAloneDelivers) {
   });
 }
 
+// The site's `mtu` sets the fragment size: 1 MiB at 1500 bytes is 1 MiB /
+// fragment_bytes_for_mtu(1500) datagrams; without it, on loopback, a few
+// 64 KiB ones. The sender asks `include` once per fragment.
+TEST(Multicast, TheSiteMtuSetsTheFragmentSize) {
+  for (const int mtu : {0, 1500, 9000}) {
+    auto grid = make_grid({3});
+    grid.sites[0].multicast.mtu = mtu;
+    std::atomic<std::uint32_t> fragments{0};
+    Ranks ranks(grid, sending_only([&](std::uint32_t i) {
+                  std::uint32_t seen = fragments.load();
+                  while (i + 1 > seen && !fragments.compare_exchange_weak(seen, i + 1)) {
+                  }
+                  return true;
+                }));
+    ranks.run([&](Communicator& c) {
+      std::vector<std::byte> buf(kMiB);
+      bcast_and_check(c, buf, buf.size(), 0, Algorithm::kMulticast, 500 + mtu);
+    });
+    const std::uint32_t per = mtu > 0 ? lanes::fragment_bytes_for_mtu(static_cast<size_t>(mtu))
+                                      : lanes::fragment_bytes_for_mtu(lanes::interface_mtu(
+                                            grid.nodes[0].nics[0].address));
+    EXPECT_EQ(fragments.load(), (kMiB + per - 1) / per) << "mtu " << mtu;
+  }
+}
+
 TEST(Multicast, ARankThatEntersLateStillCatchesUp) {
   const auto grid = make_grid({4});
   Ranks ranks(grid);
