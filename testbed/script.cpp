@@ -29,7 +29,6 @@ std::string htb_class(const std::string& dev, const std::string& parent, const s
          " cburst " + std::to_string(burst) + " quantum " + std::to_string(quantum);
 }
 
-// HTB with one class at `rate_bps` and `leaf` below it: shapes egress of `dev`.
 // " mtu M" for the links of a site that declares jumbo frames (its
 // `multicast: {mtu: M}`, docs/TOPOLOGY.md): the lane's bridge and both ends of
 // every NIC's veth, so the emulated switch takes what the site says it takes.
@@ -38,6 +37,7 @@ std::string mtu_option(const topology::Grid& grid, int site) {
   return mtu > 0 ? " mtu " + std::to_string(mtu) : std::string();
 }
 
+// HTB with one class at `rate_bps` and `leaf` below it: shapes egress of `dev`.
 std::vector<std::string> htb(const std::string& dev, double rate_bps, const std::string& leaf) {
   const long long quantum = std::clamp<long long>(std::llround(rate_bps / 80), 1514, 200000);
   return {"qdisc add dev " + dev + " root handle 1: htb default 1",
@@ -223,8 +223,8 @@ std::vector<Step> build_script(const topology::Grid& grid, const Layout& l,
   for (const auto& n : l.nodes) {
     lines = {"link set lo up"};
     for (const auto& nic : n.nics) {
-      lines.push_back("link add " + nic.device + mtu_option(grid, n.site) + " type veth peer name " +
-                      nic.port + mtu_option(grid, n.site) + " netns " +
+      lines.push_back("link add " + nic.device + mtu_option(grid, n.site) +
+                      " type veth peer name " + nic.port + mtu_option(grid, n.site) + " netns " +
                       l.routers[static_cast<size_t>(n.site)].ns);
       lines.push_back("addr add " + nic.address.str() + "/" + std::to_string(nic.subnet.length) +
                       " dev " + nic.device);

@@ -410,13 +410,15 @@ class Loader {
       return m;
     }
     m.enabled = true;
-    const std::vector<Field> fs = fields(field.value, "\"multicast\"", {"group", "ttl", "port", "mtu"});
+    const std::vector<Field> fs =
+        fields(field.value, "\"multicast\"", {"group", "ttl", "port", "mtu"});
     if (const Field* f = find(fs, "group")) multicast_group(*f, m);
     if (const Field* f = find(fs, "ttl")) m.ttl = int_value(*f, 1, 255, "");
     if (const Field* f = find(fs, "port")) {
       m.port = static_cast<std::uint16_t>(int_value(*f, 1, 65535, ""));
     }
-    if (const Field* f = find(fs, "mtu")) m.mtu = int_value(*f, kMinMulticastMtu, kMaxMulticastMtu, "");
+    if (const Field* f = find(fs, "mtu"))
+      m.mtu = int_value(*f, kMinMulticastMtu, kMaxMulticastMtu, "");
     return m;
   }
 

@@ -136,8 +136,9 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
     }
     for (const auto& [key, lanes] : lanes_on_nic) {
       const auto [rank, nic, egress] = key;
-      const double bps = grid.nodes[static_cast<size_t>(rank)].nics[static_cast<size_t>(nic)].bandwidth_bps /
-                         static_cast<double>(lanes.size());
+      const double bps =
+          grid.nodes[static_cast<size_t>(rank)].nics[static_cast<size_t>(nic)].bandwidth_bps /
+          static_cast<double>(lanes.size());
       for (const int lane : lanes)
         lane_res[{rank, lane, egress}] = add_resource(bps / 8 * model.payload_efficiency);
     }

@@ -120,9 +120,10 @@ TEST(Multicast, TheSiteMtuSetsTheFragmentSize) {
       std::vector<std::byte> buf(kMiB);
       bcast_and_check(c, buf, buf.size(), 0, Algorithm::kMulticast, 500 + mtu);
     });
-    const std::uint32_t per = mtu > 0 ? lanes::fragment_bytes_for_mtu(static_cast<size_t>(mtu))
-                                      : lanes::fragment_bytes_for_mtu(lanes::interface_mtu(
-                                            grid.nodes[0].nics[0].address));
+    const std::uint32_t per =
+        mtu > 0
+            ? lanes::fragment_bytes_for_mtu(static_cast<size_t>(mtu))
+            : lanes::fragment_bytes_for_mtu(lanes::interface_mtu(grid.nodes[0].nics[0].address));
     EXPECT_EQ(fragments.load(), (kMiB + per - 1) / per) << "mtu " << mtu;
   }
 }

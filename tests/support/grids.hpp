@@ -9,10 +9,10 @@
 namespace gridbcast::testing {
 
 // Sites of the given node counts, chained site i -- site i+1 by WAN links of
-// `streams` streams. Every site carries multicast. Nodes get `nics` NICs on loopback-style addresses
-// 127.<lane+1>.<site>.<node>. Ranks follow site order.
-inline topology::Grid make_grid(const std::vector<int>& site_nodes, int streams = 3,
-                                int nics = 2, const std::string& base = "127") {
+// `streams` streams. Every site carries multicast. Nodes get `nics` NICs on loopback-style
+// addresses 127.<lane+1>.<site>.<node>. Ranks follow site order.
+inline topology::Grid make_grid(const std::vector<int>& site_nodes, int streams = 3, int nics = 2,
+                                const std::string& base = "127") {
   topology::Grid g;
   g.name = "test";
   g.source = "<test>";

@@ -761,12 +761,14 @@ std::string multicast_site(std::string_view value) {
 }
 
 TEST(LoaderErrors, MulticastValues) {
-  EXPECT_CONFIG_ERROR(multicast_site("maybe"), 3, 16,
-                      "\"multicast\": expected true, false or a map with keys group, ttl, port, mtu; "
-                      "got \"maybe\"");
+  EXPECT_CONFIG_ERROR(
+      multicast_site("maybe"), 3, 16,
+      "\"multicast\": expected true, false or a map with keys group, ttl, port, mtu; "
+      "got \"maybe\"");
   EXPECT_CONFIG_ERROR(multicast_site("[1, 2]"), 3, 16, "expected true, false or a map");
-  EXPECT_CONFIG_ERROR(multicast_site("{groups: 239.0.0.0/8}"), 3, 17,
-                      "unknown key \"groups\" in \"multicast\"; allowed keys: group, ttl, port, mtu");
+  EXPECT_CONFIG_ERROR(
+      multicast_site("{groups: 239.0.0.0/8}"), 3, 17,
+      "unknown key \"groups\" in \"multicast\"; allowed keys: group, ttl, port, mtu");
   EXPECT_CONFIG_ERROR(multicast_site("{group: 239.1.2.3}"), 3, 24,
                       "\"group\": expected an IPv4 multicast range such as \"239.192.0.0/14\"");
   EXPECT_CONFIG_ERROR(multicast_site("{group: 239.0.0.0/33}"), 3, 24, "expected an IPv4 multicast");
