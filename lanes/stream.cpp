@@ -4,10 +4,15 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <asio/ssl/error.hpp>
+#include <cerrno>
+#include <cstdint>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "lanes/net.hpp"
 #include "lanes/tls_impl.hpp"
@@ -334,6 +339,20 @@ asio::awaitable<Stream::IoResult> Stream::write(asio::const_buffer buffer) {
 
 asio::ip::tcp::socket& Stream::socket() {
   return tls_ ? tls_->socket : *plain_;
+}
+
+void Stream::set_pace(double bytes_per_second) {
+  if (!(bytes_per_second >= 0))
+    throw std::invalid_argument("Stream::set_pace: not a rate: " + std::to_string(bytes_per_second));
+  if (bytes_per_second == pace_) return;
+  // The kernel takes 64 bits since Linux 4.20 (32 before); ~0 means no cap.
+  std::uint64_t rate = ~std::uint64_t{0};
+  if (bytes_per_second > 0)
+    rate = static_cast<std::uint64_t>(std::clamp(bytes_per_second, 1.0, 0x1p62));
+  if (::setsockopt(socket().native_handle(), SOL_SOCKET, SO_MAX_PACING_RATE, &rate, sizeof rate) !=
+      0)
+    throw NetworkError(std::string("setsockopt SO_MAX_PACING_RATE: ") + std::strerror(errno));
+  pace_ = bytes_per_second;
 }
 
 asio::ip::tcp::socket Stream::release_plain() && {

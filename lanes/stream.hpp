@@ -45,6 +45,11 @@ class Stream {
 
   // The TCP socket (under TLS when there is TLS), e.g. for options and addresses.
   asio::ip::tcp::socket& socket();
+  // Caps the rate the kernel sends this connection's data at (SO_MAX_PACING_RATE,
+  // payload bytes per second); 0 takes the cap away. A call with the pace the
+  // socket already has costs nothing. Throws NetworkError if the kernel refuses.
+  void set_pace(double bytes_per_second);
+  double pace() const { return pace_; }
   // The plain socket itself; only for connections without TLS (the control channel).
   asio::ip::tcp::socket release_plain() &&;
   bool is_open();
@@ -53,6 +58,7 @@ class Stream {
  private:
   std::unique_ptr<asio::ip::tcp::socket> plain_;
   std::unique_ptr<TlsSession> tls_;
+  double pace_ = 0;
 };
 
 }  // namespace gridbcast::lanes

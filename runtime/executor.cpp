@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "topology/intervals.hpp"
+#include "topology/plan/pacing.hpp"
 #include "topology/plan/segments.hpp"
 
 namespace gridbcast::runtime {
@@ -69,10 +70,14 @@ std::string range(std::uint64_t off, std::uint64_t len) {
   return "[" + std::to_string(off) + ", " + std::to_string(off + len) + ")";
 }
 
-asio::awaitable<void> send_stream(Run& run, LinkKey key, const std::vector<Segment>& segments) {
+// `pace`: the link's pace per stream (topology/plan/pacing.hpp), 0 for none;
+// set on every broadcast, since a connection outlives the plan that paced it.
+asio::awaitable<void> send_stream(Run& run, LinkKey key, const std::vector<Segment>& segments,
+                                  double pace) {
   const auto deadline = Clock::now() + run.options.timeout;
   lanes::Stream* socket = co_await run.transport.outgoing(key, deadline);
   run.active.push_back(socket);
+  socket->set_pace(pace);
   for (const Segment& seg : segments) {
     while (!run.have.contains(seg.offset, seg.offset + seg.length)) {
       run.check();
@@ -295,12 +300,14 @@ asio::awaitable<ExecStats> execute(Transport& transport, const topology::Plan& p
     for (const Segment& s : link.segments) ++exp[{s.offset, s.length}];
   }
 
+  const std::vector<topology::LinkPace> paces = topology::link_paces(transport.grid(), plan);
   for (size_t l = 0; l < mine.send.size(); ++l) {
     const auto& link = mine.send[l];
+    const double pace = topology::pace_of(paces, me, link.to, link.lane_from, link.lane_to);
     for (int s = 0; s < link.streams; ++s)
       if (!out_streams[l][static_cast<size_t>(s)].empty())
         start(run, send_stream(run, LinkKey{link.to, link.lane_from, link.lane_to, s},
-                               out_streams[l][static_cast<size_t>(s)]));
+                               out_streams[l][static_cast<size_t>(s)], pace));
   }
   for (size_t l = 0; l < mine.receive.size(); ++l) {
     const auto& link = mine.receive[l];

@@ -120,6 +120,10 @@ struct Grid {
   // Logical lanes per rank (defaults.lanes, or --lanes); 0 = automatic. Read it
   // through lane_count().
   int lanes = 0;
+  // defaults.pace_lanes: in multilane plans, pace each connection to its part
+  // of the declared NIC and WAN bandwidths (topology/plan/pacing.hpp). Off by
+  // default: it trusts the bandwidths the topology declares.
+  bool pace_lanes = false;
 
   int size() const { return static_cast<int>(nodes.size()); }
   int site_of(int rank) const { return nodes.at(static_cast<size_t>(rank)).site; }

@@ -322,13 +322,15 @@ class Loader {
 
   void load_defaults(const Field& defaults) {
     const std::vector<Field> fs = fields(
-        defaults.value, "\"defaults\"", {"nic_bandwidth", "segment", "lanes", "congestion", "wan"});
+        defaults.value, "\"defaults\"",
+        {"nic_bandwidth", "segment", "lanes", "congestion", "pace_lanes", "wan"});
     if (const Field* f = find(fs, "nic_bandwidth")) nic_bandwidth_ = positive_bandwidth(*f);
     if (const Field* f = find(fs, "segment")) {
       grid_.segment_bytes = quantity(*f, "a size such as \"256 KiB\"", parse_size);
     }
     if (const Field* f = find(fs, "lanes")) grid_.lanes = lanes_value(*f);
     if (const Field* f = find(fs, "congestion")) grid_.congestion = congestion_value(*f);
+    if (const Field* f = find(fs, "pace_lanes")) grid_.pace_lanes = bool_value(*f);
     if (const Field* f = find(fs, "wan"); f != nullptr && !f->value.IsNull()) {
       wan_defaults_ = wan_settings(f->value, "\"defaults.wan\"");
     }

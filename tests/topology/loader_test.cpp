@@ -163,7 +163,7 @@ TEST(LoaderErrors, UnknownDefaultsKeys) {
                       }),
                       2, 3,
                       "unknown key \"nic_bw\" in \"defaults\"; allowed keys: nic_bandwidth, "
-                      "segment, lanes, congestion, wan");
+                      "segment, lanes, congestion, pace_lanes, wan");
   EXPECT_CONFIG_ERROR(yaml({
                           "defaults:",      // 1
                           "  wan:",         // 2
@@ -960,6 +960,20 @@ TEST(Loader, LanesAreAutomaticOrGivenFromOneToEight) {
                       "\"lanes\": expected an integer from 1 to 8 or \"auto\", got \"0\"");
   EXPECT_CONFIG_ERROR(yaml({"defaults:", "  lanes: two", "sites: []"}), 2, 10,
                       "\"lanes\": expected an integer from 1 to 8 or \"auto\", got \"two\"");
+}
+
+TEST(Loader, PacingIsOffUnlessTheDefaultsAskForIt) {
+  auto with = [](const std::string& line) {
+    return load_grid_string(yaml({"defaults:", "  nic_bandwidth: 1 Gbit", line,
+                                  "sites: [{name: a, nodes: [{name: a1, nics: [{address: "
+                                  "10.0.0.1}]}]}]"}),
+                            "inline.yaml");
+  };
+  EXPECT_FALSE(with("").pace_lanes);
+  EXPECT_TRUE(with("  pace_lanes: true").pace_lanes);
+  EXPECT_FALSE(with("  pace_lanes: false").pace_lanes);
+  EXPECT_CONFIG_ERROR(yaml({"defaults:", "  pace_lanes: sometimes", "sites: []"}), 2, 15,
+                      "\"pace_lanes\": expected true or false, got \"sometimes\"");
 }
 
 TEST(Loader, RanksFollowSitesThenNodeEntriesThenHostlistOrder) {

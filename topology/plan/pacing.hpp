@@ -1,0 +1,57 @@
+// Pacing the connections of a multilane plan, as pure data.
+//
+// A multilane plan keeps every one of its connections busy from start to end,
+// each with an equal part of its lane's NIC. TCP does not share a NIC so:
+// flows in one FIFO (a switch port, a host queue without fair queueing) split
+// it unevenly for seconds, and in a pipeline the slowest flow sets everyone's
+// pace. Where two lanes share a NIC, two flows between the same two nodes
+// share one queue; on testbed-hetero-nics that cost 10 % of the rate
+// (docs/PERFORMANCE.md, "Pacing"). Capping each connection at its part
+// (SO_MAX_PACING_RATE) takes the contest away.
+//
+//   link L: rank A lane i -> rank B lane j, S streams
+//   sender part   = bandwidth(A's NIC of lane i) / (lanes A sends on over that NIC)
+//                   / (links A sends on over lane i)
+//   receiver part = bandwidth(B's NIC of lane j) / (lanes B receives on over that NIC)
+//                   / (links B receives on over lane j)
+//   WAN part      = bandwidth(W) / (plan links over W that way), for each WAN
+//                   link W on the path
+//   pace of each of L's streams = min(parts) / S x kPacedPayloadShare, bytes/s
+//
+// Only multilane plans: there every link is busy throughout, while in trees
+// and chains a link's part changes as others start and stop. Only when the
+// grid asks (defaults.pace_lanes), since it trusts the bandwidths the topology
+// declares: a NIC faster than declared would be held to the declared rate.
+#pragma once
+
+#include <vector>
+
+#include "topology/grid.hpp"
+#include "topology/plan/plan.hpp"
+
+namespace gridbcast::topology {
+
+// TCP payload per byte a NIC's bandwidth counts: 1448 bytes of data (1500-byte
+// IP packet, TCP timestamps) in a 1514-byte Ethernet frame. Kernel pacing counts
+// payload; shapers and switch ports count frames.
+inline constexpr double kPacedPayloadShare = 1448.0 / 1514.0;
+
+struct LinkPace {
+  int from = 0;
+  int to = 0;
+  int lane_from = 0;
+  int lane_to = 0;
+  double bytes_per_second = 0;  // for each stream of the link; never 0 in the list
+
+  bool operator==(const LinkPace&) const = default;
+};
+
+// The paces of `plan`'s links on `grid`, ordered by (from, to, lane_from,
+// lane_to), one per link that carries bytes; empty when the grid does not ask
+// for pacing or the plan is not multilane.
+std::vector<LinkPace> link_paces(const Grid& grid, const Plan& plan);
+
+// The pace of one link in `paces` (as link_paces returns), 0 when it has none.
+double pace_of(const std::vector<LinkPace>& paces, int from, int to, int lane_from, int lane_to);
+
+}  // namespace gridbcast::topology
