@@ -117,6 +117,9 @@ void add_topology_options(CLI::App* cmd, TopologyOptions& t, bool congestion, bo
                   "the topology's defaults.lanes, else the count with the best rate for the NICs; "
                   "docs/TOPOLOGY.md)")
       ->check(CLI::Range(1, topology::kMaxLanes));
+  cmd->add_flag("--pace-lanes", t.pace_lanes,
+                "cap each multilane connection at its part of the declared NIC and WAN "
+                "bandwidths, as defaults.pace_lanes: true does (docs/TOPOLOGY.md)");
   if (congestion)
     cmd->add_option("--congestion", t.congestion,
                     "TCP congestion control of every socket, e.g. cubic or bbr");
@@ -135,6 +138,7 @@ Loaded load(const TopologyOptions& t) {
   if (t.streams > 0) o.streams = t.streams;
   if (!t.congestion.empty()) o.congestion = t.congestion;
   if (t.lanes > 0) o.lanes = t.lanes;
+  if (t.pace_lanes) o.pace_lanes = true;
   std::optional<topology::SlurmAllocation> slurm;
   if (given == 0) slurm = topology::slurm_allocation(std::getenv);
   if (t.hosts.empty() && t.hostfile.empty() && !slurm) {
@@ -176,9 +180,10 @@ Loaded load(const TopologyOptions& t) {
     d.name = std::filesystem::path(t.hostfile).stem().string();
   }
   std::string yaml = topology::hosts_to_yaml(hosts, d);
-  if (o.lanes) {
+  if (o.lanes || o.pace_lanes) {
     topology::Overrides lanes_only;
     lanes_only.lanes = o.lanes;
+    lanes_only.pace_lanes = o.pace_lanes;
     yaml = topology::apply_overrides(yaml, lanes_only);
   }
   return {topology::load_grid_string(yaml, source), std::move(yaml), slurm.has_value()};

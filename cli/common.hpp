@@ -32,7 +32,8 @@ struct TopologyOptions {
   std::string hosts, hostfile;
   std::string nic_bandwidth, wan_latency, wan_bandwidth, congestion;
   int streams = 0;
-  int lanes = 0;  // --lanes; 0: the topology's
+  int lanes = 0;            // --lanes; 0: the topology's
+  bool pace_lanes = false;  // --pace-lanes; false: the topology's
 };
 
 // The options above on `cmd` (the positional is the command's own);

@@ -31,6 +31,7 @@ topology::Grid restrict_grid(const topology::Grid& grid, const std::vector<int>&
   out.source = grid.source;
   out.segment_bytes = grid.segment_bytes;
   out.congestion = grid.congestion;
+  out.pace_lanes = grid.pace_lanes;
   // The members' transport opened the world's lanes: plan for exactly those.
   out.lanes = grid.lane_count();
   std::vector<int> site_map(grid.sites.size(), -1);  // old site -> new site

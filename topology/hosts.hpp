@@ -92,10 +92,11 @@ struct Overrides {
   std::optional<double> wan_bandwidth_bps;
   std::optional<int> streams;
   std::optional<std::string> congestion;
-  std::optional<int> lanes;  // defaults.lanes: 1..kMaxLanes
+  std::optional<int> lanes;        // defaults.lanes: 1..kMaxLanes
+  std::optional<bool> pace_lanes;  // defaults.pace_lanes
   bool any() const {
     return nic_bandwidth_bps || wan_latency_s || wan_bandwidth_bps || streams || congestion ||
-           lanes;
+           lanes || pace_lanes;
   }
 };
 

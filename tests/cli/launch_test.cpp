@@ -83,6 +83,37 @@ TEST(Launch, LanesOptionRunsThreeAndFiveLanesEverywhere) {
   EXPECT_NE(bad.err().find("--lanes"), std::string::npos) << bad.err();
 }
 
+// --pace-lanes reaches the topology text on a file, on --hosts and on the
+// embedded default; `plan` shows every multilane link's pace, and none without.
+TEST(Launch, PaceLanesOptionPacesMultilaneLinksEverywhere) {
+  for (const std::vector<std::string>& where :
+       {std::vector<std::string>{}, std::vector<std::string>{"--hosts", "a:127.0.9.[1-3]"},
+        std::vector<std::string>{kSrc +
+                                 "/site-configs/testbed-hetero-nics.yaml"}}) {
+    for (bool pace : {true, false}) {
+      std::vector<std::string> args = {kBin, "plan", "--algorithm", "multilane", "--size", "1MiB"};
+      args.insert(args.end(), where.begin(), where.end());
+      if (pace) args.push_back("--pace-lanes");
+      Child plan(args);
+      ASSERT_EQ(plan.wait(60s), 0) << plan.err();
+      const bool file_paces = where.size() == 1;  // testbed-hetero-nics says pace_lanes: true
+      EXPECT_EQ(plan.out().find("paced: each connection") != std::string::npos, pace || file_paces)
+          << plan.out();
+      size_t transfers = 0, paced = 0;
+      for (size_t at = 0; (at = plan.out().find(" lane ", at)) != std::string::npos; at += 6)
+        ++transfers;
+      for (size_t at = 0; (at = plan.out().find(", paced at ", at)) != std::string::npos; at += 11)
+        ++paced;
+      EXPECT_GT(transfers, 0u);
+      EXPECT_EQ(paced, pace || file_paces ? transfers / 2 : 0u) << plan.out();  // " lane " twice a line
+    }
+  }
+  Child c({kBin, "launch", "--size", "3000001", "--pace-lanes", "--algorithm", "multilane",
+           "--json"});
+  ASSERT_EQ(c.wait(120s), 0) << c.err();
+  EXPECT_EQ(last_json(c.out())["verified"], true) << c.out();
+}
+
 // Two sites on loopback whose lane sockets use the congestion control `cc`.
 std::string congestion_topology(const std::string& dir, const std::string& cc) {
   const std::string path = dir + "/congestion.yaml";

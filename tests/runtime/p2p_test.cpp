@@ -263,7 +263,9 @@ TEST(Subgrid, DropsEmptySitesAndSummarisesPathsThroughThem) {
   grid.wan[1].streams = 2;
   grid.wan[1].congestion = "bbr";
   grid.congestion = "cubic";
+  grid.pace_lanes = true;
   const auto sub = restrict_grid(grid, {0, 1, 5});
+  EXPECT_TRUE(sub.pace_lanes);
   ASSERT_EQ(sub.size(), 3);
   ASSERT_EQ(sub.sites.size(), 2u);
   EXPECT_EQ(sub.sites[0].ranks, (std::vector<int>{0, 1}));

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "topology/bound.hpp"
+#include "topology/plan/pacing.hpp"
 #include "topology/simulate.hpp"
 #include "topology/units.hpp"
 
@@ -52,6 +53,9 @@ std::string plan_to_text(const Grid& grid, const Plan& plan) {
     o << line << format_bandwidth(bound.rate_bps) << " to " << name(bound.bottleneck_rank)
       << " at worst\n";
   }
+  const std::vector<LinkPace> paces = link_paces(grid, plan);
+  if (!paces.empty())
+    o << "paced: each connection at most its part of the NICs and WAN links (defaults.pace_lanes)\n";
   // Group by sending site, then by sender, so each site's trees read top-down.
   std::map<int, std::vector<size_t>> by_site;
   for (size_t i = 0; i < plan.transfers.size(); ++i)
@@ -65,6 +69,8 @@ std::string plan_to_text(const Grid& grid, const Plan& plan) {
         << name(t.to) << " lane " << t.lane_to << "  bytes [" << t.offset << ", "
         << t.offset + t.length << ")";
       if (t.streams > 1) o << " over " << t.streams << " streams";
+      if (const double pace = pace_of(paces, t.from, t.to, t.lane_from, t.lane_to); pace > 0)
+        o << ", paced at " << format_bandwidth(pace * 8) << (t.streams > 1 ? " each" : "");
       o << "\n";
     }
     for (const auto& m : plan.multicasts) {
