@@ -232,6 +232,13 @@ TEST(ResolveSegment, RequestedThenTheTopologysThenAutomatic) {
   for (auto& n : g.nodes)
     for (auto& nic : n.nics) nic.bandwidth_bps = 100e6;  // 4 ms are 50 kB: 64 KiB
   EXPECT_EQ(automatic_segment(g, 64 << 20), 64u << 10);
+  // Paced lanes: the floor is 16 KiB, so 4 ms of the slowest NIC decide.
+  g.pace_lanes = true;
+  EXPECT_EQ(automatic_segment(g, 64 << 20), 50000u);
+  for (auto& n : g.nodes)
+    for (auto& nic : n.nics) nic.bandwidth_bps = 10e6;  // 4 ms are 5 kB: 16 KiB
+  EXPECT_EQ(automatic_segment(g, 64 << 20), 16u << 10);
+  EXPECT_EQ(automatic_segment(g, 100), 16u << 10);
 }
 
 }  // namespace

@@ -79,14 +79,14 @@ std::vector<LinkSegments> cut(const Plan& plan, std::uint64_t seg, bool lanes, W
 }  // namespace
 
 std::uint64_t automatic_segment(const Grid& grid, std::uint64_t size) {
-  constexpr std::uint64_t kMin = 64 * 1024, kMax = 1024 * 1024;
+  constexpr std::uint64_t kMin = 64 * 1024, kMinPaced = 16 * 1024, kMax = 1024 * 1024;
   double slowest = 0;
   for (const auto& node : grid.nodes)
     for (const auto& nic : node.nics)
       if (slowest == 0 || nic.bandwidth_bps < slowest) slowest = nic.bandwidth_bps;
   std::uint64_t seg = size / 16;
   if (slowest > 0) seg = std::min(seg, static_cast<std::uint64_t>(slowest / 8 * 0.004));
-  return std::clamp<std::uint64_t>(seg, kMin, kMax);
+  return std::clamp<std::uint64_t>(seg, grid.pace_lanes ? kMinPaced : kMin, kMax);
 }
 
 std::uint64_t resolve_segment_bytes(const Grid& grid, std::uint64_t size, std::uint64_t requested) {
