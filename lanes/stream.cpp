@@ -343,7 +343,8 @@ asio::ip::tcp::socket& Stream::socket() {
 
 void Stream::set_pace(double bytes_per_second) {
   if (!(bytes_per_second >= 0))
-    throw std::invalid_argument("Stream::set_pace: not a rate: " + std::to_string(bytes_per_second));
+    throw std::invalid_argument("Stream::set_pace: not a rate: " +
+                                std::to_string(bytes_per_second));
   if (bytes_per_second == pace_) return;
   // The kernel takes 64 bits since Linux 4.20 (32 before); ~0 means no cap.
   std::uint64_t rate = ~std::uint64_t{0};

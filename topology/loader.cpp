@@ -321,9 +321,9 @@ class Loader {
   }
 
   void load_defaults(const Field& defaults) {
-    const std::vector<Field> fs = fields(
-        defaults.value, "\"defaults\"",
-        {"nic_bandwidth", "segment", "lanes", "congestion", "pace_lanes", "wan"});
+    const std::vector<Field> fs =
+        fields(defaults.value, "\"defaults\"",
+               {"nic_bandwidth", "segment", "lanes", "congestion", "pace_lanes", "wan"});
     if (const Field* f = find(fs, "nic_bandwidth")) nic_bandwidth_ = positive_bandwidth(*f);
     if (const Field* f = find(fs, "segment")) {
       grid_.segment_bytes = quantity(*f, "a size such as \"256 KiB\"", parse_size);

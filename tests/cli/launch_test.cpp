@@ -88,8 +88,7 @@ TEST(Launch, LanesOptionRunsThreeAndFiveLanesEverywhere) {
 TEST(Launch, PaceLanesOptionPacesMultilaneLinksEverywhere) {
   for (const std::vector<std::string>& where :
        {std::vector<std::string>{}, std::vector<std::string>{"--hosts", "a:127.0.9.[1-3]"},
-        std::vector<std::string>{kSrc +
-                                 "/site-configs/testbed-hetero-nics.yaml"}}) {
+        std::vector<std::string>{kSrc + "/site-configs/testbed-hetero-nics.yaml"}}) {
     for (bool pace : {true, false}) {
       std::vector<std::string> args = {kBin, "plan", "--algorithm", "multilane", "--size", "1MiB"};
       args.insert(args.end(), where.begin(), where.end());
@@ -105,11 +104,12 @@ TEST(Launch, PaceLanesOptionPacesMultilaneLinksEverywhere) {
       for (size_t at = 0; (at = plan.out().find(", paced at ", at)) != std::string::npos; at += 11)
         ++paced;
       EXPECT_GT(transfers, 0u);
-      EXPECT_EQ(paced, pace || file_paces ? transfers / 2 : 0u) << plan.out();  // " lane " twice a line
+      EXPECT_EQ(paced, pace || file_paces ? transfers / 2 : 0u)
+          << plan.out();  // " lane " twice a line
     }
   }
-  Child c({kBin, "launch", "--size", "3000001", "--pace-lanes", "--algorithm", "multilane",
-           "--json"});
+  Child c(
+      {kBin, "launch", "--size", "3000001", "--pace-lanes", "--algorithm", "multilane", "--json"});
   ASSERT_EQ(c.wait(120s), 0) << c.err();
   EXPECT_EQ(last_json(c.out())["verified"], true) << c.out();
 }

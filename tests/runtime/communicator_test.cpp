@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <map>
 #include <cstring>
+#include <map>
 #include <random>
 #include <tuple>
 #include <vector>

@@ -55,7 +55,8 @@ std::string plan_to_text(const Grid& grid, const Plan& plan) {
   }
   const std::vector<LinkPace> paces = link_paces(grid, plan);
   if (!paces.empty())
-    o << "paced: each connection at most its part of the NICs and WAN links (defaults.pace_lanes)\n";
+    o << "paced: each connection at most its part of the NICs and WAN links "
+         "(defaults.pace_lanes)\n";
   // Group by sending site, then by sender, so each site's trees read top-down.
   std::map<int, std::vector<size_t>> by_site;
   for (size_t i = 0; i < plan.transfers.size(); ++i)
