@@ -4,11 +4,11 @@
 #include <cmath>
 #include <map>
 #include <queue>
-#include <set>
 #include <stdexcept>
 #include <tuple>
 #include <unordered_map>
 
+#include "topology/plan/pacing.hpp"
 #include "topology/plan/segments.hpp"
 
 namespace gridbcast::topology {
@@ -117,32 +117,14 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
     capacity.push_back(bytes_per_s);
     return static_cast<int>(busy.size() - 1);
   };
-  // Resources: per node, lane and direction one, on that lane's NIC. Lanes
-  // that share a NIC (more lanes than NICs) each get an equal part of it, as
-  // TCP shares a NIC between connections that all have data: the plan keeps
-  // every lane it uses busy. A lane alone on its NIC, or the only one of its
-  // NIC the plan uses in that direction (lane 0 of a tree algorithm), gets all
-  // of it.
+  // Resources: per node, lane and direction one, its part of the lane's NIC
+  // (lane_shares): lanes that share a NIC each get an equal part, as TCP
+  // shares a NIC between connections that all have data; a lane alone on its
+  // NIC, or the only one the plan uses there (lane 0 of a tree algorithm),
+  // gets all of it.
   std::map<std::tuple<int, int, bool>, int> lane_res;  // (rank, lane, egress)
-  {
-    std::map<std::tuple<int, int, bool>, std::set<int>> lanes_on_nic;  // (rank, NIC, egress)
-    auto use = [&](int rank, int lane, bool egress) {
-      const int nic = grid.nodes[static_cast<size_t>(rank)].lane_nic_index(lane);
-      lanes_on_nic[{rank, nic, egress}].insert(lane);
-    };
-    for (const Transfer& t : plan.transfers) {
-      use(t.from, t.lane_from, true);
-      use(t.to, t.lane_to, false);
-    }
-    for (const auto& [key, lanes] : lanes_on_nic) {
-      const auto [rank, nic, egress] = key;
-      const double bps =
-          grid.nodes[static_cast<size_t>(rank)].nics[static_cast<size_t>(nic)].bandwidth_bps /
-          static_cast<double>(lanes.size());
-      for (const int lane : lanes)
-        lane_res[{rank, lane, egress}] = add_resource(bps / 8 * model.payload_efficiency);
-    }
-  }
+  for (const auto& [key, bps] : lane_shares(grid, plan))
+    lane_res[key] = add_resource(bps / 8 * model.payload_efficiency);
   std::vector<int> wan_res;
   for (const auto& l : grid.wan) {
     wan_res.push_back(add_resource(l.bandwidth_bps / 8 * model.payload_efficiency));  // a -> b

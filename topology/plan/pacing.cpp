@@ -16,66 +16,65 @@ struct Link {
   bool operator<(const Link& o) const { return key() < o.key(); }
 };
 
-// One end of the plan's links: per (rank, lane) how many links use it, and per
-// (rank, NIC) which lanes do.
-struct Side {
-  std::map<std::pair<int, int>, int> links_on_lane;
-  std::map<std::pair<int, int>, std::set<int>> lanes_on_nic;
-
-  void add(const Grid& grid, int rank, int lane) {
-    ++links_on_lane[{rank, lane}];
-    lanes_on_nic[{rank, nic(grid, rank, lane)}].insert(lane);
-  }
-  static int nic(const Grid& grid, int rank, int lane) {
-    return grid.nodes[static_cast<size_t>(rank)].lane_nic_index(lane);
-  }
-  // The bandwidth (bit/s) one link on this lane can count on.
-  double part(const Grid& grid, int rank, int lane) const {
-    const int n = nic(grid, rank, lane);
-    const double nic_bps =
-        grid.nodes[static_cast<size_t>(rank)].nics[static_cast<size_t>(n)].bandwidth_bps;
-    return nic_bps / static_cast<double>(lanes_on_nic.at({rank, n}).size()) /
-           static_cast<double>(links_on_lane.at({rank, lane}));
-  }
-};
-
 }  // namespace
+
+std::map<std::tuple<int, int, bool>, double> lane_shares(const Grid& grid, const Plan& plan) {
+  std::map<std::tuple<int, int, bool>, std::set<int>> lanes_on_nic;  // (rank, NIC, egress)
+  auto use = [&](int rank, int lane, bool egress) {
+    const int nic = grid.nodes[static_cast<size_t>(rank)].lane_nic_index(lane);
+    lanes_on_nic[{rank, nic, egress}].insert(lane);
+  };
+  for (const Transfer& t : plan.transfers) {
+    use(t.from, t.lane_from, true);
+    use(t.to, t.lane_to, false);
+  }
+  std::map<std::tuple<int, int, bool>, double> shares;
+  for (const auto& [key, lanes] : lanes_on_nic) {
+    const auto [rank, nic, egress] = key;
+    const double bps =
+        grid.nodes[static_cast<size_t>(rank)].nics[static_cast<size_t>(nic)].bandwidth_bps /
+        static_cast<double>(lanes.size());
+    for (const int lane : lanes) shares[{rank, lane, egress}] = bps;
+  }
+  return shares;
+}
 
 std::vector<LinkPace> link_paces(const Grid& grid, const Plan& plan) {
   if (!grid.pace_lanes || plan.algorithm != Algorithm::kMultilane) return {};
-  std::map<Link, int> streams;  // the most streams a transfer on the link asks for
-  for (const Transfer& t : plan.transfers) {
-    if (t.length == 0) continue;
-    int& s = streams[{t.from, t.to, t.lane_from, t.lane_to}];
-    s = std::max({s, t.streams, 1});
-  }
-  Side out, in;
-  // Plan links over each WAN link, by direction (site the data leaves).
+  struct LinkUse {
+    int streams = 1;  // the most streams a transfer on the link asks for
+    std::vector<std::pair<const WanLink*, int>> wan;  // each hop, with the site it leaves
+  };
+  std::map<Link, LinkUse> links;
+  for (const Transfer& t : plan.transfers)
+    if (t.length > 0) {
+      LinkUse& u = links[{t.from, t.to, t.lane_from, t.lane_to}];
+      u.streams = std::max(u.streams, t.streams);
+    }
+  // How many links each lane carries, and each WAN link each way.
+  std::map<std::tuple<int, int, bool>, int> links_on_lane;  // (rank, lane, egress)
   std::map<std::pair<const WanLink*, int>, int> over_wan;
-  for (const auto& [l, s] : streams) {
-    out.add(grid, l.from, l.lane_from);
-    in.add(grid, l.to, l.lane_to);
-    const int sa = grid.site_of(l.from), sb = grid.site_of(l.to);
-    if (sa == sb) continue;
-    int site = sa;
-    for (const WanLink* w : grid.wan_path(sa, sb)) {
+  for (auto& [l, u] : links) {
+    ++links_on_lane[{l.from, l.lane_from, true}];
+    ++links_on_lane[{l.to, l.lane_to, false}];
+    int site = grid.site_of(l.from);
+    for (const WanLink* w : grid.wan_path(site, grid.site_of(l.to))) {
+      u.wan.emplace_back(w, site);
       ++over_wan[{w, site}];
       site = w->site_a == site ? w->site_b : w->site_a;
     }
   }
+  const auto shares = lane_shares(grid, plan);
+  auto part = [&](int rank, int lane, bool egress) {
+    return shares.at({rank, lane, egress}) / links_on_lane.at({rank, lane, egress});
+  };
   std::vector<LinkPace> paces;
-  for (const auto& [l, s] : streams) {
-    double bps = std::min(out.part(grid, l.from, l.lane_from), in.part(grid, l.to, l.lane_to));
-    const int sa = grid.site_of(l.from), sb = grid.site_of(l.to);
-    int site = sa;
-    if (sa != sb)
-      for (const WanLink* w : grid.wan_path(sa, sb)) {
-        bps = std::min(bps, w->bandwidth_bps / over_wan.at({w, site}));
-        site = w->site_a == site ? w->site_b : w->site_a;
-      }
+  for (const auto& [l, u] : links) {
+    double bps = std::min(part(l.from, l.lane_from, true), part(l.to, l.lane_to, false));
+    for (const auto& hop : u.wan) bps = std::min(bps, hop.first->bandwidth_bps / over_wan.at(hop));
     if (!(bps > 0) || bps == std::numeric_limits<double>::infinity()) continue;
     paces.push_back({l.from, l.to, l.lane_from, l.lane_to,
-                     bps / static_cast<double>(s) * kPacedPayloadShare / 8});
+                     bps / static_cast<double>(u.streams) * kPacedPayloadShare / 8});
   }
   return paces;
 }

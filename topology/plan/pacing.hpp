@@ -5,7 +5,7 @@
 // flows in one FIFO (a switch port, a host queue without fair queueing) split
 // it unevenly for seconds, and in a pipeline the slowest flow sets everyone's
 // pace. Where two lanes share a NIC, two flows between the same two nodes
-// share one queue; on testbed-hetero-nics that cost 10 % of the rate
+// share one queue; on testbed-hetero-nics that cost 6-10 % of the rate
 // (docs/PERFORMANCE.md, "Pacing"). Capping each connection at its part
 // (SO_MAX_PACING_RATE) takes the contest away.
 //
@@ -24,6 +24,8 @@
 // declares: a NIC faster than declared would be held to the declared rate.
 #pragma once
 
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include "topology/grid.hpp"
@@ -45,6 +47,13 @@ struct LinkPace {
 
   bool operator==(const LinkPace&) const = default;
 };
+
+// What each lane `plan` uses gets of its NIC, in bit/s, keyed (rank, lane,
+// egress): the NIC's bandwidth over the plan's lanes that use it that way, as
+// TCP shares a NIC among connections that all have data. A lane alone on its
+// NIC (or the only one the plan uses there) gets all of it. The simulator's
+// lane resources and the paces below both start from this.
+std::map<std::tuple<int, int, bool>, double> lane_shares(const Grid& grid, const Plan& plan);
 
 // The paces of `plan`'s links on `grid`, ordered by (from, to, lane_from,
 // lane_to), one per link that carries bytes; empty when the grid does not ask
