@@ -6,8 +6,8 @@
 // it unevenly for seconds, and in a pipeline the slowest flow sets everyone's
 // pace. Where two lanes share a NIC, two flows between the same two nodes
 // share one queue; on testbed-hetero-nics that cost 6-10 % of the rate
-// (docs/PERFORMANCE.md, "Pacing"). Capping each connection at its part
-// (SO_MAX_PACING_RATE) takes the contest away.
+// (docs/PERFORMANCE.md, "Heterogeneous grids and k lanes"). Capping each
+// connection at its part (SO_MAX_PACING_RATE) takes the contest away.
 //
 //   link L: rank A lane i -> rank B lane j, S streams
 //   sender part   = bandwidth(A's NIC of lane i) / (lanes A sends on over that NIC)
