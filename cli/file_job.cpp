@@ -59,7 +59,7 @@ std::string prepare_file_job(const FileJobRequest& req, const topology::Grid& gr
     // Mode, mtime and identity of a single source, for the ranks' checks.
     const job::FileMeta meta = job::stat_file(params.files.front());
     params.file_mode = several ? 0 : meta.mode;
-    params.file_mtime_ns = several ? 0 : meta.mtime_ns;
+    params.file_mtime_ns = several ? 0 : meta.mtime.ns_saturated();
     params.source_dev = several ? 0 : meta.dev;
     params.source_ino = several ? 0 : meta.ino;
     params.window_bytes = req.window_bytes;

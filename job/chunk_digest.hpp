@@ -31,7 +31,8 @@ struct ChunkLayout {
   std::uint64_t size = 0;
   std::uint64_t chunk_bytes = kDefaultChunkBytes;
 
-  std::uint64_t count() const { return (size + chunk_bytes - 1) / chunk_bytes; }
+  // Without the overflow of (size + chunk_bytes - 1) / chunk_bytes.
+  std::uint64_t count() const { return size / chunk_bytes + (size % chunk_bytes != 0 ? 1 : 0); }
   std::uint64_t offset(std::uint64_t i) const { return i * chunk_bytes; }
   std::uint64_t length(std::uint64_t i) const {
     const std::uint64_t off = offset(i);

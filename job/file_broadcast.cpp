@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "job/file_source.hpp"
+#include "job/file_wire.hpp"
 #include "runtime/buffer.hpp"
 
 namespace gridbcast::job {
@@ -17,17 +18,14 @@ namespace {
 // Messages of this module, in network byte order. The header and the plan are
 // broadcast; each rank's status goes to the root as a point-to-point message
 // in a context of its own.
-constexpr std::uint64_t kMagic = 0x4742'4649'4c45'3031ull;  // "GBFILE01"
-constexpr std::uint64_t kHeaderBytes = 1024;
-constexpr std::uint64_t kPlanBytes = 1024;                   // + the bitmap of needed chunks
-constexpr std::uint64_t kErrorBytes = 900;                   // error text carried in a message
-constexpr std::uint64_t kFileContext = 0x6762'6669'6c65ull;  // "gbfile"
+constexpr std::uint64_t kHeaderBytes = kFileHeaderBytes;
+constexpr std::uint64_t kPlanBytes = 1024;  // + the bitmap of needed chunks
+constexpr std::uint64_t kErrorBytes = kFileErrorBytes;
 constexpr std::int64_t kStatusTag = 1;
 // Before the header and before the plan, every other rank waits for the root's
 // go, and ranks tell the ones waiting for them that they still work (a
 // resume's digests and checks take as long as the disk does, and a
 // broadcast may wait with nothing on the wire for --timeout only).
-constexpr std::int64_t kGoTag = 2;
 constexpr std::int64_t kStillWorkingTag = 3;
 
 // Sends kStillWorkingTag to `to` at most every quarter of the communicator's
@@ -71,108 +69,6 @@ void send_go(runtime::Communicator& comm, int root) {
     if (r != root) comm.send(r, kFileContext, kGoTag, &b, 1);
 }
 
-class Writer {
- public:
-  explicit Writer(std::byte* p) : p_(p) {}
-  Writer& u32(std::uint32_t v) { return put(v, 4); }
-  Writer& u64(std::uint64_t v) { return put(v, 8); }
-  Writer& text(const std::string& s) {
-    const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(s.size(), kErrorBytes));
-    u32(n);
-    if (n > 0) std::memcpy(p_, s.data(), n);
-    p_ += n;
-    return *this;
-  }
-  Writer& bytes(const void* d, std::uint64_t n) {
-    if (n > 0) std::memcpy(p_, d, n);  // an empty vector's data() may be null
-    p_ += n;
-    return *this;
-  }
-
- private:
-  Writer& put(std::uint64_t v, int n) {
-    for (int i = n - 1; i >= 0; --i) *p_++ = static_cast<std::byte>(v >> (8 * i));
-    return *this;
-  }
-  std::byte* p_;
-};
-
-class Reader {
- public:
-  Reader(const std::byte* p, std::uint64_t size) : p_(p), end_(p + size) {}
-  std::uint32_t u32() { return static_cast<std::uint32_t>(get(4)); }
-  std::uint64_t u64() { return get(8); }
-  std::string text() {
-    const std::uint32_t n = u32();
-    need(n);
-    std::string s(reinterpret_cast<const char*>(p_), n);
-    p_ += n;
-    return s;
-  }
-  void bytes(void* d, std::uint64_t n) {
-    need(n);
-    if (n > 0) std::memcpy(d, p_, n);  // d may be an empty vector's null data()
-    p_ += n;
-  }
-
- private:
-  void need(std::uint64_t n) const {
-    if (n > static_cast<std::uint64_t>(end_ - p_))
-      throw std::runtime_error("file broadcast: a message is shorter than its fields");
-  }
-  std::uint64_t get(int n) {
-    need(static_cast<std::uint64_t>(n));
-    std::uint64_t v = 0;
-    for (int i = 0; i < n; ++i) v = (v << 8) | std::to_integer<std::uint64_t>(*p_++);
-    return v;
-  }
-  const std::byte* p_;
-  const std::byte* end_;
-};
-
-struct Header {
-  bool ok = true;
-  std::string error;  // the root's, when !ok
-  FileMeta meta;
-  std::uint64_t chunk_bytes = 0;
-  std::uint64_t window_bytes = 0;
-  bool resume = false;
-};
-
-void encode(const Header& h, std::byte* out) {
-  Writer(out)
-      .u64(kMagic)
-      .u32(h.ok ? 0 : 1)
-      .u32(h.meta.mode)
-      .u64(h.meta.size)
-      .u64(static_cast<std::uint64_t>(h.meta.mtime_ns))
-      .u64(h.meta.dev)
-      .u64(h.meta.ino)
-      .u64(h.chunk_bytes)
-      .u64(h.window_bytes)
-      .u32(h.resume ? 1 : 0)
-      .text(h.error);
-}
-
-Header decode_header(const std::byte* in) {
-  Reader r(in, kHeaderBytes);
-  if (r.u64() != kMagic) throw std::runtime_error("file broadcast: the root's header is not one");
-  Header h;
-  h.ok = r.u32() == 0;
-  h.meta.mode = r.u32() & 07777;
-  h.meta.size = r.u64();
-  h.meta.mtime_ns = static_cast<std::int64_t>(r.u64());
-  h.meta.dev = r.u64();
-  h.meta.ino = r.u64();
-  h.chunk_bytes = r.u64();
-  h.window_bytes = r.u64();
-  h.resume = r.u32() == 1;
-  h.error = r.text();
-  if (h.ok && (h.chunk_bytes == 0 || h.window_bytes == 0))
-    throw std::runtime_error("file broadcast: the root's header has a chunk or window of 0 bytes");
-  return h;
-}
-
 bool test_bit(const std::vector<std::uint8_t>& bits, std::uint64_t i) {
   return (bits[i / 8] >> (i % 8)) & 1;
 }
@@ -213,13 +109,13 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
 
   // 1. The header: the source's size, mode, mtime and identity, the chunk and
   // window sizes everyone uses, or why the root cannot send.
-  Header h;
+  FileHeader h;
   FileSource source;
   std::vector<Digest> digests;  // per chunk; filled as chunks are read or land
   std::vector<std::byte> header_buf(kHeaderBytes);
   if (is_root) {
     try {
-      source = FileSource::open(spec.source);
+      source = spec.open_source ? spec.open_source() : FileSource::open(spec.source);
       h.meta = source.meta();
       if (spec.expected_size && *spec.expected_size != h.meta.size)
         throw std::runtime_error(spec.source + ": changed size since the launch began (" +
@@ -229,6 +125,19 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
       h.chunk_bytes = spec.chunk_bytes ? spec.chunk_bytes
                                        : std::max<std::uint64_t>(
                                              1, std::min(kDefaultChunkBytes, h.window_bytes / 2));
+      // Chunks are bounded in number (every rank sizes its digests from the
+      // count): a file that would need more gets larger chunks, within half
+      // the window.
+      if (!spec.chunk_bytes && chunk_count(h.meta.size, h.chunk_bytes) > kMaxChunks)
+        h.chunk_bytes = chunk_count(h.meta.size, kMaxChunks);
+      if (h.window_bytes < 2 || h.window_bytes > kMaxWindowBytes ||
+          h.chunk_bytes > h.window_bytes / 2 ||
+          chunk_count(h.meta.size, h.chunk_bytes) > kMaxChunks)
+        throw std::runtime_error(spec.source + ": " + std::to_string(h.meta.size) +
+                                 " bytes do not fit in at most " + std::to_string(kMaxChunks) +
+                                 " chunks of at most half the " + std::to_string(h.window_bytes) +
+                                 "-byte window (the window may be 2 bytes to " +
+                                 std::to_string(kMaxWindowBytes) + " bytes: --window)");
       h.resume = spec.resume;
       if (h.resume) {
         // Every chunk's digest before any data moves, so ranks can tell which
@@ -251,13 +160,19 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
       h.ok = false;
       h.error = e.what();
     }
-    encode(h, header_buf.data());
+    encode_file_header(h, header_buf.data());
     send_go(comm, root);
   } else {
     await_go(comm, root);
   }
   runtime::BcastInfo info = comm.bcast(header_buf.data(), kHeaderBytes, root, spec.algorithm);
-  if (!is_root) h = decode_header(header_buf.data());
+  if (!is_root) {
+    try {
+      h = decode_file_header(header_buf);
+    } catch (const FileWireError& e) {
+      throw std::runtime_error(me + ": refused before anything was written: " + e.what());
+    }
+  }
   if (!h.ok) {
     if (is_root) throw std::runtime_error(me + ": " + h.error);
     throw std::runtime_error(me + ": stopped: the root, " + who(root) +
@@ -292,7 +207,7 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
       so.resume = h.resume;
       so.source_dev = spec.source_dev || spec.source_ino ? spec.source_dev : h.meta.dev;
       so.source_ino = spec.source_dev || spec.source_ino ? spec.source_ino : h.meta.ino;
-      sink = FileSink::open(spec.output, h.meta, so);
+      sink = spec.open_sink ? spec.open_sink(h.meta, so) : FileSink::open(spec.output, h.meta, so);
       StillWorking note(comm, {root});
       for (std::uint64_t i = 0; i < count; ++i) {
         if (h.resume) note.tick();
@@ -355,7 +270,7 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
       heard[static_cast<size_t>(r)] = true;
       ++reported;
       note.also(r);
-      Reader rd(status.data(), std::min<std::uint64_t>(got.bytes, status.size()));
+      WireReader rd(status.data(), std::min<std::uint64_t>(got.bytes, status.size()));
       const bool ok = rd.u32() == 0;
       rd.bytes(theirs.data(), bitmap_bytes);
       const std::string why = rd.text();
@@ -366,7 +281,7 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
       for (std::uint64_t b = 0; b < bitmap_bytes; ++b)
         all[b] = static_cast<std::uint8_t>(all[b] | theirs[b]);
     }
-    Writer(plan.data())
+    WireWriter(plan.data())
         .u32(failed < 0 ? 0 : 1)
         .u32(static_cast<std::uint32_t>(failed < 0 ? 0 : failed))
         .text(failure)
@@ -374,7 +289,7 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
     send_go(comm, root);
   } else {
     std::vector<std::byte> status(status_bytes);
-    Writer(status.data())
+    WireWriter(status.data())
         .u32(my_error.empty() ? 0 : 1)
         .bytes(needed.data(), bitmap_bytes)
         .text(my_error);
@@ -383,12 +298,15 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
   }
   comm.bcast(plan.data(), plan.size(), root, spec.algorithm);
   {
-    Reader rd(plan.data(), plan.size());
+    WireReader rd(plan.data(), plan.size());
     const bool failed = rd.u32() != 0;
     const int failed_rank = static_cast<int>(rd.u32());
     const std::string failure = rd.text();
     rd.bytes(needed.data(), bitmap_bytes);
     if (!my_error.empty()) throw std::runtime_error(me + ": " + my_error);
+    if (failed && (failed_rank < 0 || failed_rank >= comm.size()))
+      throw std::runtime_error(me + ": the root's plan names rank " + std::to_string(failed_rank) +
+                               ", which is not in the job of " + std::to_string(comm.size()));
     if (failed)
       throw std::runtime_error(me + ": stopped before any data moved: " + who(failed_rank) +
                                " failed: " + failure);
@@ -489,7 +407,7 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
   r.path = is_root ? spec.source : sink.final_path();
   r.size = h.meta.size;
   r.mode = h.meta.mode;
-  r.mtime_ns = h.meta.mtime_ns;
+  r.mtime = h.meta.mtime;
   r.root_digest = to_hex(root_digest(digests));
   r.chunk_bytes = h.chunk_bytes;
   r.chunks = count;

@@ -54,6 +54,12 @@ struct FileSpec {
   std::uint64_t source_dev = 0;
   std::uint64_t source_ino = 0;
   std::optional<topology::Algorithm> algorithm;
+  // The root's: opens the source instead of FileSource::open(source) (a
+  // tree's file, reached below its directory without following links).
+  std::function<FileSource()> open_source;
+  // Every other rank's: opens the copy instead of FileSink::open(output, ...)
+  // (a tree's file, below the output root without following links).
+  std::function<FileSink(const FileMeta&, const SinkOptions&)> open_sink;
   // Told the bytes this rank reads, hashes or writes (from any thread), so the
   // launcher sees a long check of an existing copy as progress. May be empty.
   std::function<void(std::uint64_t bytes)> on_work;
@@ -70,7 +76,7 @@ struct FileResult {
   std::string name;  // broadcast_tree: the file's path within the job (its name, or under a tree)
   std::uint64_t size = 0;
   std::uint32_t mode = 0;
-  std::int64_t mtime_ns = 0;
+  FileTime mtime;
   std::string root_digest;  // hex; equal on every rank when every copy is whole
   std::uint64_t chunk_bytes = 0;
   std::uint64_t chunks = 0;       // in the file

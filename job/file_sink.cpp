@@ -159,39 +159,50 @@ void refuse_copy_over_source(const std::string& copy, const std::string& source,
     throw std::runtime_error(copy + " is the source file " + source +
                              (same_inode ? " (same device and inode)" : "") +
                              "; writing it would destroy the data");
+  // A copy inside a source directory would become part of the source: the
+  // next run copies the copies, and this run's root may read a file while a
+  // rank renames over it.
+  if (!a.empty() && !b.empty() && std::filesystem::is_directory(b, ec)) {
+    auto ai = a.begin();
+    bool inside = true;
+    for (auto bi = b.begin(); bi != b.end(); ++bi, ++ai)
+      if (bi->empty())
+        continue;
+      else if (ai == a.end() || *ai != *bi) {
+        inside = false;
+        break;
+      }
+    if (inside)
+      throw std::runtime_error(copy + " is inside the source directory " + source +
+                               "; the copy would become part of what it copies");
+  }
 }
 
-void make_directories(const std::string& dir, std::uint32_t mode) {
+UniqueFd open_output_dir(const std::string& dir, std::uint32_t mode) {
   const auto full = std::filesystem::absolute(dir).lexically_normal();
   for (const auto& part : std::filesystem::path(dir))
     if (part == "..") throw std::runtime_error(dir + ": refused: \"..\" in the output path");
-  ::close(open_dir_checked(full, mode));
+  return UniqueFd(open_dir_checked(full, mode));
 }
 
-void place_symlink(const std::string& path, const std::string& target, std::uint32_t dir_mode) {
-  const auto full = std::filesystem::absolute(path).lexically_normal();
-  for (const auto& part : std::filesystem::path(path))
-    if (part == "..") throw std::runtime_error(path + ": refused: \"..\" in the output path");
-  const std::string name = full.filename().string();
-  const int dir_fd = open_dir_checked(full.parent_path(), dir_mode);
-  try {
-    struct stat st {};
-    if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
-      throw std::runtime_error(full.string() +
-                               ": refused: a directory is where a symbolic link goes");
-    const std::string tmp = "." + name + ".gridbcast-" + random_suffix();
-    if (::symlinkat(target.c_str(), dir_fd, tmp.c_str()) != 0)
-      throw file_error(full.parent_path().string() + "/" + tmp, "cannot make the symbolic link");
-    if (::renameat(dir_fd, tmp.c_str(), dir_fd, name.c_str()) != 0) {
-      const int err = errno;
-      ::unlinkat(dir_fd, tmp.c_str(), 0);
-      throw file_error(full.string(), "cannot rename the symbolic link into place", err);
-    }
-  } catch (...) {
-    ::close(dir_fd);
-    throw;
+void make_directories(const std::string& dir, std::uint32_t mode) {
+  open_output_dir(dir, mode);
+}
+
+void place_symlink_at(int dir_fd, const std::string& dir_path, const std::string& name,
+                      const std::string& target) {
+  const std::string full = dir_path + "/" + name;
+  struct stat st {};
+  if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
+    throw std::runtime_error(full + ": refused: a directory is where a symbolic link goes");
+  const std::string tmp = "." + name + ".gridbcast-" + random_suffix();
+  if (::symlinkat(target.c_str(), dir_fd, tmp.c_str()) != 0)
+    throw file_error(dir_path + "/" + tmp, "cannot make the symbolic link");
+  if (::renameat(dir_fd, tmp.c_str(), dir_fd, name.c_str()) != 0) {
+    const int err = errno;
+    ::unlinkat(dir_fd, tmp.c_str(), 0);
+    throw file_error(full, "cannot rename the symbolic link into place", err);
   }
-  ::close(dir_fd);
 }
 
 std::string partial_name(const std::string& name) {
@@ -201,24 +212,34 @@ std::string partial_name(const std::string& name) {
 FileSink FileSink::open(const std::string& final_path, const FileMeta& meta,
                         const SinkOptions& options) {
   const std::filesystem::path full = std::filesystem::absolute(final_path).lexically_normal();
-  FileSink s;
-  s.final_path_ = full.string();
-  s.name_ = full.filename().string();
-  s.dir_path_ = full.parent_path().string();
-  s.meta_ = meta;
-  s.resume_ = options.resume;
-  if (s.name_.empty() || s.name_ == "." || s.name_ == "..")
+  const std::string name = full.filename().string();
+  if (name.empty() || name == "." || name == "..")
     throw std::runtime_error(final_path + ": not a file name (a directory?)");
   for (const auto& part : std::filesystem::path(final_path))
     if (part == "..") throw std::runtime_error(final_path + ": refused: \"..\" in the output path");
+  UniqueFd dir(open_dir_checked(full.parent_path(), options.dir_mode));
+  return open_in(std::move(dir), full.parent_path().string(), name, meta, options);
+}
 
-  s.dir_fd_ = open_dir_checked(full.parent_path(), options.dir_mode);
+FileSink FileSink::open_in(UniqueFd dir, const std::string& dir_path, const std::string& name,
+                           const FileMeta& meta, const SinkOptions& options) {
+  FileSink s;
+  s.dir_fd_ = dir.release();
+  s.dir_path_ = dir_path;
+  s.name_ = name;
+  s.final_path_ = dir_path == "/" ? "/" + name : dir_path + "/" + name;
+  s.meta_ = meta;
+  s.resume_ = options.resume;
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
+    throw std::runtime_error(s.final_path_ + ": not a file name");
 
   // What is at the final name now: nothing, or a regular file that is not the
   // source. Checked before anything is created; rename() never follows a
   // symlink that appears later.
   struct stat st {};
-  if (::fstatat(s.dir_fd_, s.name_.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+  const bool exists = ::fstatat(s.dir_fd_, s.name_.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+  if (!exists && errno != ENOENT) throw file_error(s.final_path_, "cannot stat");
+  if (exists && !(S_ISLNK(st.st_mode) && options.replace_symlink)) {
     if (!S_ISREG(st.st_mode))
       throw std::runtime_error(s.final_path_ + ": refused: the destination is " +
                                describe_type(st.st_mode) + ", not a regular file");
@@ -229,16 +250,23 @@ FileSink FileSink::open(const std::string& final_path, const FileMeta& meta,
                                ": refused: the destination is the source file itself (same "
                                "device and inode); writing it would destroy the data");
     if (options.resume) {
-      s.existing_fd_ = ::openat(s.dir_fd_, s.name_.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+      // O_NONBLOCK: a pipe swapped in since the fstatat is not waited on, and
+      // fstat of what was opened must be the regular file we looked at.
+      s.existing_fd_ =
+          ::openat(s.dir_fd_, s.name_.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
       if (s.existing_fd_ < 0) throw file_error(s.final_path_, "cannot open for resume");
+      struct stat ost {};
+      if (::fstat(s.existing_fd_, &ost) != 0) throw file_error(s.final_path_, "cannot stat");
+      if (!S_ISREG(ost.st_mode) || ost.st_dev != st.st_dev || ost.st_ino != st.st_ino)
+        throw std::runtime_error(s.final_path_ +
+                                 ": refused: the destination changed while it was opened (now " +
+                                 describe_type(ost.st_mode) + ")");
     }
-  } else if (errno != ENOENT) {
-    throw file_error(s.final_path_, "cannot stat");
   }
 
   if (options.resume) {
     s.temp_name_ = partial_name(s.name_);
-    s.fd_ = ::openat(s.dir_fd_, s.temp_name_.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    s.fd_ = ::openat(s.dir_fd_, s.temp_name_.c_str(), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (s.fd_ >= 0) {
       // A partial of an earlier run: ours, a regular file with no other name.
       struct stat pst {};
@@ -358,9 +386,7 @@ void FileSink::commit() {
   // become a set-uid program because the source was one.
   if (::fchmod(fd_, static_cast<mode_t>(meta_.mode & 01777)) != 0)
     throw file_error(tmp, "cannot set the mode");
-  const struct timespec times[2] = {{0, UTIME_OMIT},
-                                    {static_cast<time_t>(meta_.mtime_ns / 1'000'000'000),
-                                     static_cast<long>(meta_.mtime_ns % 1'000'000'000)}};
+  struct timespec times[2] = {{0, UTIME_OMIT}, meta_.mtime.timespec()};
   if (::futimens(fd_, times) != 0) throw file_error(tmp, "cannot set the modification time");
   if (::fsync(fd_) != 0) throw file_error(tmp, "cannot fsync");
   if (::renameat(dir_fd_, temp_name_.c_str(), dir_fd_, name_.c_str()) != 0)

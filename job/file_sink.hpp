@@ -13,19 +13,22 @@
 // DIR/.NAME.gridbcast-partial and is kept on failure (never under the final
 // name), so a rerun keeps the chunks it holds.
 //
-// Directories on the way are walked from "/" one component at a time without
-// following symlinks, except a symlink owned by root or by us; each one must be
-// owned by root or by us and not world-writable unless sticky (as /tmp);
-// missing ones are made with `dir_mode` (0700 unless the user chose). An
-// existing DIR/NAME that is not a regular file (a symlink, a directory, ...) or
-// that is the source itself (same device and inode) is refused before anything
-// is created.
+// Directories on the way to the output root (the path the user named) are
+// walked from "/" one component at a time without following symlinks, except
+// a symlink owned by root or by us; each one must be owned by root or by us
+// and not world-writable unless sticky (as /tmp); missing ones are made with
+// `dir_mode` (0700 unless the user chose). Below the output root (a tree's
+// copy: open_in with a directory from job/beneath.hpp) no symlink is followed
+// at all. An existing DIR/NAME that is not a regular file (a symlink, a
+// directory, a pipe, ...) or that is the source itself (same device and
+// inode) is refused before anything is created.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "job/beneath.hpp"
 #include "job/file_source.hpp"
 
 namespace gridbcast::job {
@@ -42,6 +45,10 @@ struct SinkOptions {
   std::uint64_t source_dev = 0;
   std::uint64_t source_ino = 0;
   bool direct_io = true;  // use O_DIRECT for aligned writes where the file system can
+  // Below a tree's output root: a symbolic link at the final name is our copy
+  // of a link the source no longer has, and the rename replaces it (the link,
+  // never what it points to). Elsewhere such a link is refused.
+  bool replace_symlink = false;
 };
 
 // Throws std::runtime_error naming the node and what is wrong when a node name
@@ -57,13 +64,15 @@ void refuse_copy_over_source(const std::string& copy, const std::string& source,
                              const FileMeta& source_meta);
 
 // The directory `dir` and what is missing on the way to it, made with `mode`,
-// with the checks FileSink::open makes of its directories.
+// with the checks FileSink::open makes of its directories: an output root.
+UniqueFd open_output_dir(const std::string& dir, std::uint32_t mode);
 void make_directories(const std::string& dir, std::uint32_t mode);
 
-// A symbolic link at `path` pointing to `target` (copied as it is, never
-// followed): made under a temporary name and renamed into place, replacing
-// what is there unless it is a directory.
-void place_symlink(const std::string& path, const std::string& target, std::uint32_t dir_mode);
+// A symbolic link NAME in the directory `dir_fd` (at `dir_path`) pointing to
+// `target` (copied as it is, never followed): made under a temporary name and
+// renamed into place, replacing what is there unless it is a directory.
+void place_symlink_at(int dir_fd, const std::string& dir_path, const std::string& name,
+                      const std::string& target);
 
 // The temporary name of DIR/NAME's copy in progress with resume.
 std::string partial_name(const std::string& name);
@@ -75,6 +84,10 @@ class FileSink {
   // fails here, not in the middle). Throws naming the path and the errno text.
   static FileSink open(const std::string& final_path, const FileMeta& meta,
                        const SinkOptions& options);
+  // The same for NAME in a directory opened already (`dir_path` names it in
+  // messages); takes the descriptor over.
+  static FileSink open_in(UniqueFd dir, const std::string& dir_path, const std::string& name,
+                          const FileMeta& meta, const SinkOptions& options);
   FileSink() = default;
   FileSink(FileSink&& other) noexcept;
   FileSink& operator=(FileSink&& other) noexcept;

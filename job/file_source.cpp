@@ -20,7 +20,7 @@ FileMeta meta_of(const struct stat& st) {
   FileMeta m;
   m.size = static_cast<std::uint64_t>(st.st_size);
   m.mode = static_cast<std::uint32_t>(st.st_mode & 07777);
-  m.mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+  m.mtime = FileTime::of(st.st_mtim);
   m.dev = static_cast<std::uint64_t>(st.st_dev);
   m.ino = static_cast<std::uint64_t>(st.st_ino);
   return m;
@@ -66,10 +66,15 @@ FileMeta stat_file(const std::string& path) {
 }
 
 FileSource FileSource::open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw file_error(path, "cannot open");
+  return adopt(fd, path);
+}
+
+FileSource FileSource::adopt(int fd, const std::string& path) {
   FileSource s;
   s.path_ = path;
-  s.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (s.fd_ < 0) throw file_error(path, "cannot open");
+  s.fd_ = fd;
   struct stat st {};
   if (::fstat(s.fd_, &st) != 0) throw file_error(path, "cannot stat");
   if (!S_ISREG(st.st_mode))

@@ -7,14 +7,16 @@
 #include <cstdint>
 #include <string>
 
+#include "job/file_io.hpp"
+
 namespace gridbcast::job {
 
 // What identifies the source and what every copy takes from it.
 struct FileMeta {
   std::uint64_t size = 0;
   std::uint32_t mode = 0644;  // permission bits (st_mode & 07777)
-  std::int64_t mtime_ns = 0;  // since the epoch
-  std::uint64_t dev = 0;      // st_dev and st_ino on the root's host
+  FileTime mtime;
+  std::uint64_t dev = 0;  // st_dev and st_ino on the root's host
   std::uint64_t ino = 0;
 };
 
@@ -24,8 +26,13 @@ FileMeta stat_file(const std::string& path);
 
 class FileSource {
  public:
-  // Opens a regular file read-only; throws naming the path and the errno text.
+  // Opens a regular file read-only (following a symbolic link the user named;
+  // O_NONBLOCK, so a pipe swapped in is refused by fstat rather than waited
+  // on); throws naming the path and the errno text.
   static FileSource open(const std::string& path);
+  // The same for a descriptor opened already (a tree's file, reached below
+  // its directory without following links: job/beneath.hpp); takes it over.
+  static FileSource adopt(int fd, const std::string& path);
   FileSource() = default;
   FileSource(FileSource&& other) noexcept;
   FileSource& operator=(FileSource&& other) noexcept;

@@ -2,13 +2,16 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
 
+#include "job/beneath.hpp"
 #include "job/file_io.hpp"
+#include "job/file_sink.hpp"
 
 namespace gridbcast::job {
 namespace {
@@ -16,10 +19,9 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr std::uint64_t kTreeHeaderBytes = 1024;
-constexpr std::uint64_t kMaxManifestBytes = 1ull << 30;
 
-std::int64_t mtime_of(const struct stat& st) {
-  return static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+FileTime mtime_of(const struct stat& st) {
+  return FileTime::of(st.st_mtim);
 }
 
 TreeEntry entry_of(const std::string& full, const std::string& rel) {
@@ -28,7 +30,7 @@ TreeEntry entry_of(const std::string& full, const std::string& rel) {
   TreeEntry e;
   e.path = rel;
   e.mode = static_cast<std::uint32_t>(st.st_mode & 07777);
-  e.mtime_ns = mtime_of(st);
+  e.mtime = mtime_of(st);
   if (S_ISREG(st.st_mode)) {
     e.kind = TreeEntry::Kind::kFile;
     e.size = static_cast<std::uint64_t>(st.st_size);
@@ -94,59 +96,23 @@ class Cursor {
   size_t pos_ = 0;
 };
 
-std::string encode(const std::vector<TreeEntry>& entries) {
-  std::string s;
-  put_u64(s, entries.size());
-  for (const auto& e : entries) {
-    put_text(s, e.path);
-    put_u64(s, static_cast<std::uint64_t>(e.kind));
-    put_u64(s, e.mode);
-    put_u64(s, static_cast<std::uint64_t>(e.mtime_ns));
-    put_u64(s, e.size);
-    put_text(s, e.target);
-  }
-  return s;
-}
-
-// A path from the manifest must stay under the output: relative, no "." or
-// ".." components, no empty ones.
-void check_relative(const std::string& p) {
-  if (p.empty()) return;
-  size_t start = 0;
-  while (true) {
-    const size_t slash = p.find('/', start);
-    const std::string comp =
-        p.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
-    if (comp.empty() || comp == "." || comp == ".." || comp.find('\0') != std::string::npos)
-      throw std::runtime_error("file broadcast: the manifest names \"" + p +
-                               "\", which is not a path under the output");
-    if (slash == std::string::npos) break;
-    start = slash + 1;
-  }
-}
-
-std::vector<TreeEntry> decode(const std::string& s) {
-  Cursor c(s);
-  const std::uint64_t n = c.u64();
-  if (n > s.size()) throw std::runtime_error("file broadcast: the manifest is truncated");
-  std::vector<TreeEntry> out(n);
-  for (auto& e : out) {
-    e.path = c.text();
-    const std::uint64_t kind = c.u64();
-    if (kind > 2) throw std::runtime_error("file broadcast: an unknown entry kind in the manifest");
-    e.kind = static_cast<TreeEntry::Kind>(kind);
-    e.mode = static_cast<std::uint32_t>(c.u64() & 07777);
-    e.mtime_ns = static_cast<std::int64_t>(c.u64());
-    e.size = c.u64();
-    e.target = c.text();
-    check_relative(e.path);
-  }
-  if (!c.done()) throw std::runtime_error("file broadcast: trailing bytes after the manifest");
-  return out;
-}
-
 std::string join(const std::string& base, const std::string& rel) {
-  return rel.empty() ? base : base + "/" + rel;
+  return rel.empty() ? base : base.empty() ? rel : base + "/" + rel;
+}
+
+// The source directory a file below it was read from: its path less `rel`.
+std::string join_path(const std::string& full, const std::string& rel) {
+  return full.substr(0, full.size() - std::min(full.size(), rel.size() + 1));
+}
+
+std::string parent_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? std::string() : path.substr(0, slash);
+}
+
+std::string name_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
 }  // namespace
@@ -158,7 +124,7 @@ std::vector<TreeEntry> scan_tree(const std::string& source) {
   if (::stat(source.c_str(), &st) != 0) throw file_error(source, "cannot stat");
   TreeEntry top;
   top.mode = static_cast<std::uint32_t>(st.st_mode & 07777);
-  top.mtime_ns = mtime_of(st);
+  top.mtime = mtime_of(st);
   if (S_ISREG(st.st_mode)) {
     top.kind = TreeEntry::Kind::kFile;
     top.size = static_cast<std::uint64_t>(st.st_size);
@@ -194,13 +160,35 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
 
   // The manifest: its length (or the root's error) in a fixed header, then it.
   std::string manifest, error;
-  std::vector<std::string> read_from;  // the root's: where each entry is read
+  // The root's: where each entry is read. A file below a source directory is
+  // opened from that directory's descriptor, never through a link.
+  struct ReadFrom {
+    std::string path;  // for messages, and to open a source that is a file
+    int dir = -1;      // index into source_dirs, or -1
+    std::string rel;   // below it
+  };
+  std::vector<ReadFrom> read_from;
+  std::vector<UniqueFd> source_dirs;
   if (is_root) {
     try {
       std::vector<TreeEntry> all;
+      const auto add_source = [&](const std::string& src, const std::string& name) {
+        auto entries = scan_tree(src);
+        int dir = -1;
+        if (entries.front().kind == TreeEntry::Kind::kDirectory) {
+          UniqueFd fd(::open(src.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+          if (!fd) throw file_error(src, "cannot open the directory");
+          source_dirs.push_back(std::move(fd));
+          dir = static_cast<int>(source_dirs.size()) - 1;
+        }
+        for (auto& e : entries) {
+          read_from.push_back({join(src, e.path), dir, e.path});
+          e.path = join(name, e.path);
+          all.push_back(std::move(e));
+        }
+      };
       if (spec.sources.empty()) {
-        all = scan_tree(spec.source);
-        for (const auto& e : all) read_from.push_back(join(spec.source, e.path));
+        add_source(spec.source, "");
       } else {
         std::vector<std::string> names;
         for (const auto& src : spec.sources) {
@@ -209,16 +197,14 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
             throw std::runtime_error("two sources would be copied as \"" + name +
                                      "\"; one of them is " + src);
           names.push_back(name);
-          for (auto e : scan_tree(src)) {
-            read_from.push_back(join(src, e.path));
-            e.path = join(name, e.path);
-            all.push_back(std::move(e));
-          }
+          add_source(src, name);
         }
       }
-      manifest = encode(all);
+      manifest = encode_manifest(all);
       if (manifest.size() > kMaxManifestBytes)
-        throw std::runtime_error(spec.source + ": too many entries for one job");
+        throw std::runtime_error(spec.source + ": too many entries for one job (a manifest of " +
+                                 std::to_string(manifest.size()) + " bytes, at most " +
+                                 std::to_string(kMaxManifestBytes) + ")");
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -243,12 +229,20 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
                                ", cannot send: " + why);
     }
     if (length > kMaxManifestBytes)
-      throw std::runtime_error(who(rank) + ": the root's manifest is too long");
+      throw std::runtime_error(who(rank) +
+                               ": refused before anything was written: the root's "
+                               "manifest would be " +
+                               std::to_string(length) + " bytes (at most " +
+                               std::to_string(kMaxManifestBytes) + ")");
     manifest.resize(length);
   }
   comm.bcast(manifest.data(), manifest.size(), root, spec.algorithm);
-  const std::vector<TreeEntry> entries = decode(manifest);
-  if (entries.empty()) throw std::runtime_error("file broadcast: an empty manifest");
+  std::vector<TreeEntry> entries;
+  try {
+    entries = decode_manifest(manifest);
+  } catch (const FileWireError& e) {
+    throw std::runtime_error(who(rank) + ": refused before anything was written: " + e.what());
+  }
   const bool single =
       entries.front().path.empty() && entries.front().kind == TreeEntry::Kind::kFile;
 
@@ -256,6 +250,14 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
   result.path = is_root && spec.sources.empty() ? spec.source : spec.output;
   std::string digest_input;
   try {
+    // Every other rank's output root, held open for the whole tree.
+    UniqueFd out;
+    if (!is_root && !single) out = open_output_dir(spec.output, spec.dir_mode);
+    // The directory an entry goes into, made where missing, never through a link.
+    const auto parent_dir = [&](const std::string& path) {
+      return make_beneath(out.get(), spec.output, parent_of(path),
+                          static_cast<mode_t>(spec.dir_mode));
+    };
     // Files first, in manifest order (their directories are made 0700 on the
     // way); then the empty directories and symlinks; then directory modes and
     // mtimes, deepest first, so that writing a child does not change them.
@@ -264,9 +266,30 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
       if (e.kind != TreeEntry::Kind::kFile) continue;
       FileSpec fs_spec = spec;
       fs_spec.sources.clear();
-      fs_spec.source = is_root ? read_from.at(i) : std::string();
+      fs_spec.source = is_root ? read_from.at(i).path : std::string();
       fs_spec.output = join(spec.output, e.path);
       fs_spec.expected_size = single && spec.expected_size ? spec.expected_size : e.size;
+      if (!single) {
+        // Each file of a tree is compared with itself (the root's header
+        // carries its device and inode), not with the directory's.
+        fs_spec.source_dev = fs_spec.source_ino = 0;
+        if (is_root && read_from.at(i).dir >= 0) {
+          const ReadFrom from = read_from.at(i);
+          fs_spec.open_source = [&source_dirs, from] {
+            UniqueFd fd =
+                open_beneath(source_dirs.at(static_cast<size_t>(from.dir)).get(),
+                             join_path(from.path, from.rel), from.rel, O_RDONLY | O_NONBLOCK);
+            return FileSource::adopt(fd.release(), from.path);
+          };
+        }
+        if (!is_root)
+          fs_spec.open_sink = [&](const FileMeta& meta, const SinkOptions& so) {
+            SinkOptions below = so;
+            below.replace_symlink = true;
+            return FileSink::open_in(parent_dir(e.path), join(spec.output, parent_of(e.path)),
+                                     name_of(e.path), meta, below);
+          };
+      }
       FileResult r = broadcast_file(comm, fs_spec, root);
       r.name = !e.path.empty() ? e.path
                                : fs::path(is_root ? spec.source : spec.output).filename().string();
@@ -281,10 +304,13 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
     for (const auto& e : entries) {
       if (e.kind == TreeEntry::Kind::kDirectory) {
         ++result.directories;
-        if (!is_root) make_directories(join(spec.output, e.path), spec.dir_mode);
+        if (!is_root)
+          make_beneath(out.get(), spec.output, e.path, static_cast<mode_t>(spec.dir_mode));
       } else if (e.kind == TreeEntry::Kind::kSymlink) {
         ++result.symlinks;
-        if (!is_root) place_symlink(join(spec.output, e.path), e.target, spec.dir_mode);
+        if (!is_root)
+          place_symlink_at(parent_dir(e.path).get(), join(spec.output, parent_of(e.path)),
+                           name_of(e.path), e.target);
       }
       if (e.kind != TreeEntry::Kind::kFile)
         digest_input +=
@@ -294,12 +320,11 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
       for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
         if (it->kind != TreeEntry::Kind::kDirectory) continue;
         const std::string p = join(spec.output, it->path);
-        if (::chmod(p.c_str(), static_cast<mode_t>(it->mode & 01777)) != 0)
+        const UniqueFd d = open_beneath(out.get(), spec.output, it->path, O_RDONLY | O_DIRECTORY);
+        if (::fchmod(d.get(), static_cast<mode_t>(it->mode & 01777)) != 0)
           throw file_error(p, "cannot set the mode");
-        const struct timespec times[2] = {{0, UTIME_OMIT},
-                                          {static_cast<time_t>(it->mtime_ns / 1'000'000'000),
-                                           static_cast<long>(it->mtime_ns % 1'000'000'000)}};
-        if (::utimensat(AT_FDCWD, p.c_str(), times, AT_SYMLINK_NOFOLLOW) != 0)
+        const struct timespec times[2] = {{0, UTIME_OMIT}, it->mtime.timespec()};
+        if (::futimens(d.get(), times) != 0)
           throw file_error(p, "cannot set the modification time");
       }
     }

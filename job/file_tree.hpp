@@ -12,6 +12,14 @@
 //
 // A single file is a manifest of one entry whose path is empty: OUTPUT is the
 // copy itself.
+//
+// A tree's OUTPUT is a closed world: it is opened once (job/file_sink.hpp's
+// rules for the path to it) and everything below it is reached from its
+// descriptor without following any symbolic link (job/beneath.hpp), modes and
+// times set through descriptors. The manifest is checked whole before
+// anything is written (job/file_wire.hpp): no duplicate, nothing below a link
+// or a file. The root reads each file below its source directory the same
+// way, so a link or a pipe swapped in after its walk is refused, not followed.
 #pragma once
 
 #include <cstdint>
@@ -19,18 +27,9 @@
 #include <vector>
 
 #include "job/file_broadcast.hpp"
+#include "job/file_wire.hpp"
 
 namespace gridbcast::job {
-
-struct TreeEntry {
-  enum class Kind : std::uint8_t { kFile = 0, kDirectory = 1, kSymlink = 2 };
-  std::string path;  // relative to the source, '/'-separated; "" for the source itself
-  Kind kind = Kind::kFile;
-  std::uint32_t mode = 0;
-  std::int64_t mtime_ns = 0;
-  std::uint64_t size = 0;  // regular files
-  std::string target;      // symlinks
-};
 
 // The root's walk: a regular file is one entry with an empty path; a directory
 // is itself (path "") then everything under it, parents before children, in

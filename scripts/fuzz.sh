@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Runs each libFuzzer target (clang, ASan+UBSan) for SECONDS (default 600), then
 # merges inputs that found new coverage into the kept corpus tests/fuzz/corpus/.
-#   scripts/fuzz.sh [SECONDS] [TARGET...]     targets: yaml_loader wire control datagram
+#   scripts/fuzz.sh [SECONDS] [TARGET...]     targets: yaml_loader wire control datagram file
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-600}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(yaml_loader wire control datagram)
+[ ${#targets[@]} -gt 0 ] || targets=(yaml_loader wire control datagram file)
 command -v clang++ >/dev/null || { echo "fuzz: clang++ is required (apt-get install clang libclang-rt-14-dev)"; exit 2; }
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DGRIDBCAST_FUZZ=ON -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" \

@@ -94,6 +94,57 @@ TEST(LaunchFile, ASymlinkPlantedAtADestinationFailsTheJobNamingRankAndPath) {
   EXPECT_TRUE(temporaries(dir.path()).empty());
 }
 
+// The rerun of issue 25, as a user runs it: a directory source holds `data ->
+// VICTIM`; broadcast to '{node}/', every copy holds that link. The source then
+// makes `data` a real directory with a file, and the same command runs again
+// (plain, then with --resume). Nothing lands in VICTIM, every run succeeds,
+// and every copy has a real directory with the file.
+TEST(LaunchFile, ARerunWritesNothingThroughALinkItsFirstRunPlaced) {
+  TempDir dir;
+  fs::create_directories(dir / "src");
+  fs::create_directories(dir / "victim");
+  write_file(dir / "src" / "top.txt", "top");
+  fs::create_directory_symlink(dir / "victim", dir / "src" / "data");
+  const std::vector<std::string> cmd = {kBin,       "launch",
+                                        "--file",   (dir / "src").string(),
+                                        "--output", (dir / "out" / "{node}").string() + "/"};
+  {
+    Child c(cmd, dir.path().string());
+    ASSERT_EQ(c.wait(60s), 0) << c.err();
+  }
+  ASSERT_EQ(fs::read_symlink(dir / "out" / "b4" / "src" / "data"), dir / "victim");
+  fs::remove(dir / "src" / "data");
+  fs::create_directory(dir / "src" / "data");
+  write_file(dir / "src" / "data" / "f.txt", "not for the victim");
+  for (const bool resume : {false, true}) {
+    SCOPED_TRACE(resume ? "--resume" : "plain");
+    std::vector<std::string> again = cmd;
+    if (resume) again.push_back("--resume");
+    Child c(again, dir.path().string());
+    EXPECT_EQ(c.wait(60s), 0) << c.err();
+    EXPECT_TRUE(fs::is_empty(dir / "victim")) << "written through the link";
+    for (const auto& n : kNonRoot) {
+      const fs::path data = dir / "out" / n / "src" / "data";
+      EXPECT_FALSE(fs::is_symlink(data)) << n;
+      EXPECT_EQ(slurp((data / "f.txt").string()), "not for the victim") << n;
+    }
+  }
+}
+
+// A copy inside the source directory would become part of what it copies
+// (and the next run would copy the copies): refused before any rank starts.
+TEST(LaunchFile, AnOutputInsideTheSourceDirectoryIsRefused) {
+  TempDir dir;
+  fs::create_directories(dir / "src");
+  write_file(dir / "src" / "x.bin", "x");
+  Child c({kBin, "launch", "--file", (dir / "src").string(), "--output",
+           (dir / "src" / "copies" / "{node}").string() + "/"},
+          dir.path().string());
+  EXPECT_NE(c.wait(60s), 0);
+  EXPECT_NE(c.err().find("is inside the source directory"), std::string::npos) << c.err();
+  EXPECT_FALSE(fs::exists(dir / "src" / "copies"));
+}
+
 TEST(LaunchFile, ANodeNameWithDotDotIsRefusedAtLoad) {
   TempDir dir;
   write_file(dir / "data.bin", "x");

@@ -32,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "job/file_wire.hpp"
 #include "runtime/buffer.hpp"
 #include "support/grids.hpp"
 #include "support/process.hpp"
@@ -137,7 +138,7 @@ TEST_P(FileShapes, EveryCopyIsExactWithModeAndMtime) {
       struct stat st {};
       ASSERT_EQ(::stat(res.path.c_str(), &st), 0);
       EXPECT_EQ(st.st_mode & 07777, 0750u);
-      EXPECT_EQ(st.st_mtim.tv_sec * 1'000'000'000ll + st.st_mtim.tv_nsec, meta.mtime_ns);
+      EXPECT_EQ(FileTime::of(st.st_mtim), meta.mtime);
     }
     EXPECT_TRUE(temporaries(dir.path()).empty());
   }
@@ -499,6 +500,80 @@ TEST(FileBroadcast, SigtermMidTransferLeavesNoPartialFileAndThePreviousCopy) {
     EXPECT_EQ(slurp((dir / ("n" + std::to_string(r)) / "copy").string()), "previous version");
 }
 
+// A hostile root (or a stream injected into a job without TLS) sends the header
+// of the issue: size 4095 and a chunk of 2^64 - 4095, so that 4096 + chunk
+// wraps to 1 and the window would be written past a one-page mapping. Every
+// other rank refuses it naming the field before it opens or maps anything
+// (run under ASan by scripts/test.sh).
+TEST(FileBroadcast, AHostileRootsWrappingHeaderIsRefusedByEveryRankNamingTheField) {
+  const auto grid = make_grid({4});
+  Ranks ranks(grid, quick_timeout());
+  TempDir dir;
+  std::map<int, std::string> errors;
+  std::mutex m;
+  ranks.run([&](runtime::Communicator& c) {
+    if (c.rank() == 0) {
+      FileHeader h;
+      h.meta.size = 4095;
+      h.meta.mode = 0644;
+      h.chunk_bytes = 0ull - 4095;
+      h.window_bytes = 8191;
+      std::vector<std::byte> header(kFileHeaderBytes);
+      encode_file_header(h, header.data());
+      const std::byte go{1};
+      for (int r = 1; r < c.size(); ++r) c.send(r, kFileContext, kGoTag, &go, 1);
+      c.bcast(header.data(), header.size(), 0);
+      return;
+    }
+    try {
+      FileSpec s;
+      s.output = (dir / ("n" + std::to_string(c.rank())) / "copy.bin").string();
+      broadcast_file(c, s, 0);
+    } catch (const std::exception& e) {
+      std::lock_guard lock(m);
+      errors[c.rank()] = e.what();
+    }
+  });
+  ASSERT_EQ(errors.size(), 3u);
+  for (const auto& [r, e] : errors) {
+    EXPECT_NE(e.find("refused before anything was written"), std::string::npos) << e;
+    EXPECT_NE(e.find("header has a chunk of 18446744073709547521 bytes"), std::string::npos) << e;
+  }
+  EXPECT_TRUE(fs::is_empty(dir.path())) << "nothing opened, nothing made";
+}
+
+// Times the kernel keeps that one count of nanoseconds cannot: half a second
+// before 1970 (a negative tv_nsec once failed every copy) and after 2262
+// (once an overflow). Every copy has the source's time exactly.
+TEST(FileBroadcast, ModificationTimesBefore1970AndAfter2262ArriveExactly) {
+  const auto grid = make_grid({3});
+  Ranks ranks(grid);
+  TempDir dir;
+  for (const struct timespec t : {timespec{-1, 500'000'000}, timespec{-86'400 * 365, 1},
+                                  timespec{10'413'792'000, 999'999'999}}) {
+    SCOPED_TRACE(std::to_string(t.tv_sec) + "." + std::to_string(t.tv_nsec));
+    const fs::path src = dir / "src.bin";
+    write_file(src, pattern_bytes(70'000, 3));
+    const struct timespec times[2] = {t, t};
+    ASSERT_EQ(::utimensat(AT_FDCWD, src.c_str(), times, 0), 0) << std::strerror(errno);
+    struct stat st {};
+    ASSERT_EQ(::stat(src.c_str(), &st), 0);
+    if (st.st_mtim.tv_sec != t.tv_sec) GTEST_SKIP() << "this file system cannot keep the time";
+    const Outcome o = run(ranks, 0, [&](int r) {
+      FileSpec s;
+      s.source = src.string();
+      s.output = (dir / ("n" + std::to_string(r)) / "copy.bin").string();
+      return s;
+    });
+    ASSERT_TRUE(o.errors.empty()) << o.errors.begin()->second;
+    for (int r : {1, 2}) {
+      ASSERT_EQ(::stat(o.results.at(r).path.c_str(), &st), 0);
+      EXPECT_EQ(st.st_mtim.tv_sec, t.tv_sec) << r;
+      EXPECT_EQ(st.st_mtim.tv_nsec, t.tv_nsec) << r;
+      EXPECT_EQ(o.results.at(r).mtime, FileTime::of(t));
+    }
+  }
+}
 }  // namespace
 }  // namespace gridbcast::job
 

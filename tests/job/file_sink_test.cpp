@@ -54,7 +54,7 @@ FileMeta meta_for(std::uint64_t size) {
   FileMeta m;
   m.size = size;
   m.mode = 0640;
-  m.mtime_ns = 1'600'000'000'123'456'789;
+  m.mtime = {1'600'000'000, 123'456'789};
   return m;
 }
 

@@ -4,11 +4,14 @@
 // file through the same entry lands at the output path itself.
 #include "job/file_tree.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -237,5 +240,208 @@ TEST(FileTree, ASocketOrDeviceInTheSourceFailsEveryRankNamingIt) {
   EXPECT_FALSE(fs::exists(dir / "copy"));
 }
 
+// A hostile root sends a manifest of the issue's attacks; every other rank
+// refuses it before anything is written, and what the link points to stays
+// as it was (not replaced, not chmodded).
+TEST(FileTree, AHostileManifestIsRefusedByEveryRankBeforeAnythingIsWritten) {
+  TempDir dir;
+  fs::create_directories(dir / "victim");
+  write_file(dir / "victim" / ".bashrc", "mine", 0600);
+  ::chmod((dir / "victim").c_str(), 0700);
+  const std::string victim = (dir / "victim").string();
+  const auto d = [](const std::string& p) {
+    TreeEntry e;
+    e.path = p;
+    e.kind = TreeEntry::Kind::kDirectory;
+    e.mode = 0777;
+    return e;
+  };
+  const auto l = [](const std::string& p, const std::string& t) {
+    TreeEntry e;
+    e.path = p;
+    e.kind = TreeEntry::Kind::kSymlink;
+    e.target = t;
+    return e;
+  };
+  TreeEntry f;
+  f.path = "a/.bashrc";
+  f.size = 5;
+  f.mode = 0644;
+  const std::vector<std::pair<std::vector<TreeEntry>, std::string>> attacks = {
+      {{d(""), l("a", victim), f}, "below \"a\""},
+      {{d(""), l("a", victim), d("a")}, "\"a\" twice"},
+      {{d(""), l("a", victim), l("a", "/")}, "\"a\" twice"},
+  };
+  const auto grid = make_grid({3});
+  Ranks ranks(grid);
+  for (const auto& [manifest_entries, why] : attacks) {
+    SCOPED_TRACE(why);
+    const std::string manifest = encode_manifest(manifest_entries);
+    std::map<int, std::string> errors;
+    std::mutex m;
+    ranks.run([&](runtime::Communicator& c) {
+      if (c.rank() == 0) {
+        // The tree's header (no error, the manifest's length), then it.
+        std::string header(1024, '\0');
+        for (int i = 0; i < 8; ++i)
+          header[static_cast<size_t>(8 + i)] = static_cast<char>(manifest.size() >> (8 * (7 - i)));
+        c.bcast(header.data(), header.size(), 0);
+        std::string copy = manifest;
+        c.bcast(copy.data(), copy.size(), 0);
+        return;
+      }
+      try {
+        FileSpec s;
+        s.output = (dir / ("n" + std::to_string(c.rank()))).string();
+        broadcast_tree(c, s, 0);
+      } catch (const std::exception& e) {
+        std::lock_guard lock(m);
+        errors[c.rank()] = e.what();
+      }
+    });
+    ASSERT_EQ(errors.size(), 2u);
+    for (const auto& [r, e] : errors) {
+      EXPECT_NE(e.find("refused before anything was written"), std::string::npos) << e;
+      EXPECT_NE(e.find(why), std::string::npos) << e;
+      EXPECT_FALSE(fs::exists(dir / ("n" + std::to_string(r)))) << "nothing written";
+    }
+    EXPECT_EQ(slurp((dir / "victim" / ".bashrc").string()), "mine");
+    EXPECT_EQ(lstat_of(dir / "victim").mode & 07777, 0700u);
+  }
+}
+
+// The rerun of the issue: the first run placed the source's symlink `data ->
+// VICTIM` in every copy; the source then made `data` a directory with a
+// file. The rerun (with and without resume) follows no link below the output:
+// VICTIM stays empty and every copy has a real directory with the file.
+TEST(FileTree, ARerunNeverFollowsALinkItsFirstRunPlaced) {
+  for (const bool resume : {false, true}) {
+    SCOPED_TRACE(resume ? "resume" : "plain");
+    TempDir dir;
+    fs::create_directories(dir / "src");
+    fs::create_directories(dir / "victim");
+    write_file(dir / "src" / "top.txt", "top", 0644);
+    fs::create_directory_symlink(dir / "victim", dir / "src" / "data");
+    const auto grid = make_grid({3});
+    Ranks ranks(grid);
+    const auto spec_of = [&](int r) {
+      FileSpec s;
+      s.source = (dir / "src").string();
+      s.output = (dir / ("n" + std::to_string(r)) / "src").string();
+      s.resume = resume;
+      return s;
+    };
+    run(ranks, 0, spec_of);
+    ASSERT_EQ(fs::read_symlink(dir / "n1" / "src" / "data"), dir / "victim");
+    fs::remove(dir / "src" / "data");
+    fs::create_directory(dir / "src" / "data");
+    write_file(dir / "src" / "data" / "f.txt", "into the victim?", 0644);
+    const auto out = run(ranks, 0, spec_of);
+    EXPECT_TRUE(fs::is_empty(dir / "victim")) << "a file was renamed through the link";
+    for (int r : {1, 2}) {
+      const fs::path data = dir / ("n" + std::to_string(r)) / "src" / "data";
+      EXPECT_FALSE(fs::is_symlink(data)) << r;
+      EXPECT_EQ(slurp((data / "f.txt").string()), "into the victim?") << r;
+      EXPECT_EQ(out.at(r).root_digest, out.at(0).root_digest);
+    }
+  }
+}
+
+// A link below the output that the manifest does not explain (someone made
+// `sub` a link to elsewhere in a copy) is replaced, never followed: the file
+// lands in a real directory and the link's target is untouched.
+TEST(FileTree, ALinkWhereTheSourceHasADirectoryIsReplacedNotFollowed) {
+  TempDir dir;
+  fs::create_directories(dir / "src" / "sub" / "deeper");
+  fs::create_directories(dir / "elsewhere" / "deeper");
+  write_file(dir / "src" / "sub" / "deeper" / "x", "x", 0644);
+  fs::create_directories(dir / "n1" / "src");
+  fs::create_directory_symlink(dir / "elsewhere", dir / "n1" / "src" / "sub");
+  const auto grid = make_grid({2});
+  Ranks ranks(grid);
+  run(ranks, 0, [&](int r) {
+    FileSpec s;
+    s.source = (dir / "src").string();
+    s.output = (dir / ("n" + std::to_string(r)) / "src").string();
+    return s;
+  });
+  EXPECT_TRUE(fs::is_empty(dir / "elsewhere" / "deeper"));
+  EXPECT_FALSE(fs::is_symlink(dir / "n1" / "src" / "sub"));
+  EXPECT_EQ(slurp((dir / "n1" / "src" / "sub" / "deeper" / "x").string()), "x");
+}
+
+// Between the root's walk and its reading of a file, the file becomes a link
+// to something the root can read, or a pipe: the root refuses it naming the
+// path (a link is never followed, a pipe never waited on) and no rank gets
+// the link's target.
+TEST(FileTree, ASourceFileSwappedForALinkOrAPipeAfterTheWalkIsRefused) {
+  for (const bool pipe : {false, true}) {
+    SCOPED_TRACE(pipe ? "pipe" : "link");
+    TempDir dir;
+    fs::create_directories(dir / "src" / "sub");
+    write_file(dir / "src" / "a.bin", pattern_bytes(200'000, 1), 0644);
+    write_file(dir / "src" / "sub" / "b.bin", "bbbb", 0644);
+    write_file(dir / "secret", "SECR", 0600);  // the same size as b.bin
+    const auto grid = make_grid({3});
+    Ranks ranks(grid, [](int) {
+      runtime::CommOptions o;
+      o.timeout = std::chrono::milliseconds(5000);
+      return o;
+    });
+    std::atomic<bool> swapped{false};
+    std::map<int, std::string> errors;
+    std::mutex m;
+    ranks.run([&](runtime::Communicator& c) {
+      FileSpec s;
+      s.source = (dir / "src").string();
+      s.output = (dir / ("n" + std::to_string(c.rank())) / "src").string();
+      s.after_window = [&](std::uint64_t) {
+        if (c.rank() != 0 || swapped.exchange(true)) return;
+        const fs::path b = dir / "src" / "sub" / "b.bin";
+        fs::remove(b);
+        if (pipe)
+          ::mkfifo(b.c_str(), 0600);
+        else
+          fs::create_symlink(dir / "secret", b);
+      };
+      try {
+        broadcast_tree(c, s, 0);
+      } catch (const std::exception& e) {
+        std::lock_guard lock(m);
+        errors[c.rank()] = e.what();
+      }
+    });
+    ASSERT_EQ(errors.size(), 3u);
+    const std::string b = (dir / "src" / "sub" / "b.bin").string();
+    EXPECT_NE(errors.at(0).find(pipe ? "not a regular file" : "symbolic link"), std::string::npos)
+        << errors.at(0);
+    for (int r : {1, 2}) {
+      EXPECT_NE(errors.at(r).find("the root, rank 0"), std::string::npos) << errors.at(r);
+      EXPECT_FALSE(fs::exists(dir / ("n" + std::to_string(r)) / "src" / "sub" / "b.bin"));
+    }
+  }
+}
+
+// A directory job compares each file with itself, not with the directory: a
+// rank whose copy of the tree is the source tree (a shared file system, or
+// the root's host) refuses each file as the source, which stays whole.
+TEST(FileTree, ACopyOfATreeOverItselfIsRefusedFileByFile) {
+  TempDir dir;
+  fs::create_directories(dir / "src");
+  write_file(dir / "src" / "x.bin", pattern_bytes(100'000, 4), 0644);
+  struct stat st {};
+  ASSERT_EQ(::stat((dir / "src").c_str(), &st), 0);
+  const auto grid = make_grid({2});
+  Ranks ranks(grid);
+  FileSpec s;
+  s.source = (dir / "src").string();
+  s.output = (dir / "src").string();  // rank 1's copy: the source itself
+  s.source_dev = st.st_dev;           // as the launcher sets them: the directory's
+  s.source_ino = st.st_ino;
+  const auto errors = errors_of(ranks, s);
+  ASSERT_EQ(errors.size(), 2u);
+  EXPECT_NE(errors.at(1).find("is the source file itself"), std::string::npos) << errors.at(1);
+  EXPECT_EQ(slurp((dir / "src" / "x.bin").string()), pattern_bytes(100'000, 4));
+}
 }  // namespace
 }  // namespace gridbcast::job

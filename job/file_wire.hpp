@@ -1,0 +1,154 @@
+// What a file broadcast puts on the wire besides the file's bytes, as pure
+// codecs (no sockets, so the fuzz target reaches them): the root's header,
+// the manifest of a tree, and the Writer/Reader the other small messages of
+// job/file_broadcast.cpp use. Everything in network byte order.
+//
+// A decoder takes whatever a root (or anyone who got a stream in) sent and
+// checks it as a whole before anything is sized from it: limits on every
+// count and length, sums and products that cannot wrap, and for a manifest
+// the shape of the tree (see decode_manifest). It throws FileWireError naming
+// the field; nothing is allocated from a field before it is checked.
+//
+//   header (kFileHeaderBytes, zero-padded)
+//   | magic "GBFILE02" | ok u32 | mode u32 | size u64 | mtime s i64 | mtime ns u32 |
+//   | dev u64 | ino u64 | chunk u64 | window u64 | resume u32 | error: u32 n, n bytes |
+//
+//   manifest
+//   | entries u64 | per entry: path (u64 n, n bytes) | kind u64 | mode u64 |
+//   |   mtime s i64 | mtime ns u64 | size u64 | target (u64 n, n bytes) |
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "job/file_source.hpp"
+
+namespace gridbcast::job {
+
+struct FileWireError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The communicator context of a file broadcast's point-to-point messages,
+// and the tag of the root's go (before the header and before the plan, every
+// other rank waits for it).
+inline constexpr std::uint64_t kFileContext = 0x6762'6669'6c65ull;  // "gbfile"
+inline constexpr std::int64_t kGoTag = 2;
+
+inline constexpr std::uint64_t kFileHeaderBytes = 1024;
+// Error text carried in a header, a status or a plan.
+inline constexpr std::uint64_t kFileErrorBytes = 900;
+// Memory per rank for data in flight (--window) is at most this: a root cannot
+// make a rank map more than two halves of it.
+inline constexpr std::uint64_t kMaxWindowBytes = 16ull << 30;
+// Chunks per file: the digest list (32 bytes each) and the bitmaps are sized
+// from the count, so it is bounded (128 MiB of digests). The root raises its
+// chunk size to stay within it.
+inline constexpr std::uint64_t kMaxChunks = 1ull << 22;
+// Beyond any file system (ext4: 16 TiB, XFS: 8 EiB), and far from wrapping.
+inline constexpr std::uint64_t kMaxFileBytes = 1ull << 60;
+
+// ceil(size / chunk), without the overflow of (size + chunk - 1) / chunk.
+inline std::uint64_t chunk_count(std::uint64_t size, std::uint64_t chunk) {
+  return size / chunk + (size % chunk != 0 ? 1 : 0);
+}
+
+struct FileHeader {
+  bool ok = true;
+  std::string error;  // the root's, when !ok
+  FileMeta meta;
+  std::uint64_t chunk_bytes = 0;
+  std::uint64_t window_bytes = 0;
+  bool resume = false;
+};
+
+// `out` holds kFileHeaderBytes.
+void encode_file_header(const FileHeader& h, std::byte* out);
+// Refuses (FileWireError naming the field) a header that is not one, a mode
+// or nanosecond field out of range, and, when ok: a size above kMaxFileBytes,
+// a window of fewer than 2 or more than kMaxWindowBytes bytes, a chunk of 0
+// or more than half the window, more than kMaxChunks chunks.
+FileHeader decode_file_header(std::span<const std::byte> in);
+
+// One entry of a tree's manifest.
+struct TreeEntry {
+  enum class Kind : std::uint8_t { kFile = 0, kDirectory = 1, kSymlink = 2 };
+  std::string path;  // relative to the source, '/'-separated; "" for the source itself
+  Kind kind = Kind::kFile;
+  std::uint32_t mode = 0;
+  FileTime mtime;
+  std::uint64_t size = 0;  // regular files
+  std::string target;      // symlinks
+  bool operator==(const TreeEntry&) const = default;
+};
+
+// A manifest is at most this long (and each entry takes at least
+// kMinManifestEntryBytes of it, so the entries are bounded by its length).
+inline constexpr std::uint64_t kMaxManifestBytes = 256ull << 20;
+inline constexpr std::uint64_t kMinManifestEntryBytes = 56;
+// Names: a path or a link's target is shorter than PATH_MAX, a component
+// than NAME_MAX + 1, as the kernel takes them.
+inline constexpr std::uint64_t kMaxPathBytes = 4095;
+inline constexpr std::uint64_t kMaxNameBytes = 255;
+
+std::string encode_manifest(const std::vector<TreeEntry>& entries);
+// Besides the limits above, refuses what could make a rank write outside the
+// output tree or apply an entry twice, before anything is written:
+//  - a path that is absolute, has an empty, "." or ".." component or a NUL;
+//  - the same path twice;
+//  - a path whose parent is not a directory listed before it (so nothing
+//    below a symlink or a file), the output itself standing as a directory
+//    when no entry has the empty path;
+//  - the empty path other than first, or a file there with other entries;
+//  - a symlink with an empty target or a target on anything else;
+//  - a size on anything but a file, more than kMaxFileBytes;
+//  - an unknown kind, a mode above 07777, nanoseconds of 1e9 or more.
+std::vector<TreeEntry> decode_manifest(const std::string& bytes);
+
+// Big-endian fields into a buffer the caller has sized.
+class WireWriter {
+ public:
+  explicit WireWriter(std::byte* p) : p_(p) {}
+  WireWriter& u32(std::uint32_t v) { return put(v, 4); }
+  WireWriter& u64(std::uint64_t v) { return put(v, 8); }
+  // At most kFileErrorBytes of `s`, after its length as u32.
+  WireWriter& text(const std::string& s);
+  WireWriter& bytes(const void* d, std::uint64_t n);
+
+ private:
+  WireWriter& put(std::uint64_t v, int n) {
+    for (int i = n - 1; i >= 0; --i) *p_++ = static_cast<std::byte>(v >> (8 * i));
+    return *this;
+  }
+  std::byte* p_;
+};
+
+// Reads the fields WireWriter wrote; a field past the end throws FileWireError.
+class WireReader {
+ public:
+  WireReader(const std::byte* p, std::uint64_t size) : p_(p), end_(p + size) {}
+  std::uint32_t u32() { return static_cast<std::uint32_t>(get(4)); }
+  std::uint64_t u64() { return get(8); }
+  std::string text();
+  void bytes(void* d, std::uint64_t n);
+
+ private:
+  void need(std::uint64_t n) const {
+    if (n > static_cast<std::uint64_t>(end_ - p_))
+      throw FileWireError("file broadcast: a message is shorter than its fields");
+  }
+  std::uint64_t get(int n) {
+    need(static_cast<std::uint64_t>(n));
+    std::uint64_t v = 0;
+    for (int i = 0; i < n; ++i) v = (v << 8) | std::to_integer<std::uint64_t>(*p_++);
+    return v;
+  }
+  const std::byte* p_;
+  const std::byte* end_;
+};
+
+}  // namespace gridbcast::job

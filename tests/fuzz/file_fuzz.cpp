@@ -1,0 +1,45 @@
+// Fuzz target: the file broadcast's decoders (job/file_wire.hpp) take any
+// bytes a root could send; they accept or refuse (FileWireError), never read
+// or allocate out of bounds, and what they accept is within the documented
+// limits and re-encodes identically. The first byte picks the decoder.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "job/file_wire.hpp"
+
+using namespace gridbcast::job;
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size == 0) return 0;
+  const auto* body = reinterpret_cast<const std::byte*>(data + 1);
+  const std::size_t n = size - 1;
+  if (data[0] & 1) {
+    // The header is always kFileHeaderBytes on the wire: the input, padded.
+    std::vector<std::byte> header(kFileHeaderBytes);
+    std::copy(body, body + std::min<std::size_t>(n, kFileHeaderBytes), header.begin());
+    try {
+      const FileHeader h = decode_file_header(header);
+      if (h.meta.mode > 07777 || h.meta.mtime.nsec >= 1'000'000'000) std::abort();
+      if (h.ok && (h.chunk_bytes == 0 || h.chunk_bytes > h.window_bytes / 2 ||
+                   h.window_bytes > kMaxWindowBytes || h.meta.size > kMaxFileBytes ||
+                   chunk_count(h.meta.size, h.chunk_bytes) > kMaxChunks))
+        std::abort();
+      std::vector<std::byte> again(kFileHeaderBytes);
+      encode_file_header(h, again.data());
+      if (decode_file_header(again).meta.size != h.meta.size) std::abort();
+    } catch (const FileWireError&) {
+    }
+  } else {
+    const std::string manifest(reinterpret_cast<const char*>(body), n);
+    try {
+      const std::vector<TreeEntry> entries = decode_manifest(manifest);
+      if (entries.empty() || entries.size() > n / kMinManifestEntryBytes) std::abort();
+      if (encode_manifest(entries) != manifest) std::abort();
+    } catch (const FileWireError&) {
+    }
+  }
+  return 0;
+}
