@@ -1,6 +1,8 @@
 #include "lanes/certs.hpp"
 
 #include <fcntl.h>
+#include <openssl/bio.h>
+#include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
@@ -15,6 +17,8 @@
 #include <cstring>
 #include <memory>
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 #include "lanes/tls.hpp"
 
@@ -49,37 +53,215 @@ Key new_key() {
   return key;
 }
 
-// Opens `path` for writing with `mode` from the start (a key is never readable
-// by others, not even for a moment); refuses an existing file unless overwrite.
-std::unique_ptr<FILE, Free> create_file(const std::filesystem::path& path, mode_t mode,
-                                        bool overwrite) {
-  const int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (overwrite ? O_TRUNC : O_EXCL);
-  const int fd = ::open(path.c_str(), flags, mode);
-  if (fd < 0) {
-    if (errno == EEXIST)
-      throw std::runtime_error(path.string() + " exists already (use --force to replace it)");
-    throw std::runtime_error("cannot create " + path.string() + ": " + std::strerror(errno));
+// A descriptor closed when it goes out of scope (the paths that throw).
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
   }
-  ::fchmod(fd, mode);  // an existing file keeps its old mode through O_TRUNC
-  FILE* f = ::fdopen(fd, "w");
-  if (f == nullptr) {
-    ::close(fd);
-    throw std::runtime_error("cannot write " + path.string());
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  // Closes now, for callers that must see close's error (NFS reports late
+  // write failures there).
+  int close() {
+    const int r = ::close(fd_);
+    fd_ = -1;
+    return r;
   }
-  return std::unique_ptr<FILE, Free>(f);
+
+ private:
+  int fd_;
+};
+
+std::string errno_text() {
+  return std::strerror(errno);
 }
 
-void write_key(const std::filesystem::path& path, EVP_PKEY* key, bool overwrite) {
-  auto f = create_file(path, 0600, overwrite);
-  if (PEM_write_PrivateKey(f.get(), key, nullptr, nullptr, 0, nullptr, nullptr) != 1)
+// The PEM text of a key or certificate, wiped from memory when it goes.
+class Pem {
+ public:
+  explicit Pem(std::string text) : text_(std::move(text)) {}
+  ~Pem() { OPENSSL_cleanse(text_.data(), text_.size()); }
+  Pem(const Pem&) = delete;
+  Pem& operator=(const Pem&) = delete;
+  const std::string& text() const { return text_; }
+
+ private:
+  std::string text_;
+};
+
+Pem pem_of(BIO* bio, const std::filesystem::path& path) {
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(bio, &data);
+  if (n <= 0 || data == nullptr) fail("cannot write " + path.string());
+  return Pem(std::string(data, static_cast<size_t>(n)));
+}
+
+Pem key_pem(EVP_PKEY* key, const std::filesystem::path& path) {
+  // A secure-heap BIO: OpenSSL wipes it when freed.
+  std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new(BIO_s_secmem()), BIO_free);
+  if (!bio || PEM_write_bio_PrivateKey(bio.get(), key, nullptr, nullptr, 0, nullptr, nullptr) != 1)
     fail("cannot write the key " + path.string());
-  if (std::fflush(f.get()) != 0) throw std::runtime_error("cannot write " + path.string());
+  return pem_of(bio.get(), path);
 }
 
-void write_cert(const std::filesystem::path& path, X509* cert, bool overwrite) {
-  auto f = create_file(path, 0644, overwrite);
-  if (PEM_write_X509(f.get(), cert) != 1) fail("cannot write the certificate " + path.string());
-  if (std::fflush(f.get()) != 0) throw std::runtime_error("cannot write " + path.string());
+Pem cert_pem(X509* cert, const std::filesystem::path& path) {
+  std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new(BIO_s_mem()), BIO_free);
+  if (!bio || PEM_write_bio_X509(bio.get(), cert) != 1)
+    fail("cannot write the certificate " + path.string());
+  return pem_of(bio.get(), path);
+}
+
+[[noreturn]] void refuse_existing(const std::filesystem::path& path) {
+  throw std::runtime_error(path.string() + " exists already (use --force to replace it)");
+}
+
+// The directory files are written into, held open so that every step below
+// works on the same directory even if its path is renamed meanwhile.
+class Dir {
+ public:
+  explicit Dir(const std::filesystem::path& path)
+      : path_(path.empty() ? std::filesystem::path(".") : path),
+        fd_(::open(path_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) {
+    if (fd_.get() < 0)
+      throw std::runtime_error("cannot open the directory " + path_.string() + ": " + errno_text());
+  }
+  int fd() const { return fd_.get(); }
+  const std::filesystem::path& path() const { return path_; }
+  bool has(const std::string& name) const {
+    struct stat st {};
+    if (::fstatat(fd_.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) return true;
+    if (errno == ENOENT) return false;
+    throw std::runtime_error("cannot look at " + (path_ / name).string() + ": " + errno_text());
+  }
+  // Makes the renames durable: until then a crash could bring back the old names.
+  void sync() const {
+    if (::fsync(fd_.get()) != 0)
+      throw std::runtime_error("cannot sync the directory " + path_.string() + ": " + errno_text());
+  }
+
+ private:
+  std::filesystem::path path_;
+  Fd fd_;
+};
+
+// A file written in full to a new, randomly named file beside its final name,
+// then renamed over it by commit(). The old file's inode is never opened for
+// writing: a descriptor someone opened on it while it was readable keeps
+// reading the old bytes, never the new key (O_TRUNC on the old inode handed it
+// the new one). The temporary file is removed unless committed.
+class PendingFile {
+ public:
+  PendingFile(const Dir& dir, const std::filesystem::path& path, const std::string& bytes,
+              mode_t mode)
+      : dir_(dir), path_(path), name_(path.filename().string()) {
+    Fd fd = create_temp(mode);
+    try {
+      // The mode given to open is narrowed by the umask: set it exactly. A key
+      // is 0600 from its creation on, so this never widens what others could see.
+      if (::fchmod(fd.get(), mode) != 0) fail_errno("cannot set the mode of");
+      for (size_t done = 0; done < bytes.size();) {
+        const ssize_t n = ::write(fd.get(), bytes.data() + done, bytes.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n == 0) errno = EIO;  // no progress and no error: never loop on it
+        if (n <= 0) fail_errno("cannot write");
+        done += static_cast<size_t>(n);
+      }
+      if (::fsync(fd.get()) != 0) fail_errno("cannot sync");
+      if (fd.close() != 0) fail_errno("cannot write");
+    } catch (...) {
+      remove_temp();  // the destructor does not run for a constructor that throws
+      throw;
+    }
+  }
+  ~PendingFile() { remove_temp(); }
+  PendingFile(const PendingFile&) = delete;
+  PendingFile& operator=(const PendingFile&) = delete;
+
+  // Puts the file in place. Without overwrite an existing file is refused,
+  // also one that appeared since the caller looked.
+  void commit(bool overwrite) {
+    if (overwrite) {
+      if (::renameat(dir_.fd(), temp_.c_str(), dir_.fd(), name_.c_str()) != 0)
+        fail_errno("cannot replace");
+    } else if (::renameat2(dir_.fd(), temp_.c_str(), dir_.fd(), name_.c_str(), RENAME_NOREPLACE) !=
+               0) {
+      if (errno == EEXIST) refuse_existing(path_);
+      if (errno != EINVAL && errno != ENOSYS) fail_errno("cannot create");
+      // A file system without RENAME_NOREPLACE: a hard link refuses an existing name too.
+      if (::linkat(dir_.fd(), temp_.c_str(), dir_.fd(), name_.c_str(), 0) != 0) {
+        if (errno == EEXIST) refuse_existing(path_);
+        fail_errno("cannot create");
+      }
+      if (::unlinkat(dir_.fd(), temp_.c_str(), 0) != 0)
+        throw std::runtime_error("cannot remove " + (dir_.path() / temp_).string() + ": " +
+                                 errno_text());
+    }
+    temp_.clear();
+  }
+
+ private:
+  Fd create_temp(mode_t mode) {
+    // Random, so nobody can prepare the name in advance; O_EXCL and O_NOFOLLOW
+    // refuse anything already there, a symbolic link included.
+    for (int attempt = 0; attempt < 16; ++attempt) {
+      unsigned char r[8];
+      if (RAND_bytes(r, sizeof r) != 1) fail("no random bytes for a temporary file name");
+      std::string name = "." + name_ + ".tmp-";
+      for (const unsigned char b : r) {
+        char hex[3];
+        std::snprintf(hex, sizeof hex, "%02x", static_cast<unsigned>(b));
+        name += hex;
+      }
+      const int fd = ::openat(dir_.fd(), name.c_str(),
+                              O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+      if (fd >= 0) {
+        temp_ = std::move(name);
+        return Fd(fd);
+      }
+      if (errno != EEXIST)
+        throw std::runtime_error("cannot create a temporary file in " + dir_.path().string() +
+                                 " for " + path_.string() + ": " + errno_text());
+    }
+    throw std::runtime_error("cannot create a temporary file in " + dir_.path().string() + " for " +
+                             path_.string() + ": every name tried exists");
+  }
+
+  // Best effort: it runs while another error is on its way to the user.
+  void remove_temp() {
+    if (!temp_.empty()) ::unlinkat(dir_.fd(), temp_.c_str(), 0);
+    temp_.clear();
+  }
+
+  [[noreturn]] void fail_errno(const std::string& what) const {
+    throw std::runtime_error(what + " " + path_.string() + ": " + errno_text());
+  }
+
+  const Dir& dir_;
+  std::filesystem::path path_;
+  std::string name_;
+  std::string temp_;  // empty once committed
+};
+
+// Writes a key (0600) and its certificate (0644), both in `key_path`'s
+// directory: both are written in full before either is renamed into place, so
+// a failure leaves the old pair, not a new key beside an old certificate.
+// Without overwrite, nothing is written when either file exists.
+void write_key_and_cert(const std::filesystem::path& key_path, EVP_PKEY* key,
+                        const std::filesystem::path& cert_path, X509* cert, bool overwrite) {
+  const Pem key_text = key_pem(key, key_path);
+  const Pem cert_text = cert_pem(cert, cert_path);
+  const Dir dir(key_path.parent_path());
+  if (!overwrite)
+    for (const auto& p : {key_path, cert_path})
+      if (dir.has(p.filename().string())) refuse_existing(p);
+  PendingFile key_file(dir, key_path, key_text.text(), 0600);
+  PendingFile cert_file(dir, cert_path, cert_text.text(), 0644);
+  key_file.commit(overwrite);
+  cert_file.commit(overwrite);
+  dir.sync();
 }
 
 void add_ext(X509* cert, X509* issuer, int nid, const char* value) {
@@ -172,8 +354,7 @@ void create_grid_ca(const std::filesystem::path& dir, const std::string& ca_name
   add_ext(cert.get(), cert.get(), NID_key_usage, "critical,keyCertSign,cRLSign");
   add_ext(cert.get(), cert.get(), NID_subject_key_identifier, "hash");
   if (X509_sign(cert.get(), key.get(), EVP_sha256()) == 0) fail("cannot sign the CA certificate");
-  write_key(dir / kCaKeyFile, key.get(), options.overwrite);
-  write_cert(dir / kCaCertFile, cert.get(), options.overwrite);
+  write_key_and_cert(dir / kCaKeyFile, key.get(), dir / kCaCertFile, cert.get(), options.overwrite);
 }
 
 std::string node_name_problem(const std::string& node) {
@@ -242,8 +423,8 @@ void issue_node_cert(const std::filesystem::path& dir, const std::string& node,
   add_ext(cert.get(), ca.get(), NID_authority_key_identifier, "keyid:always");
   if (X509_sign(cert.get(), ca_key.get(), EVP_sha256()) == 0)
     fail("cannot sign the certificate of " + node);
-  write_key(node_key_path(dir, node), key.get(), options.overwrite);
-  write_cert(node_cert_path(dir, node), cert.get(), options.overwrite);
+  write_key_and_cert(node_key_path(dir, node), key.get(), node_cert_path(dir, node), cert.get(),
+                     options.overwrite);
 }
 
 }  // namespace gridbcast::lanes

@@ -18,7 +18,10 @@ struct CertOptions {
   // Validity relative to now; tests issue certificates that expired long ago.
   std::chrono::seconds not_before{-3600};
   std::chrono::seconds not_after{std::chrono::hours(24 * 365)};
-  bool overwrite = false;  // replace existing files instead of refusing
+  // Replace existing files instead of refusing. New files are written beside
+  // the old ones and renamed over them; the old files are never opened for
+  // writing, so a descriptor already open on an old key never sees the new one.
+  bool overwrite = false;
 };
 
 // Creates DIR (mode 0700 if new) with a CA key and self-signed certificate.

@@ -1,5 +1,6 @@
 #include "lanes/log.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -99,6 +100,27 @@ std::string utc_now() {
   std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ ", tm.tm_year + 1900,
                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms));
   return buf;
+}
+
+std::string printable(std::string_view text, std::size_t max) {
+  std::string out;
+  out.reserve(std::min(text.size(), max) + 3);
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    const bool plain = c >= 0x20 && c <= 0x7e && c != '\\';
+    if (out.size() + (plain ? 1 : 4) > max) {
+      out += "...";
+      break;
+    }
+    if (plain) {
+      out += ch;
+    } else {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02x", static_cast<unsigned>(c));
+      out += hex;
+    }
+  }
+  return out;
 }
 
 void write(Level l, const std::string& line) {

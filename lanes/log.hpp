@@ -13,6 +13,7 @@
 // set_level came first.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -47,6 +48,14 @@ bool timestamps();
 std::string stamp();
 // The same, always: "2026-11-24T05:01:02.345Z ".
 std::string utc_now();
+
+// Text from outside the job (a peer certificate's names, ...) made safe for a
+// terminal and a log line: every byte outside printable ASCII 0x20..0x7e, and
+// the backslash itself, becomes \xNN, so an escape sequence cannot restyle the
+// terminal and \r or \n cannot forge a line. At most `max` bytes of escaped
+// text (an escape is never cut), then "..." when some of `text` was left out.
+inline constexpr std::size_t kPrintableMax = 256;
+std::string printable(std::string_view text, std::size_t max = kPrintableMax);
 
 // Writes `line` (stamped) to standard error in one write when `l` is enabled.
 void write(Level l, const std::string& line);

@@ -13,17 +13,26 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <vector>
 
+#include "lanes/log.hpp"
 #include "lanes/net.hpp"
 #include "lanes/tls_impl.hpp"
 
 namespace gridbcast::lanes {
 namespace {
 
+// A certificate's names for an error message. They come from a peer nobody
+// has authenticated yet: each is escaped (log::printable), and the list stops
+// near log::kPrintableMax however many names the certificate carries.
 std::string join_names(const std::vector<std::string>& names) {
   if (names.empty()) return "no name";
   std::string s;
-  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  size_t shown = 0;
+  for (; shown < names.size() && s.size() < log::kPrintableMax; ++shown)
+    s += (s.empty() ? "" : ", ") + log::printable(names[shown]);
+  if (shown < names.size()) s += " and " + std::to_string(names.size() - shown) + " more";
   return s;
 }
 
@@ -46,11 +55,13 @@ std::string verify_reason(int err) {
   }
 }
 
+// Escaped as join_names does: the issuer name is the peer's to choose too.
 std::string issuer_cn(X509* cert) {
   char buf[256] = {0};
-  if (X509_NAME_get_text_by_NID(X509_get_issuer_name(cert), NID_commonName, buf, sizeof buf) < 0)
-    return "?";
-  return buf;
+  const int n =
+      X509_NAME_get_text_by_NID(X509_get_issuer_name(cert), NID_commonName, buf, sizeof buf);
+  if (n < 0) return "?";
+  return log::printable(std::string_view(buf, static_cast<size_t>(n)));
 }
 
 }  // namespace
@@ -73,8 +84,10 @@ std::vector<std::string> certificate_names(X509* cert) {
   char cn[256] = {0};
   const int n =
       X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn, sizeof cn);
-  if (n > 0 && std::find(names.begin(), names.end(), std::string(cn)) == names.end())
-    names.emplace_back(cn, static_cast<size_t>(n));
+  // With its length: a CN may hold a NUL, and must match only as a whole.
+  const std::string common_name(cn, n > 0 ? static_cast<size_t>(n) : 0);
+  if (n > 0 && std::find(names.begin(), names.end(), common_name) == names.end())
+    names.push_back(common_name);
   return names;
 }
 
@@ -275,8 +288,9 @@ std::string Stream::check_peer_name(const std::string& node) const {
   const auto names = certificate_names(cert);
   for (const auto& n : names)
     if (n == node) return {};
-  return "certificate is for node " + (names.empty() ? std::string("(none)") : names.front()) +
-         ", expected " + node;
+  return "certificate is for node " +
+         (names.empty() ? std::string("(none)") : log::printable(names.front())) + ", expected " +
+         node;
 }
 
 asio::awaitable<Stream::IoResult> Stream::read(asio::mutable_buffer buffer) {

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace gridbcast::lanes::log {
 namespace {
@@ -118,6 +119,46 @@ TEST_F(Log, TheEnvironmentGivesTheLevelAndAnInvalidValueIsSaidAndIgnored) {
   EXPECT_NE(said.find("GRIDBCAST_LOG_LEVEL"), std::string::npos) << said;
   ::unsetenv(kLevelEnv);
   EXPECT_EQ(level_from_environment(), Level::kNotice);
+}
+
+bool all_printable_ascii(const std::string& s) {
+  for (const char c : s)
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) return false;
+  return true;
+}
+
+// A peer certificate's names reach the log: an escape sequence in them must not
+// restyle the terminal, nor a \r or \n forge a line.
+TEST(Printable, EscapesEveryByteOutsidePrintableAsciiAndTheBackslash) {
+  EXPECT_EQ(printable("b1.site-a_2 ok"), "b1.site-a_2 ok");
+  EXPECT_EQ(printable("\x1b[2J"), "\\x1b[2J");
+  EXPECT_EQ(printable("a\nb\rc\td"), "a\\x0ab\\x0dc\\x09d");
+  EXPECT_EQ(printable(std::string_view("x\0y", 3)), "x\\x00y");
+  // The backslash too, so an escape in the output always means a byte in the input.
+  EXPECT_EQ(printable("a\\x0a"), "a\\x5cx0a");
+  EXPECT_EQ(printable("\x7f\x80\xff"), "\\x7f\\x80\\xff");
+  EXPECT_EQ(printable("caf\xc3\xa9"), "caf\\xc3\\xa9");
+  EXPECT_EQ(printable(""), "");
+  const std::string forged = "\n[forged] rank 0: ok\x1b[2J\r";
+  EXPECT_TRUE(all_printable_ascii(printable(forged))) << printable(forged);
+  std::string every_byte;
+  for (int b = 0; b < 256; ++b) every_byte += static_cast<char>(b);
+  const std::string escaped = printable(every_byte, 4096);
+  EXPECT_TRUE(all_printable_ascii(escaped)) << escaped;
+  EXPECT_EQ(escaped.size(), 94u + 162u * 4u);  // 0x20..0x7e but '\' plain, the rest \xNN
+}
+
+TEST(Printable, LongTextIsCutAtTheBoundWithAnEllipsisAndNoEscapeIsSplit) {
+  EXPECT_EQ(printable(std::string(kPrintableMax, 'a')), std::string(kPrintableMax, 'a'));
+  EXPECT_EQ(printable(std::string(kPrintableMax + 1, 'a')),
+            std::string(kPrintableMax, 'a') + "...");
+  EXPECT_EQ(printable(std::string(100000, 'a')), std::string(kPrintableMax, 'a') + "...");
+  // An escape that would not fit whole is left out, not cut.
+  EXPECT_EQ(printable(std::string(kPrintableMax - 2, 'a') + "\n"),
+            std::string(kPrintableMax - 2, 'a') + "...");
+  EXPECT_EQ(printable(std::string(100000, '\x1b')).size(), kPrintableMax + 3);
+  EXPECT_EQ(printable("abcdef", 4), "abcd...");
+  EXPECT_EQ(printable("\n\n", 4), "\\x0a...");
 }
 
 }  // namespace

@@ -3,12 +3,20 @@
 // a clear reason on every rejection, with the listener serving on.
 #include <gtest/gtest.h>
 #include <malloc.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
 
 #include <asio/ssl.hpp>
+#include <cstdio>
 #include <cstring>
+#include <memory>
 #include <optional>
+#include <string>
 
 #include "lanes/certs.hpp"
+#include "lanes/log.hpp"
 #include "lanes/net.hpp"
 #include "lanes/tls.hpp"
 #include "support/temp_dir.hpp"
@@ -128,6 +136,100 @@ std::string try_connect(Server& s, std::uint32_t rank, const std::filesystem::pa
 
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
+}
+
+// Certificates whose names a hostile peer chose to drive a terminal: a CN and
+// a first DNS name that end a log line and forge the next, a second DNS name
+// of 3000 bytes of escape sequences, and (self-signed) an issuer that sets the
+// terminal's title.
+//   signed/  the grid CA's ca.crt; alpha and beta hold one such certificate,
+//            signed by the grid CA (so only the names are wrong)
+//   self/    the grid CA's ca.crt; alpha holds one, self-signed under the forged issuer
+const char* const kForgedName = "\n[forged] rank 0: ok\x1b[2J";
+const char* const kForgedIssuer = "\r\x1b]0;owned\x07 grid CA";
+
+struct ForgedPki {
+  TempDir tmp;
+  std::filesystem::path signed_by_ca = tmp / "signed", self_signed = tmp / "self";
+
+  template <typename T>
+  using Owned = std::unique_ptr<T, void (*)(T*)>;
+
+  static Owned<X509_NAME> name(const char* cn) {
+    Owned<X509_NAME> n(X509_NAME_new(), X509_NAME_free);
+    EXPECT_EQ(X509_NAME_add_entry_by_txt(n.get(), "CN", MBSTRING_UTF8,
+                                         reinterpret_cast<const unsigned char*>(cn), -1, -1, 0),
+              1);
+    return n;
+  }
+
+  static void add_dns(GENERAL_NAMES* names, const std::string& dns) {
+    GENERAL_NAME* gn = GENERAL_NAME_new();
+    ASN1_IA5STRING* s = ASN1_IA5STRING_new();
+    ASSERT_EQ(ASN1_STRING_set(s, dns.data(), static_cast<int>(dns.size())), 1);
+    GENERAL_NAME_set0_value(gn, GEN_DNS, s);
+    ASSERT_GT(sk_GENERAL_NAME_push(names, gn), 0);
+  }
+
+  // A certificate for `key` with the forged names, issued by `issuer` and signed by `signer`.
+  static Owned<X509> forged_cert(EVP_PKEY* key, const X509_NAME* issuer, EVP_PKEY* signer) {
+    Owned<X509> x(X509_new(), X509_free);
+    X509_set_version(x.get(), 2);
+    ASN1_INTEGER_set(X509_get_serialNumber(x.get()), 4242);
+    X509_gmtime_adj(X509_getm_notBefore(x.get()), -3600);
+    X509_gmtime_adj(X509_getm_notAfter(x.get()), 3600);
+    EXPECT_EQ(X509_set_subject_name(x.get(), name(kForgedName).get()), 1);
+    EXPECT_EQ(X509_set_issuer_name(x.get(), issuer), 1);
+    Owned<GENERAL_NAMES> sans(sk_GENERAL_NAME_new_null(), GENERAL_NAMES_free);
+    std::string junk;
+    for (int i = 0; i < 600; ++i) junk += "\x1b[2J\n";
+    add_dns(sans.get(), kForgedName);
+    add_dns(sans.get(), junk);
+    EXPECT_EQ(X509_add1_ext_i2d(x.get(), NID_subject_alt_name, sans.get(), 0, X509V3_ADD_DEFAULT),
+              1);
+    EXPECT_EQ(X509_set_pubkey(x.get(), key), 1);
+    EXPECT_GT(X509_sign(x.get(), signer, EVP_sha256()), 0);
+    return x;
+  }
+
+  static void write(const std::filesystem::path& dir, const std::string& node, EVP_PKEY* key,
+                    X509* cert) {
+    FILE* k = std::fopen(node_key_path(dir, node).c_str(), "w");
+    ASSERT_NE(k, nullptr);
+    EXPECT_EQ(PEM_write_PrivateKey(k, key, nullptr, nullptr, 0, nullptr, nullptr), 1);
+    std::fclose(k);
+    std::filesystem::permissions(node_key_path(dir, node), std::filesystem::perms::owner_read |
+                                                               std::filesystem::perms::owner_write);
+    FILE* c = std::fopen(node_cert_path(dir, node).c_str(), "w");
+    ASSERT_NE(c, nullptr);
+    EXPECT_EQ(PEM_write_X509(c, cert), 1);
+    std::fclose(c);
+  }
+
+  ForgedPki() {
+    const auto& good = pki().good;
+    FILE* f = std::fopen((good / kCaKeyFile).c_str(), "r");
+    Owned<EVP_PKEY> ca_key(PEM_read_PrivateKey(f, nullptr, nullptr, nullptr), EVP_PKEY_free);
+    std::fclose(f);
+    f = std::fopen((good / kCaCertFile).c_str(), "r");
+    Owned<X509> ca(PEM_read_X509(f, nullptr, nullptr, nullptr), X509_free);
+    std::fclose(f);
+    Owned<EVP_PKEY> key(EVP_EC_gen("P-256"), EVP_PKEY_free);
+    if (!ca_key || !ca || !key) throw std::runtime_error("cannot set up the forged certificates");
+    for (const auto& dir : {signed_by_ca, self_signed}) {
+      std::filesystem::create_directories(dir);
+      std::filesystem::copy_file(good / kCaCertFile, dir / kCaCertFile);
+    }
+    auto by_ca = forged_cert(key.get(), X509_get_subject_name(ca.get()), ca_key.get());
+    for (const char* n : {"alpha", "beta"}) write(signed_by_ca, n, key.get(), by_ca.get());
+    auto self = forged_cert(key.get(), name(kForgedIssuer).get(), key.get());
+    write(self_signed, "alpha", key.get(), self.get());
+  }
+};
+
+ForgedPki& forged() {
+  static ForgedPki f;
+  return f;
 }
 
 TEST(Tls, MutualTlsCarriesBytesExactly) {
@@ -339,6 +441,46 @@ TEST(Tls, AStrangersTlsRecordCostsOneRecordBufferNotTheBatchBuffer) {
       << kStrangers << " strangers in their TLS handshake hold " << grew << " bytes";
   std::cout << "[ figures  ] " << kStrangers << " strangers in the TLS handshake: heap +" << grew
             << " bytes (" << grew / kStrangers << " each)\n";
+}
+
+// A peer's certificate names used to reach the rejection log and the error
+// messages as they were: a newline forged a log line, an escape sequence
+// cleared the operator's screen. Now every name is escaped (log::printable)
+// and bounded, on both sides and before and after the Hello.
+TEST(Tls, CertificateNamesInRejectionsAreEscapedAndBounded) {
+  const auto check = [](const std::string& m) {
+    for (const char c : m) {
+      const auto u = static_cast<unsigned char>(c);
+      EXPECT_TRUE(u >= 0x20 && u <= 0x7e)
+          << "byte " << static_cast<unsigned>(u) << " in " << log::printable(m, 4096);
+    }
+    EXPECT_TRUE(contains(m, "\\x0a[forged] rank 0: ok\\x1b[2J")) << m;
+    EXPECT_LT(m.size(), 1500u) << m;  // the 3000-byte name is cut
+  };
+  {  // A grid CA certificate for other names, claiming rank 1 (alpha): refused after the Hello.
+    Server s(pki().good);
+    EXPECT_FALSE(try_connect(s, 1, &forged().signed_by_ca, "alpha").empty());
+    s.settle(1);
+    ASSERT_EQ(s.rejected.size(), 1u);
+    check(s.rejected[0]);
+    EXPECT_TRUE(contains(s.rejected[0], ", expected alpha")) << s.rejected[0];
+  }
+  {  // The same certificate on the server: refused by the client.
+    Server s(forged().signed_by_ca, "beta");
+    const std::string client = try_connect(s, 1, &pki().good, "alpha");
+    check(client);
+    EXPECT_TRUE(contains(client, ", expected beta")) << client;
+  }
+  {  // Self-signed: refused in the handshake, where the names and issuer are all there is.
+    Server s(pki().good);
+    EXPECT_FALSE(try_connect(s, 1, &forged().self_signed, "alpha").empty());
+    s.settle(1);
+    ASSERT_EQ(s.rejected.size(), 1u);
+    check(s.rejected[0]);
+    EXPECT_TRUE(contains(s.rejected[0], "unknown CA")) << s.rejected[0];
+    EXPECT_TRUE(contains(s.rejected[0], "issued by \\x0d\\x1b]0;owned\\x07 grid CA"))
+        << s.rejected[0];
+  }
 }
 
 }  // namespace
