@@ -512,6 +512,10 @@ asio::awaitable<void> Launcher::rendezvous() {
   }
   joined_all_ = true;
   control::Table table;
+  // Fresh for this launch whatever the secret and job id are (an external
+  // backend's may come from the environment and repeat): multicast keys are
+  // bound to it, so datagrams recorded in another run never verify here.
+  table.run_nonce = runtime::new_run_nonce();
   table.ports.resize(static_cast<size_t>(p_));
   for (int r = 0; r < p_; ++r) {
     const auto e = co_await next<control::Endpoints>(r);

@@ -4,17 +4,21 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include <algorithm>
 #include <type_traits>
 
 namespace gridbcast::job::control {
 namespace {
 
 // Type bytes on the wire. New messages take new numbers; none is reused.
+// A changed message takes a new number too, so a launcher and a rank of
+// different builds refuse each other's by type, not by a misread field.
 enum class Type : std::uint8_t {
   kConfig = 1,
-  kTable = 2,
+  // 2: the Table without a run nonce (refused now).
   kGo = 3,
   kExit = 4,
+  kTable = 5,
   kEndpoints = 20,
   kReady = 21,
   kProgress = 22,
@@ -41,6 +45,11 @@ class Writer {
   Writer& i32(std::int32_t v) { return u32(static_cast<std::uint32_t>(v)); }
   Writer& i64(std::int64_t v) { return u64(static_cast<std::uint64_t>(v)); }
   Writer& flag(bool v) { return u8(v ? 1 : 0); }
+  template <size_t N>
+  Writer& bytes(const std::array<std::uint8_t, N>& b) {
+    out_.append(reinterpret_cast<const char*>(b.data()), N);
+    return *this;
+  }
   Writer& text(const std::string& s) {
     if (s.size() > kMaxText)
       throw ProtocolError("a control message field of " + std::to_string(s.size()) +
@@ -79,6 +88,12 @@ class Reader {
     const std::uint8_t v = u8();
     if (v > 1) fail(std::string(field) + " is neither 0 nor 1");
     return v == 1;
+  }
+  template <size_t N>
+  std::array<std::uint8_t, N> bytes() {
+    std::array<std::uint8_t, N> b{};
+    for (auto& v : b) v = u8();
+    return b;
   }
   std::string text(const char* field) {
     const std::uint32_t n = u32();
@@ -227,7 +242,7 @@ std::string encode_body(const ToRank& m) {
                  },
                  [](const Table& t) {
                    Writer w(Type::kTable);
-                   w.u32(static_cast<std::uint32_t>(t.ports.size()));
+                   w.bytes(t.run_nonce).u32(static_cast<std::uint32_t>(t.ports.size()));
                    for (const auto& lanes : t.ports)
                      for (const std::uint16_t p : lanes) w.u16(p);
                    return w.take();
@@ -303,14 +318,20 @@ ToRank decode_to_rank(const std::string& body, std::uint32_t ranks) {
     }
     case Type::kTable: {
       Reader r(body, "Table");
+      Table t;
+      t.run_nonce = r.bytes<runtime::kRunNonceBytes>();
+      if (std::all_of(t.run_nonce.begin(), t.run_nonce.end(),
+                      [](std::uint8_t b) { return b == 0; }))
+        r.fail("a run nonce of zeros (none was drawn)");
       const std::uint32_t n = r.u32();
       if (n == 0 || n > kMaxRanks || (ranks != 0 && n != ranks))
         r.fail("a table of " + std::to_string(n) + " ranks" +
                (ranks != 0 ? " for a job of " + std::to_string(ranks) : std::string()));
-      if (static_cast<std::uint64_t>(n) * runtime::kMaxLanes * 2 != body.size() - 5)
+      // Type, nonce and count were read, so the body holds at least that.
+      constexpr size_t kHead = 1 + runtime::kRunNonceBytes + 4;
+      if (static_cast<std::uint64_t>(n) * runtime::kMaxLanes * 2 != body.size() - kHead)
         r.fail("a table of " + std::to_string(n) + " ranks in " + std::to_string(body.size()) +
                " bytes");
-      Table t;
       t.ports.resize(n);
       for (auto& lanes : t.ports) lanes = lane_ports(r);
       r.end();

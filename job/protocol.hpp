@@ -5,7 +5,7 @@
 //   launcher                                   rank
 //      ◄── Endpoints{ports per lane} ─────────── (after the authenticated Hello)
 //      ─── Config{topology, JobParams} ────────►   (sent first, on connect)
-//      ─── Table{ports of every rank} ─────────►
+//      ─── Table{run nonce, ports of all} ─────►
 //   broadcast:  ◄─ Ready{i} ─  ─ Go{i} ─►  ◄─ Progress{i, bytes}* ─  ◄─ Done{i, ...} ─
 //   bench:      ◄─ Point{...}* / Alive* ─  ◄─ BenchDone ─
 //   program:    ◄─ Alive* ─ (heartbeat)    ◄─ Finished ─ (MPI_Finalize) / Abort
@@ -57,6 +57,9 @@ struct Config {
   JobParams params;
 };
 struct Table {
+  // Drawn by the launcher for this launch (runtime::new_run_nonce), the same
+  // for every rank: it keys multicast datagrams to this run. Never all zero.
+  runtime::RunNonce run_nonce{};
   runtime::EndpointTable ports;  // one entry per rank
 };
 struct Go {
@@ -131,7 +134,8 @@ std::string name_of(const ToLauncher& m);
 // Bodies (type and fields, without length and tag). Decoders throw
 // ProtocolError for anything out of range: an unknown type, a truncated or
 // over-long field, trailing bytes, a negative iteration, a port of 0, a table
-// whose rank count differs from `ranks` (when non-zero).
+// whose rank count differs from `ranks` (when non-zero) or whose run nonce is
+// all zero.
 std::string encode_body(const ToRank& m);
 std::string encode_body(const ToLauncher& m);
 ToRank decode_to_rank(const std::string& body, std::uint32_t ranks = 0);

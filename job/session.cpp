@@ -349,7 +349,7 @@ void Session::join(std::istream* secret_fallback) {
   if (!table)
     throw std::runtime_error("the launcher sent " + control::name_of(table_msg) +
                              " where Table was expected");
-  im.comm->set_endpoints(std::move(table->ports));
+  im.comm->set_endpoints(std::move(table->ports), table->run_nonce);
   im.start_thread();
 }
 

@@ -15,7 +15,8 @@
 namespace gridbcast::lanes {
 namespace {
 
-constexpr std::string_view kKeyLabel = "gridbcast multicast datagram key v1";
+// v2: the run nonce joined the derivation (v1 keys repeated across runs).
+constexpr std::string_view kKeyLabel = "gridbcast multicast datagram key v2";
 
 void put(std::uint8_t*& p, std::uint64_t v, int n) {
   for (int i = n - 1; i >= 0; --i) *p++ = static_cast<std::uint8_t>(v >> (8 * i));
@@ -93,11 +94,19 @@ FragmentHeader fragment_header(std::uint64_t job_id, std::uint64_t broadcast_id,
 }
 
 DatagramKey datagram_key(std::span<const std::uint8_t> secret, std::uint64_t job_id,
-                         std::uint64_t communicator) {
+                         const RunNonce& run_nonce, std::uint64_t communicator) {
   if (secret.empty()) throw std::runtime_error("the datagram key needs a job secret");
+  if (std::all_of(run_nonce.begin(), run_nonce.end(), [](std::uint8_t b) { return b == 0; }))
+    throw std::runtime_error(
+        "the datagram key needs a run nonce, and this one is all zero (none was drawn)");
+  // Fixed-size fields only, so no two inputs share an encoding.
   std::vector<std::uint8_t> info(kKeyLabel.begin(), kKeyLabel.end());
-  for (const std::uint64_t v : {job_id, communicator})
+  auto put64 = [&](std::uint64_t v) {
     for (int i = 7; i >= 0; --i) info.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+  };
+  put64(job_id);
+  info.insert(info.end(), run_nonce.begin(), run_nonce.end());
+  put64(communicator);
   const std::unique_ptr<EVP_PKEY_CTX, decltype(&EVP_PKEY_CTX_free)> ctx(
       EVP_PKEY_CTX_new_id(EVP_PKEY_HKDF, nullptr), EVP_PKEY_CTX_free);
   DatagramKey key{};
@@ -157,6 +166,8 @@ const char* rejection_name(Rejection r) {
       return "mismatch";
     case Rejection::kDuplicate:
       return "duplicate";
+    case Rejection::kTooFarAhead:
+      return "too far ahead";
   }
   return "unknown";
 }

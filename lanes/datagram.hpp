@@ -14,7 +14,8 @@
 //   count                  = max(1, ceil(total / fragment bytes))  (0 bytes: one empty datagram)
 //   MAC = HMAC-SHA256(datagram key, header | payload), first 16 bytes
 //   datagram key = HKDF-SHA256(job secret,
-//                  info "gridbcast multicast datagram key v1" | job id | communicator)
+//                  info "gridbcast multicast datagram key v2" | job id
+//                       | run nonce (16) | communicator)
 //
 // The TCP handshake keys HMAC with the job secret itself (lanes/wire.hpp); the
 // datagram key is derived under its own label, so no datagram MAC is ever a
@@ -22,6 +23,17 @@
 // gives two jobs sharing a secret different keys, and the communicator (its
 // context id) keeps one communicator's datagrams, replayed into another's
 // group, from passing there: broadcast ids count from 0 on each.
+//
+// The run nonce binds the key to one launch. Secret and job id can repeat
+// (GRIDBCAST_SECRET and GRIDBCAST_JOB_ID reused, a context id given through
+// the API), and broadcast ids restart with every run, so without it datagrams
+// recorded in one run verify in the next. The launcher draws 16 bytes with
+// RAND_bytes for every launch and sends them with the endpoint table over the
+// authenticated control channel (never from the environment); an all-zero
+// nonce is one nobody drew and is refused. Within one key broadcast ids never
+// repeat (runtime/communicator.cpp), and a receiver takes ids only from the
+// one it expects to a few past it (lanes/multicast.hpp), so neither a replay
+// from another run nor one from this run's earlier broadcasts is used.
 //
 // A receiver trusts nothing before decode_fragment() accepted it: sizes first,
 // then the job id and the MAC, then every range (index < count, count and
@@ -53,6 +65,9 @@ inline constexpr size_t kMaxDatagramBytes = 65507;
 inline constexpr size_t kDefaultPathMtu = 1500;
 
 using DatagramKey = std::array<std::uint8_t, 32>;
+// Drawn once per launch (see above); the same on every rank of the run.
+inline constexpr size_t kRunNonceBytes = 16;
+using RunNonce = std::array<std::uint8_t, kRunNonceBytes>;
 
 struct FragmentHeader {
   std::uint64_t job_id = 0;
@@ -90,9 +105,10 @@ FragmentHeader fragment_header(std::uint64_t job_id, std::uint64_t broadcast_id,
                                const FragmentLayout& layout, std::uint32_t index);
 
 // HKDF-SHA256 of the job secret (see above). Throws std::runtime_error if
-// OpenSSL fails or the secret is empty.
+// OpenSSL fails, the secret is empty or the run nonce is all zero (none was
+// drawn: a key without one would repeat in every run).
 DatagramKey datagram_key(std::span<const std::uint8_t> secret, std::uint64_t job_id,
-                         std::uint64_t communicator = 0);
+                         const RunNonce& run_nonce, std::uint64_t communicator = 0);
 
 // Writes header | payload | MAC into `out` and returns the datagram's size
 // (kDatagramOverhead + payload.size()). Encodes the header as given, so tests
@@ -112,8 +128,9 @@ enum class Rejection : std::uint8_t {
   kOtherBroadcast,  // not the broadcast id the receiver waits for
   kMismatch,        // disagrees with the receiver's buffer or the broadcast's earlier fragments
   kDuplicate,       // a fragment already held
+  kTooFarAhead,     // a broadcast id further past the expected one than the receiver's window
 };
-inline constexpr size_t kRejectionKinds = 9;
+inline constexpr size_t kRejectionKinds = 10;
 const char* rejection_name(Rejection r);  // "malformed", "bad MAC", ...
 
 struct DecodedFragment {

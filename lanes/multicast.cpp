@@ -49,7 +49,18 @@ std::string where(const udp::endpoint& e) {
 }
 
 bool hostile(Rejection r) {
-  return r != Rejection::kDuplicate && r != Rejection::kOtherBroadcast && r != Rejection::kNone;
+  return r != Rejection::kDuplicate && r != Rejection::kOtherBroadcast &&
+         r != Rejection::kTooFarAhead && r != Rejection::kNone;
+}
+
+// Broadcast ids in modular order (a group's start is a hash, so its ids may
+// wrap past 2^64): `a` comes after `b` when the step from b to a is below 2^63.
+bool after(std::uint64_t a, std::uint64_t b) {
+  const std::uint64_t step = a - b;
+  return step != 0 && step < (std::uint64_t{1} << 63);
+}
+std::uint64_t later(std::uint64_t a, std::uint64_t b) {
+  return after(a, b) ? a : b;
 }
 
 }  // namespace
@@ -156,7 +167,8 @@ struct MulticastReceiver::Impl : std::enable_shared_from_this<Impl> {
       : socket(io),
         options(std::move(o)),
         log("multicast " + (options.group.empty() ? options.interface_address : options.group),
-            options.print) {}
+            options.print),
+        floor(options.first_broadcast_id) {}
 
   void open() {
     const auto iface = v4(options.interface_address, "interface address");
@@ -224,8 +236,15 @@ struct MulticastReceiver::Impl : std::enable_shared_from_this<Impl> {
     if (!d.ok()) return count(d.rejection, d.why);
     const std::uint64_t id = d.header.broadcast_id;
     if (assembler && id == assembler->broadcast_id()) return apply(d);
-    // Past the expected one (or, between broadcasts, from the next on): keep.
-    if (id > floor || (!assembler && id == floor)) {
+    // Past the expected one (or, between broadcasts, from the next on): keep,
+    // within the window. Beyond it the datagram is dropped rather than held
+    // for a broadcast that may never come here; the ring brings its bytes.
+    if (after(id, floor) || (!assembler && id == floor)) {
+      if (id - floor > options.window)
+        return count(Rejection::kTooFarAhead,
+                     "broadcast id " + std::to_string(id) + " is " + std::to_string(id - floor) +
+                         " past the expected " + std::to_string(floor) + ", the window is " +
+                         std::to_string(options.window));
       if (early_bytes + datagram.size() <= options.early_bytes) {
         early.emplace_back(datagram.begin(), datagram.end());
         early_bytes += datagram.size();
@@ -256,7 +275,7 @@ struct MulticastReceiver::Impl : std::enable_shared_from_this<Impl> {
     assembler.emplace(options.key, options.job_id, id, buf);
     on_complete = std::move(done);
     on_fragment = std::move(each);
-    floor = std::max(floor, id);
+    floor = later(id, floor);
     // Kept datagrams: this broadcast's are applied, older ones are stale now.
     std::deque<std::vector<std::uint8_t>> keep;
     size_t keep_bytes = 0;
@@ -266,7 +285,7 @@ struct MulticastReceiver::Impl : std::enable_shared_from_this<Impl> {
           decode_fragment(d, options.key, options.job_id, options.max_message_bytes);
       if (f.header.broadcast_id == id) {
         mine.push_back(std::move(d));
-      } else if (f.header.broadcast_id > id) {
+      } else if (after(f.header.broadcast_id, id)) {
         keep_bytes += d.size();
         keep.push_back(std::move(d));
       } else {
@@ -283,7 +302,7 @@ struct MulticastReceiver::Impl : std::enable_shared_from_this<Impl> {
   }
 
   void finish() {
-    if (assembler) floor = std::max(floor, assembler->broadcast_id() + 1);
+    if (assembler) floor = later(assembler->broadcast_id() + 1, floor);
     assembler.reset();
     on_complete = nullptr;
     on_fragment = nullptr;
@@ -291,13 +310,13 @@ struct MulticastReceiver::Impl : std::enable_shared_from_this<Impl> {
 
   void pass(std::uint64_t id) {
     if (assembler) return;
-    floor = std::max(floor, id + 1);
+    floor = later(id + 1, floor);
     std::deque<std::vector<std::uint8_t>> keep;
     size_t keep_bytes = 0;
     for (auto& d : early) {
       const DecodedFragment f =
           decode_fragment(d, options.key, options.job_id, options.max_message_bytes);
-      if (f.header.broadcast_id >= floor) {
+      if (f.header.broadcast_id == floor || after(f.header.broadcast_id, floor)) {
         keep_bytes += d.size();
         keep.push_back(std::move(d));
       } else {
@@ -323,7 +342,7 @@ struct MulticastReceiver::Impl : std::enable_shared_from_this<Impl> {
   std::optional<FragmentAssembler> assembler;
   std::function<void()> on_complete;
   OnFragment on_fragment;
-  std::uint64_t floor = 0;  // broadcast ids below are over
+  std::uint64_t floor = 0;  // broadcast ids before it are over (modular order)
   std::deque<std::vector<std::uint8_t>> early;
   size_t early_bytes = 0;
   std::uint64_t received = 0;

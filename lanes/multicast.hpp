@@ -69,6 +69,13 @@ size_t interface_mtu(const std::string& address);
 // with SO_RCVBUFFORCE); receive_buffer_bytes() says what was granted.
 inline constexpr int kDefaultReceiveBufferBytes = 4 << 20;
 
+// Broadcasts past the one a receiver expects whose datagrams it keeps; those
+// of later ones are dropped and counted (Rejection::kTooFarAhead). It bounds
+// which broadcasts a datagram can speak for; a root further ahead of a rank
+// than this costs that rank its datagrams only (the ring brings the bytes).
+// Broadcasts that bring a rank no datagram move its window on too (pass()).
+inline constexpr std::uint64_t kBroadcastWindow = 4;
+
 struct ReceiverOptions {
   // The group to join, "239.1.2.3"; empty: no group, a plain unicast UDP
   // socket on `interface_address` (for tests over loopback).
@@ -83,6 +90,12 @@ struct ReceiverOptions {
   // Datagrams of broadcasts not expected yet are kept (verified) up to this
   // many bytes, so a rank that calls expect() late still has them.
   size_t early_bytes = static_cast<size_t>(kDefaultReceiveBufferBytes);
+  // The communicator's next broadcast id when the socket opens: earlier ids
+  // are over from the start (a group's ids start at a hash of its context).
+  std::uint64_t first_broadcast_id = 0;
+  // How many broadcasts past the expected one a datagram may be and still be
+  // kept (a root may run a few broadcasts ahead of this rank).
+  std::uint64_t window = kBroadcastWindow;
   RejectionLog::Print print{};  // rejection lines; default: the log's own
 };
 
@@ -92,12 +105,19 @@ struct ReceiverOptions {
 // verified (decode_fragment) and then:
 //   - for the expected broadcast: copied to its offset in the caller's buffer
 //     and marked in the bitmap; on_complete runs once when all are held;
-//   - for a later broadcast id: kept, up to early_bytes, until expect() asks
-//     for it (a late rank catches what arrived before it asked);
-//   - otherwise dropped and counted by reason. Hostile reasons (malformed,
-//     other job, bad MAC, out of range, too large, mismatch) also go to a
-//     rate-limited RejectionLog; duplicates and stale broadcasts are normal
-//     under multicast and only counted.
+//   - for a later broadcast id at most `window` past the expected one
+//     (between broadcasts: the next one): kept, up to early_bytes, until
+//     expect() asks for it (a late rank catches what arrived before it asked);
+//   - otherwise dropped and counted by reason: ids already over (stale) as
+//     other broadcast, ids beyond the window as too far ahead. Hostile
+//     reasons (malformed, other job, bad MAC, out of range, too large,
+//     mismatch) also go to a rate-limited RejectionLog; duplicates, stale and
+//     early broadcasts are normal under multicast and only counted.
+// Broadcast ids are ordered modulo 2^64 (a group's may wrap): an id less than
+// 2^63 past the expected one is ahead of it, any other is over.
+//
+//       over (stale)   │ expected │ kept                │ too far ahead
+//   ... E - 2, E - 1   │    E     │ E + 1 .. E + window │ E + window + 1 ...
 class MulticastReceiver {
  public:
   static std::unique_ptr<MulticastReceiver> open(asio::io_context& io, ReceiverOptions options);
@@ -123,8 +143,9 @@ class MulticastReceiver {
   // delivered the rest); later datagrams of its id count as other broadcast.
   void finish();
   // Broadcasts up to `broadcast_id` are over for this socket (this rank sends
-  // that one, and its own datagrams come back to the host's members): they
-  // are neither kept nor used, and kept ones are dropped. Not while expecting.
+  // that one, and its own datagrams come back to the host's members; or it
+  // brings this rank no datagram, which moves the window on): they are
+  // neither kept nor used, and kept ones are dropped. Not while expecting.
   void pass(std::uint64_t broadcast_id);
   // Null before expect() or after finish().
   const FragmentAssembler* current() const;

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <type_traits>
 
 #include "lanes/datagram.hpp"
 #include "lanes/multicast.hpp"
@@ -27,6 +28,18 @@ JobCredentials new_credentials() {
     throw std::runtime_error("OpenSSL could not produce random bytes for the job secret");
   c.job_id = id;
   return c;
+}
+
+static_assert(std::is_same_v<RunNonce, lanes::RunNonce>, "one run nonce type for both layers");
+
+RunNonce new_run_nonce() {
+  RunNonce n{};
+  // An all-zero draw (2^-128) would read as "none drawn": draw again.
+  do {
+    if (RAND_bytes(n.data(), static_cast<int>(n.size())) != 1)
+      throw std::runtime_error("OpenSSL could not produce random bytes for the run nonce");
+  } while (std::all_of(n.begin(), n.end(), [](std::uint8_t b) { return b == 0; }));
+  return n;
 }
 
 std::string to_hex(const std::vector<std::uint8_t>& bytes) {
@@ -75,7 +88,8 @@ std::uint64_t group_seq(std::uint64_t context, std::uint64_t n) {
 
 struct Communicator::Impl {
   // One communicator's multicast sockets (the world's, or a group's by its
-  // context): one group per communicator and site, derived from the job secret.
+  // context): one group per communicator and site, derived from the datagram
+  // key (the job secret, job id, run nonce and communicator).
   struct MulticastSockets {
     bool keyed = false;
     lanes::DatagramKey key{};
@@ -102,7 +116,12 @@ struct Communicator::Impl {
   std::chrono::microseconds idle_interval{1000};
   LiveCounters live;
   JobCredentials creds;
+  std::optional<RunNonce> run_nonce;                    // from set_endpoints
   std::map<std::uint64_t, MulticastSockets> multicast;  // by communicator; the world's is 0
+  // Contexts whose group had a datagram key here and was forgotten: defining
+  // one again would repeat its key and restart its broadcast ids.
+  std::set<std::uint64_t> retired_contexts;
+  lanes::RejectionCounts retired_rejections{};  // of the receivers of forgotten groups
 
   Impl(topology::Grid g, int r, JobCredentials c, CommOptions o,
        std::shared_ptr<lanes::TlsContext> tls)
@@ -117,8 +136,10 @@ struct Communicator::Impl {
   // the world's receiver is opened ahead (open_world_receiver) so datagrams that come before this
   // rank calls bcast are kept. A socket that cannot be opened leaves the
   // reason in `unavailable`, and the executor fails the broadcast with it.
+  // `sequence` is the broadcast about to run: a receiver opened now takes
+  // nothing older.
   MulticastPort multicast_port(std::uint64_t communicator, const topology::Grid& g, int me,
-                               const topology::Plan& plan) {
+                               const topology::Plan& plan, std::uint64_t sequence) {
     MulticastPort port;
     port.include = options.multicast_include;
     for (const auto& m : plan.multicasts) {
@@ -126,7 +147,7 @@ struct Communicator::Impl {
       const bool joins = std::binary_search(m.to.begin(), m.to.end(), rank);
       if (!sends && !joins) continue;
       try {
-        open_multicast(communicator, g, me, m.lane, sends, joins);
+        open_multicast(communicator, g, me, m.lane, sends, joins, sequence);
       } catch (const std::exception& e) {
         port.unavailable = e.what();
       }
@@ -139,10 +160,16 @@ struct Communicator::Impl {
   }
 
   void open_multicast(std::uint64_t communicator, const topology::Grid& g, int me, int lane,
-                      bool sender, bool receiver) {
+                      bool sender, bool receiver, std::uint64_t first_broadcast_id) {
+    // Without the run's nonce the key would be the same in every run that
+    // shares secret and job id: no socket at all rather than such a key.
+    if (!run_nonce)
+      throw lanes::NetworkError("rank " + std::to_string(rank) +
+                                " has no run nonce (it comes with the endpoint table, "
+                                "set_endpoints), so it cannot key multicast datagrams");
     MulticastSockets& s = multicast[communicator];
     if (!s.keyed) {
-      s.key = lanes::datagram_key(creds.secret, creds.job_id, communicator);
+      s.key = lanes::datagram_key(creds.secret, creds.job_id, *run_nonce, communicator);
       s.keyed = true;
     }
     const auto& node = g.nodes[static_cast<size_t>(me)];
@@ -161,6 +188,7 @@ struct Communicator::Impl {
         ro.port = group.port;
         ro.job_id = creds.job_id;
         ro.key = s.key;
+        ro.first_broadcast_id = first_broadcast_id;
         s.receiver = lanes::MulticastReceiver::open(io, ro);
       }
       if (sender && !s.sender) {
@@ -200,7 +228,7 @@ struct Communicator::Impl {
     const auto& site = grid.sites[static_cast<size_t>(node.site)];
     if (!site.multicast.enabled || site.ranks.size() < 2) return;
     try {
-      open_multicast(0, grid, rank, 0, false, true);
+      open_multicast(0, grid, rank, 0, false, true, seq);
     } catch (const std::exception&) {
       // Tried again, and reported, by the first multicast broadcast.
     }
@@ -294,9 +322,20 @@ struct Communicator::Impl {
     eo.live = &live;
     MulticastPort port;
     if (!plan.multicasts.empty()) {
-      port = multicast_port(communicator, g, me, plan);
+      port = multicast_port(communicator, g, me, plan, sequence);
       eo.multicast = &port;
     }
+    // A broadcast that brings this rank no datagram (another algorithm, or a
+    // multicast in other sites) still moves its receiver's window past its
+    // id, so the next multicast's datagrams, which may come before this rank
+    // asks for them, fall inside the window and are kept.
+    const bool multicasts_here =
+        std::any_of(plan.multicasts.begin(), plan.multicasts.end(), [&](const auto& m) {
+          return m.from == rank || std::binary_search(m.to.begin(), m.to.end(), rank);
+        });
+    if (!multicasts_here)
+      if (auto it = multicast.find(communicator); it != multicast.end() && it->second.receiver)
+        it->second.receiver->pass(sequence);
     eo.segment_bytes = topology::resolve_segment_bytes(g, plan.size, options.segment_bytes);
     BcastInfo info{plan.algorithm, plan.size, eo.segment_bytes, 0};
     try {
@@ -349,7 +388,15 @@ LanePorts Communicator::listen() {
   return impl_->transport.listen();
 }
 
-void Communicator::set_endpoints(EndpointTable table) {
+void Communicator::set_endpoints(EndpointTable table, const RunNonce& run_nonce) {
+  if (impl_->run_nonce)
+    throw std::logic_error("rank " + std::to_string(impl_->rank) +
+                           ": set_endpoints called again (once per communicator: its "
+                           "multicast keys hold the first run nonce)");
+  if (std::all_of(run_nonce.begin(), run_nonce.end(), [](std::uint8_t b) { return b == 0; }))
+    throw std::invalid_argument(
+        "the run nonce is all zero: whoever makes the endpoint table draws one with "
+        "new_run_nonce() for every run");
   if (static_cast<int>(table.size()) != impl_->grid.size())
     throw std::invalid_argument("endpoint table has " + std::to_string(table.size()) +
                                 " ranks, the topology " + std::to_string(impl_->grid.size()));
@@ -362,6 +409,7 @@ void Communicator::set_endpoints(EndpointTable table) {
             (lane < lanes ? " has no port"
                           : " has a port, but ranks have " + std::to_string(lanes) + " lanes"));
   impl_->transport.set_table(std::move(table));
+  impl_->run_nonce = run_nonce;
   impl_->open_world_receiver();
 }
 
@@ -381,6 +429,13 @@ void Communicator::define_group(std::uint64_t context, std::vector<int> world_ra
   if (im.groups.contains(context))
     throw std::invalid_argument("a group with context " + std::to_string(context) +
                                 " exists already");
+  if (context == 0)
+    throw std::invalid_argument("context 0 is the world's (its multicast key and sockets)");
+  if (im.retired_contexts.contains(context))
+    throw std::invalid_argument(
+        "context " + std::to_string(context) +
+        " multicast before it was forgotten; a context is used once per run (the same "
+        "context would repeat its datagram key and broadcast ids)");
   std::vector<int> sorted = world_ranks;
   std::sort(sorted.begin(), sorted.end());
   if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
@@ -396,9 +451,17 @@ void Communicator::define_group(std::uint64_t context, std::vector<int> world_ra
 }
 
 void Communicator::forget_group(std::uint64_t context) {
-  impl_->groups.erase(context);
-  // Its multicast sockets too: a context used again is a new communicator.
-  if (context != 0) impl_->multicast.erase(context);
+  auto& im = *impl_;
+  if (im.groups.erase(context) == 0 || context == 0) return;
+  // Its multicast sockets too, keeping what they counted. A context that had
+  // a datagram key is retired: only contexts that multicast here cost memory.
+  const auto it = im.multicast.find(context);
+  if (it == im.multicast.end()) return;
+  if (const auto& r = it->second.receiver)
+    for (size_t i = 0; i < lanes::kRejectionKinds; ++i)
+      im.retired_rejections[i] += r->rejected(static_cast<lanes::Rejection>(i));
+  if (it->second.keyed) im.retired_contexts.insert(context);
+  im.multicast.erase(it);
 }
 
 BcastInfo Communicator::bcast_group(std::uint64_t context, void* buffer, std::uint64_t bytes,
@@ -619,6 +682,15 @@ Communicator::Progress Communicator::progress() const {
 
 std::uint64_t Communicator::rejected_connections() const {
   return impl_->transport.rejected_connections();
+}
+
+lanes::RejectionCounts Communicator::rejected_datagrams() const {
+  lanes::RejectionCounts counts = impl_->retired_rejections;
+  for (const auto& [communicator, sockets] : impl_->multicast)
+    if (sockets.receiver)
+      for (size_t i = 0; i < lanes::kRejectionKinds; ++i)
+        counts[i] += sockets.receiver->rejected(static_cast<lanes::Rejection>(i));
+  return counts;
 }
 
 }  // namespace gridbcast::runtime

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "lanes/datagram.hpp"
 #include "runtime/endpoints.hpp"
 #include "topology/grid.hpp"
 #include "topology/plan/plan.hpp"
@@ -75,7 +76,13 @@ class Communicator {
 
   // Opens this rank's listening lanes; the ports go to the rendezvous.
   LanePorts listen();
-  void set_endpoints(EndpointTable table);
+  // Every rank's ports, and the run's nonce (new_run_nonce(), drawn once per
+  // launch by whoever made the table, the same on every rank). Called once.
+  // Throws std::invalid_argument for a table that does not fit the topology
+  // or an all-zero nonce, std::logic_error when called again. Multicast keys
+  // its datagrams with the nonce: a communicator without one never opens a
+  // multicast socket (its multicast broadcasts fail saying so).
+  void set_endpoints(EndpointTable table, const RunNonce& run_nonce);
 
   // Every rank calls it with the same bytes, root and algorithm. Throws
   // std::runtime_error naming the failed peer; after a failure every later
@@ -87,8 +94,11 @@ class Communicator {
   // in the group's rank order, including this rank, under a context id that is
   // the same on every member and unique in the job. A group broadcast plans over
   // the topology restricted to the members (runtime/subgrid.hpp) and has its own
-  // sequence numbers. Throws std::invalid_argument for bad ranks or a context
-  // already in use.
+  // sequence numbers. Throws std::invalid_argument for bad ranks, a context
+  // already in use, context 0 (the world's multicast key), or a context whose
+  // group multicast on this rank before it was forgotten: its datagram key
+  // would be the same again and its broadcast ids would start over, so that
+  // group's recorded datagrams would verify in the new one.
   void define_group(std::uint64_t context, std::vector<int> world_ranks);
   void forget_group(std::uint64_t context);
   // Like bcast(), on the members of a group; `root` is a group rank.
@@ -140,6 +150,10 @@ class Communicator {
   int size() const;
   const topology::Grid& grid() const;
   std::uint64_t rejected_connections() const;
+  // Multicast datagrams this rank's receivers dropped, by reason (bad MAC, a
+  // broadcast id already over or too far ahead, ...), every communicator's
+  // together, forgotten groups' included. Call from the rank's own thread.
+  lanes::RejectionCounts rejected_datagrams() const;
   // How long a call may wait with nothing moving (CommOptions::timeout).
   std::chrono::milliseconds timeout() const;
   // Broadcast bytes received and sent since this communicator began, all

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -21,8 +22,18 @@ struct JobCredentials {
   std::vector<std::uint8_t> secret;
 };
 
+// Drawn for every launch by whoever hands out the endpoint table (the
+// launcher; the MPI provider's first member; tests' rendezvous) and given to
+// every rank with it: it binds multicast datagram keys to this one run, since
+// secret and job id may repeat (lanes/datagram.hpp). Never from the
+// environment. All zero means none was drawn, and is refused.
+inline constexpr size_t kRunNonceBytes = 16;
+using RunNonce = std::array<std::uint8_t, kRunNonceBytes>;
+
 // 32 random bytes from OpenSSL, and their hex form (how secrets travel).
 JobCredentials new_credentials();
+// 16 random bytes from OpenSSL's RAND_bytes, never all zero.
+RunNonce new_run_nonce();
 std::string to_hex(const std::vector<std::uint8_t>& bytes);
 std::vector<std::uint8_t> from_hex(const std::string& hex);  // throws on bad input
 

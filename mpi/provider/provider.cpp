@@ -395,17 +395,23 @@ std::unique_ptr<CommState> set_up(MPI_Comm comm, const Config& config) {
       int me = 0;
       check(PMPI_Comm_rank(lanes_comm, &me), "PMPI_Comm_rank");
       const int count = static_cast<int>(members.size());
-      // The job secret and id: drawn by member 0, known to this communicator only.
-      std::array<std::uint8_t, 40> secret{};
+      // The job secret, id and run nonce: drawn by member 0 for this
+      // initialisation, known to this communicator only.
+      std::array<std::uint8_t, 40 + runtime::kRunNonceBytes> secret{};
       if (me == 0) {
         const auto creds = runtime::new_credentials();
+        const auto nonce = runtime::new_run_nonce();
         std::memcpy(secret.data(), creds.secret.data(), 32);
         std::memcpy(secret.data() + 32, &creds.job_id, 8);
+        std::memcpy(secret.data() + 40, nonce.data(), nonce.size());
       }
-      check(PMPI_Bcast(secret.data(), 40, MPI_BYTE, 0, lanes_comm), "PMPI_Bcast");
+      check(PMPI_Bcast(secret.data(), static_cast<int>(secret.size()), MPI_BYTE, 0, lanes_comm),
+            "PMPI_Bcast");
       runtime::JobCredentials creds;
       creds.secret.assign(secret.begin(), secret.begin() + 32);
       std::memcpy(&creds.job_id, secret.data() + 32, 8);
+      runtime::RunNonce run_nonce{};
+      std::memcpy(run_nonce.data(), secret.data() + 40, run_nonce.size());
       runtime::LanePorts ports{};
       if (failure.empty()) {
         try {
@@ -438,7 +444,7 @@ std::unique_ptr<CommState> set_up(MPI_Comm comm, const Config& config) {
         bool complete = true;
         for (const auto& lanes : table) complete = complete && lanes[0] != 0;
         try {
-          if (complete) s->lanes->set_endpoints(std::move(table));
+          if (complete) s->lanes->set_endpoints(std::move(table), run_nonce);
         } catch (const std::exception& e) {
           failure = e.what();
         }

@@ -31,7 +31,8 @@ std::uint64_t be(const std::uint8_t* p, int n) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const std::vector<std::uint8_t> secret(32, 1);
-  static const lanes::DatagramKey key = lanes::datagram_key(secret, kJob);
+  static const lanes::RunNonce nonce{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  static const lanes::DatagramKey key = lanes::datagram_key(secret, kJob, nonce);
   if (size < 1) return 0;
   std::vector<std::uint8_t> datagram;
   if (data[0] == 0) {

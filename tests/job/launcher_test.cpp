@@ -184,5 +184,43 @@ TEST(Launcher, ARootReportingMoreFilesThanTheJobHasFailsTheJob) {
   }
 }
 
+// Two launches of one job, GRIDBCAST_SECRET and GRIDBCAST_JOB_ID the same
+// (the setting): each launch's Table brings its ranks a run nonce of
+// its own, drawn by the launcher and never taken from the environment, so
+// the two runs' multicast datagram keys differ (lanes/datagram.hpp).
+TEST(Launcher, EveryLaunchSendsItsOwnRunNonceEvenWithTheSameSecretAndJobId) {
+  std::vector<runtime::RunNonce> nonces;
+  for (int launch = 0; launch < 2; ++launch) {
+    Child launcher({"/usr/bin/env", "GRIDBCAST_SECRET=" + kSecretHex, "GRIDBCAST_JOB_ID=5eed", kBin,
+                    "launch", "--hosts", "localhost", "--backend", "external", "--startup-timeout",
+                    "30"});
+    const std::string hint = wait_for_hint(launcher);
+    const std::string where = hint_value(hint, "GRIDBCAST_LAUNCHER");
+    ASSERT_FALSE(where.empty()) << hint << launcher.err();
+    const auto colon = where.rfind(':');
+    const auto at = lanes::make_endpoint(
+        where.substr(0, colon), static_cast<std::uint16_t>(std::stoi(where.substr(colon + 1))));
+    const std::uint64_t job = std::stoull(hint_value(hint, "GRIDBCAST_JOB_ID"), nullptr, 16);
+    EXPECT_EQ(job, 0x5eedu);
+    asio::io_context io;
+    auto socket = runtime::run_until(io, connect_as(at, job, 0));
+    job::control::Channel ch{std::move(*socket),
+                             job::control::Sealer(runtime::from_hex(kSecretHex), job, 0),
+                             job::control::Direction::kToLauncher, "the launcher"};
+    (void)std::get<job::control::Config>(
+        job::control::decode_to_rank(runtime::run_until(io, job::control::receive_body(ch))));
+    const std::string endpoints =
+        job::control::encode_body(job::control::Endpoints{{40001, 40002}});
+    runtime::run_until(io, job::control::send_body(ch, endpoints));
+    const auto table = std::get<job::control::Table>(
+        job::control::decode_to_rank(runtime::run_until(io, job::control::receive_body(ch))));
+    nonces.push_back(table.run_nonce);
+  }
+  ASSERT_EQ(nonces.size(), 2u);
+  EXPECT_NE(nonces[0], runtime::RunNonce{});
+  EXPECT_NE(nonces[1], runtime::RunNonce{});
+  EXPECT_NE(nonces[0], nonces[1]);
+}
+
 }  // namespace
 }  // namespace gridbcast::testing

@@ -9,6 +9,7 @@ namespace gridbcast::job::control {
 namespace {
 
 const std::vector<std::uint8_t> kSecret(32, 7);
+constexpr runtime::RunNonce kNonce{9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 1, 2, 3, 4, 5, 6};
 
 TEST(ControlProtocol, EveryMessageRoundTrips) {
   JobParams p;
@@ -50,8 +51,11 @@ TEST(ControlProtocol, EveryMessageRoundTrips) {
   EXPECT_EQ(back.params.cert_dir, "/certs");
 
   Table t;
+  t.run_nonce = kNonce;
   t.ports = {{1000, 1001}, {2000, 2001}};
-  EXPECT_EQ(std::get<Table>(decode_to_rank(encode_body(t), 2)).ports, t.ports);
+  const auto tt = std::get<Table>(decode_to_rank(encode_body(t), 2));
+  EXPECT_EQ(tt.ports, t.ports);
+  EXPECT_EQ(tt.run_nonce, kNonce);
   EXPECT_EQ(std::get<Go>(decode_to_rank(encode_body(Go{5}))).iteration, 5);
   EXPECT_TRUE(std::holds_alternative<Exit>(decode_to_rank(encode_body(Exit{}))));
 
@@ -104,21 +108,35 @@ TEST(ControlProtocol, DecodersRefuseWhatIsOutOfRange) {
   negative[1] = '\xff';  // iteration -16777215
   refused_by_rank(negative);
   Table t;
+  t.run_nonce = kNonce;
   t.ports = {{1000, 1001}, {2000, 2001}};
   refused_by_rank(encode_body(t), 3);  // a table for another job size
   Table zero;
+  zero.run_nonce = kNonce;
   zero.ports = {{0, 1000}};  // lane 0 without a port
   refused_by_rank(encode_body(zero));
   Table gap;
+  gap.run_nonce = kNonce;
   gap.ports = {{1000, 0, 1002}};  // a port after a lane without one
   refused_by_rank(encode_body(gap));
   Table four;
+  four.run_nonce = kNonce;
   four.ports = {{1000, 1001, 1002, 1003}};  // four lanes: well formed
   EXPECT_EQ(std::get<Table>(decode_to_rank(encode_body(four), 1)).ports, four.ports);
-  // A rank count of 2^31, as the launcher's old signed check let through.
+  // A rank count of 2^31, as the launcher's old signed check let through
+  // (the count follows the type byte and the 16-byte nonce).
   std::string huge = encode_body(t);
-  huge[1] = '\x80';
+  huge[1 + runtime::kRunNonceBytes] = '\x80';
   refused_by_rank(huge);
+  // The run nonce: all zero is one nobody drew; cut short, the table is truncated.
+  Table undrawn = t;
+  undrawn.run_nonce = {};
+  refused_by_rank(encode_body(undrawn));
+  refused_by_rank(encode_body(t).substr(0, 1 + runtime::kRunNonceBytes - 1));
+  // The table before it carried a nonce (type 2) is no message any more.
+  std::string old_table = encode_body(t).substr(1 + runtime::kRunNonceBytes);
+  old_table.insert(0, 1, '\x02');
+  refused_by_rank(old_table);
   // A text field that claims more than the message holds.
   std::string text = encode_body(Error{"abc"});
   text[1] = '\x7f';

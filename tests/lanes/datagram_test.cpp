@@ -12,6 +12,11 @@ namespace {
 
 constexpr std::uint64_t kJob = 0x1122334455667788;
 const std::vector<std::uint8_t> kSecret(32, 0x5a);
+// Two launches of the same job (secret and job id reused).
+constexpr RunNonce kRun{0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef,
+                        0xfe, 0xdc, 0xba, 0x98, 0x76, 0x54, 0x32, 0x10};
+constexpr RunNonce kNextRun{0x02, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef,
+                            0xfe, 0xdc, 0xba, 0x98, 0x76, 0x54, 0x32, 0x10};
 
 std::vector<std::uint8_t> message(size_t n, unsigned seed = 1) {
   std::vector<std::uint8_t> m(n);
@@ -30,11 +35,11 @@ std::vector<std::uint8_t> datagram(const FragmentHeader& h, std::span<const std:
 // Fragment `index` of `msg` as the sender makes it.
 std::vector<std::uint8_t> fragment(const std::vector<std::uint8_t>& msg, std::uint32_t frag,
                                    std::uint32_t index, std::uint64_t bcast = 7,
-                                   std::uint64_t job = kJob) {
+                                   std::uint64_t job = kJob, const RunNonce& run = kRun) {
   const FragmentLayout layout = fragment_layout(msg.size(), frag);
   const FragmentHeader h = fragment_header(job, bcast, layout, index);
   return datagram(h, std::span(msg).subspan(layout.offset(index), layout.payload(index)),
-                  datagram_key(kSecret, job));
+                  datagram_key(kSecret, job, run));
 }
 
 TEST(Datagram, FragmentSizeKeepsDatagramsUnderThePathMtu) {
@@ -69,14 +74,30 @@ TEST(Datagram, LayoutCoversTheMessageOnce) {
 }
 
 TEST(Datagram, KeyIsDerivedPerJobAndIsNotTheSecret) {
-  const DatagramKey a = datagram_key(kSecret, 1);
-  EXPECT_EQ(a, datagram_key(kSecret, 1));  // deterministic: every rank derives the same
-  EXPECT_NE(a, datagram_key(kSecret, 2));
-  EXPECT_EQ(a, datagram_key(kSecret, 1, 0));
-  EXPECT_NE(a, datagram_key(kSecret, 1, 1));  // another communicator of the job
-  EXPECT_NE(a, datagram_key(std::vector<std::uint8_t>(32, 0x5b), 1));
+  const DatagramKey a = datagram_key(kSecret, 1, kRun);
+  EXPECT_EQ(a, datagram_key(kSecret, 1, kRun));  // deterministic: every rank derives the same
+  EXPECT_NE(a, datagram_key(kSecret, 2, kRun));
+  EXPECT_EQ(a, datagram_key(kSecret, 1, kRun, 0));
+  EXPECT_NE(a, datagram_key(kSecret, 1, kRun, 1));  // another communicator of the job
+  EXPECT_NE(a, datagram_key(std::vector<std::uint8_t>(32, 0x5b), 1, kRun));
   EXPECT_FALSE(std::equal(a.begin(), a.end(), kSecret.begin()));
-  EXPECT_THROW(datagram_key({}, 1), std::runtime_error);
+  EXPECT_THROW(datagram_key({}, 1, kRun), std::runtime_error);
+}
+
+// Secret, job id and communicator alike, launched twice: each launch's nonce
+// gives it its own key; a nonce nobody drew (all zero) gives none.
+TEST(Datagram, KeyIsBoundToTheRunNonce) {
+  const DatagramKey first = datagram_key(kSecret, kJob, kRun, 5);
+  EXPECT_EQ(first, datagram_key(kSecret, kJob, kRun, 5));
+  EXPECT_NE(first, datagram_key(kSecret, kJob, kNextRun, 5));
+  for (size_t i = 0; i < kRunNonceBytes; ++i) {
+    RunNonce n = kRun;
+    n[i] ^= 0x80;  // every byte of the nonce counts
+    EXPECT_NE(first, datagram_key(kSecret, kJob, n, 5)) << "byte " << i;
+  }
+  // Job id and communicator are fields of their own: swapped, another key.
+  EXPECT_NE(datagram_key(kSecret, 0, kRun, 1), datagram_key(kSecret, 1, kRun, 0));
+  EXPECT_THROW(datagram_key(kSecret, kJob, RunNonce{}, 5), std::runtime_error);
 }
 
 TEST(Datagram, RoundTripsEveryField) {
@@ -85,7 +106,7 @@ TEST(Datagram, RoundTripsEveryField) {
   ASSERT_EQ(d.size(), kDatagramOverhead + 600);
   // Network byte order: the magic reads "GBM1".
   EXPECT_EQ(std::string(d.begin(), d.begin() + 4), "GBM1");
-  const DecodedFragment f = decode_fragment(d, datagram_key(kSecret, kJob), kJob, 1 << 20);
+  const DecodedFragment f = decode_fragment(d, datagram_key(kSecret, kJob, kRun), kJob, 1 << 20);
   ASSERT_TRUE(f.ok()) << f.why;
   EXPECT_EQ(f.header.job_id, kJob);
   EXPECT_EQ(f.header.broadcast_id, 42u);
@@ -99,7 +120,7 @@ TEST(Datagram, RoundTripsEveryField) {
 }
 
 TEST(Datagram, EncoderRefusesMisuse) {
-  const auto key = datagram_key(kSecret, kJob);
+  const auto key = datagram_key(kSecret, kJob, kRun);
   FragmentHeader h = fragment_header(kJob, 1, fragment_layout(100, 100), 0);
   std::vector<std::uint8_t> payload(100), out(kDatagramOverhead + 99);
   EXPECT_THROW(encode_fragment(h, payload, key, out), std::invalid_argument);  // no room
@@ -110,14 +131,14 @@ TEST(Datagram, EncoderRefusesMisuse) {
 
 void expect_rejected(std::span<const std::uint8_t> d, Rejection reason,
                      std::uint64_t limit = 1 << 20) {
-  const DecodedFragment f = decode_fragment(d, datagram_key(kSecret, kJob), kJob, limit);
+  const DecodedFragment f = decode_fragment(d, datagram_key(kSecret, kJob, kRun), kJob, limit);
   EXPECT_EQ(f.rejection, reason) << rejection_name(f.rejection) << ": " << f.why;
   EXPECT_FALSE(f.why.empty());
   EXPECT_TRUE(f.payload.empty());
 }
 
 TEST(Datagram, DecoderRejectsWhatItCannotTrust) {
-  const auto key = datagram_key(kSecret, kJob);
+  const auto key = datagram_key(kSecret, kJob, kRun);
   const auto msg = message(3000);
   const auto good = fragment(msg, 1000, 1);
 
@@ -152,7 +173,7 @@ TEST(Datagram, DecoderRejectsWhatItCannotTrust) {
   {
     const FragmentLayout l = fragment_layout(3000, 1000);
     expect_rejected(datagram(fragment_header(kJob, 7, l, 0), std::span(msg).first(1000),
-                             datagram_key(std::vector<std::uint8_t>(32, 1), kJob)),
+                             datagram_key(std::vector<std::uint8_t>(32, 1), kJob, kRun)),
                     Rejection::kBadMac);
   }
 
@@ -228,7 +249,7 @@ TEST(FragmentAssembler, ReordersDropsDuplicatesAndNeverWritesARejectedDatagram) 
   const std::uint32_t frag = 700;
   const std::uint32_t count = fragment_layout(msg.size(), frag).count;
   std::vector<std::uint8_t> buffer(msg.size(), 0);
-  FragmentAssembler a(datagram_key(kSecret, kJob), kJob, 7, buffer);
+  FragmentAssembler a(datagram_key(kSecret, kJob, kRun), kJob, 7, buffer);
 
   // Hostile datagrams first: none may touch the buffer.
   std::vector<std::pair<std::vector<std::uint8_t>, Rejection>> hostile;
@@ -264,10 +285,43 @@ TEST(FragmentAssembler, ReordersDropsDuplicatesAndNeverWritesARejectedDatagram) 
   EXPECT_EQ(buffer, msg);
 }
 
+// Datagrams recorded in one run (every fragment of broadcast 7, as its
+// sender made them), replayed into the next run of the same job: the same
+// secret, job id, communicator, broadcast id and buffer size, only the run
+// nonce differs. Each is a bad MAC, counted, and nothing is assembled; the
+// next run's own datagrams then assemble its message.
+TEST(FragmentAssembler, DatagramsRecordedInAnEarlierRunAreBadMacsAndNeverWritten) {
+  const auto recorded_msg = message(6'000, 8), msg = message(6'000, 9);
+  const std::uint32_t frag = 1000;
+  const std::uint32_t count = fragment_layout(msg.size(), frag).count;
+  std::vector<std::vector<std::uint8_t>> recorded;
+  for (std::uint32_t i = 0; i < count; ++i)
+    recorded.push_back(fragment(recorded_msg, frag, i, 7, kJob, kRun));
+
+  std::vector<std::uint8_t> buffer(msg.size(), 0);
+  FragmentAssembler a(datagram_key(kSecret, kJob, kNextRun), kJob, 7, buffer);
+  RejectionCounts counts{};
+  for (int pass = 0; pass < 2; ++pass)
+    for (const auto& d : recorded) {
+      const auto out = a.accept(d);
+      ++counts[static_cast<size_t>(out.rejection)];
+      EXPECT_NE(out.why.find("MAC does not verify"), std::string::npos) << out.why;
+    }
+  EXPECT_EQ(counts[static_cast<size_t>(Rejection::kBadMac)], 2u * count);
+  EXPECT_EQ(counts[static_cast<size_t>(Rejection::kNone)], 0u);
+  EXPECT_FALSE(a.started());
+  EXPECT_TRUE(std::all_of(buffer.begin(), buffer.end(), [](auto b) { return b == 0; }));
+
+  for (std::uint32_t i = 0; i < count; ++i)
+    ASSERT_TRUE(a.accept(fragment(msg, frag, i, 7, kJob, kNextRun)).ok());
+  EXPECT_TRUE(a.complete());
+  EXPECT_EQ(buffer, msg);
+}
+
 TEST(FragmentAssembler, LossShowsInTheBitmap) {
   const auto msg = message(5000, 4);
   std::vector<std::uint8_t> buffer(msg.size(), 0);
-  FragmentAssembler a(datagram_key(kSecret, kJob), kJob, 7, buffer);
+  FragmentAssembler a(datagram_key(kSecret, kJob, kRun), kJob, 7, buffer);
   for (std::uint32_t i = 0; i < 10; ++i)
     if (i != 0 && i != 4 && i != 9) {
       ASSERT_TRUE(a.accept(fragment(msg, 500, i)).ok());
@@ -283,7 +337,7 @@ TEST(FragmentAssembler, LossShowsInTheBitmap) {
 
 TEST(FragmentAssembler, EmptyMessageIsOneEmptyDatagram) {
   std::vector<std::uint8_t> none;
-  FragmentAssembler a(datagram_key(kSecret, kJob), kJob, 1, none);
+  FragmentAssembler a(datagram_key(kSecret, kJob, kRun), kJob, 1, none);
   const auto d = fragment(none, 1000, 0, 1);
   EXPECT_EQ(d.size(), kDatagramOverhead);
   EXPECT_TRUE(a.accept(d).ok());

@@ -30,7 +30,9 @@ using udp = asio::ip::udp;
 
 constexpr std::uint64_t kJob = 0xabcdef0123456789;
 const std::vector<std::uint8_t> kSecret(32, 0x42);
-const DatagramKey kKey = datagram_key(kSecret, kJob);
+constexpr RunNonce kRun{0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0xdc, 0xfe,
+                        0xef, 0xcd, 0xab, 0x89, 0x67, 0x45, 0x23, 0x01};
+const DatagramKey kKey = datagram_key(kSecret, kJob, kRun);
 constexpr auto kLimit = 10s;  // every wait below ends by then, pass or fail
 
 std::vector<std::uint8_t> message(size_t n, unsigned seed) {
@@ -79,7 +81,7 @@ std::vector<std::uint8_t> fragment(const std::vector<std::uint8_t>& msg, std::ui
   std::vector<std::uint8_t> out(kDatagramOverhead + l.payload(index));
   encode_fragment(fragment_header(job, bcast, l, index),
                   std::span(msg).subspan(l.offset(index), l.payload(index)),
-                  job == kJob ? kKey : datagram_key(kSecret, job), out);
+                  job == kJob ? kKey : datagram_key(kSecret, job, kRun), out);
   return out;
 }
 
@@ -309,6 +311,134 @@ TEST(MulticastReceiver, ALateReceiverStillCatchesWhatArrivedBeforeItAsked) {
   ASSERT_TRUE(run_until(io, [&] { return r->rejected(Rejection::kOtherBroadcast) == 8; }));
   EXPECT_EQ(r->early_held(), 0u);
   EXPECT_EQ(b2, second);
+}
+
+// One small message per broadcast id, one datagram each.
+std::vector<std::uint8_t> one_datagram(std::uint64_t bcast) {
+  return fragment(message(100, static_cast<unsigned>(bcast)), 1000, 0, bcast);
+}
+
+// The receiver keeps datagrams from the broadcast it expects up to
+// kBroadcastWindow past it; further ahead, or already over, they are dropped
+// and counted (and not logged: an honest root may run ahead, and late copies
+// are normal). Before the first expect() the window starts at the
+// communicator's first broadcast id.
+TEST(MulticastReceiver, BroadcastIdsBeyondTheWindowOrAlreadyOverAreDroppedAndCounted) {
+  asio::io_context io;
+  ReceiverOptions o = unicast_receiver();
+  o.first_broadcast_id = 10;
+  ASSERT_EQ(o.window, kBroadcastWindow);
+  ASSERT_EQ(kBroadcastWindow, 4u);
+  auto r = MulticastReceiver::open(io, o);
+  Raw raw(io, r->port());
+  const std::uint64_t half = std::uint64_t{1} << 63;
+  std::uint64_t sent = 0;
+  for (const std::uint64_t id :
+       {std::uint64_t{9}, std::uint64_t{10}, std::uint64_t{11}, std::uint64_t{14},
+        std::uint64_t{15}, std::uint64_t{100}, 10 + (half >> 1), 10 + half}) {
+    raw.send(one_datagram(id));
+    ++sent;
+  }
+  ASSERT_TRUE(run_until(io, [&] { return r->received() == sent; }));
+  EXPECT_EQ(r->early_held(), 3u);                          // 10, 11, 14
+  EXPECT_EQ(r->rejected(Rejection::kTooFarAhead), 3u);     // 15, 100, 10 + 2^62
+  EXPECT_EQ(r->rejected(Rejection::kOtherBroadcast), 2u);  // 9, and 10 + 2^63 (behind)
+  EXPECT_EQ(r->rejected_total(), 5u);
+  EXPECT_EQ(r->log().count(), 0u);
+
+  // Kept ones are used in turn; the window moves with the expected id.
+  std::vector<std::uint8_t> b(100);
+  for (const std::uint64_t id : {10, 11}) {
+    bool done = false;
+    r->expect(id, b, [&] { done = true; });
+    EXPECT_TRUE(done) << id;
+    EXPECT_EQ(b, message(100, static_cast<unsigned>(id)));
+    r->finish();
+  }
+  // Expecting 12 next: 16 is within the window, 17 beyond it, 11 over.
+  for (const std::uint64_t id : {16, 17, 11}) {
+    raw.send(one_datagram(id));
+    ++sent;
+  }
+  ASSERT_TRUE(run_until(io, [&] { return r->received() == sent; }));
+  EXPECT_EQ(r->early_held(), 2u);  // 14, 16
+  EXPECT_EQ(r->rejected(Rejection::kTooFarAhead), 4u);
+  EXPECT_EQ(r->rejected(Rejection::kOtherBroadcast), 3u);
+  EXPECT_EQ(r->delivered(), 2u);
+}
+
+// A group's broadcast ids start at a hash and may wrap past 2^64: order is
+// modular, so the ids after 2^64 - 1 are ahead, not over.
+TEST(MulticastReceiver, TheWindowWrapsPast2To64) {
+  asio::io_context io;
+  ReceiverOptions o = unicast_receiver();
+  const std::uint64_t top = ~std::uint64_t{0};
+  o.first_broadcast_id = top - 1;
+  auto r = MulticastReceiver::open(io, o);
+  Raw raw(io, r->port());
+  const std::vector<std::uint64_t> ids{top - 2, top - 1, top, 0, 1, 3};
+  for (const std::uint64_t id : ids) raw.send(one_datagram(id));
+  ASSERT_TRUE(run_until(io, [&] { return r->received() == ids.size(); }));
+  EXPECT_EQ(r->early_held(), 4u);                          // 2^64 - 2, 2^64 - 1, 0, 1
+  EXPECT_EQ(r->rejected(Rejection::kOtherBroadcast), 1u);  // 2^64 - 3
+  EXPECT_EQ(r->rejected(Rejection::kTooFarAhead), 1u);     // 3 is 5 past 2^64 - 2
+  std::vector<std::uint8_t> b(100);
+  bool done = false;
+  r->expect(1, b, [&] { done = true; });  // the three before it go stale
+  EXPECT_TRUE(done);
+  EXPECT_EQ(b, message(100, 1));
+  EXPECT_EQ(r->rejected(Rejection::kOtherBroadcast), 4u);
+  EXPECT_EQ(r->early_held(), 0u);
+}
+
+// A sender of one run (its nonce) and a receiver of the next run of the same
+// job (same secret and job id, a new nonce): what the earlier run sends, as
+// a recording replayed would, is refused as a bad MAC, counted and logged,
+// and never written; the receiver's own run's datagrams then deliver.
+TEST(MulticastReceiver, DatagramsOfAnEarlierRunAreDroppedAsBadMacs) {
+  std::vector<std::string> lines;  // outlives the receiver, whose log flushes into it
+  asio::io_context io;
+  constexpr RunNonce kNextRun{0x11, 0x32, 0x54, 0x76, 0x98, 0xba, 0xdc, 0xfe,
+                              0xef, 0xcd, 0xab, 0x89, 0x67, 0x45, 0x23, 0x01};
+  ReceiverOptions o = unicast_receiver();
+  o.key = datagram_key(kSecret, kJob, kNextRun);
+  o.print = [&](const std::string& line) { lines.push_back(line); };
+  auto r = MulticastReceiver::open(io, o);
+  SenderOptions so;
+  so.destination = "127.0.0.1";
+  so.port = r->port();
+  so.interface_address = "127.0.0.1";
+  so.job_id = kJob;
+  so.key = kKey;  // the earlier run's
+  so.path_mtu = 9000;
+  auto earlier = MulticastSender::open(io, so);
+  so.key = o.key;
+  auto now = MulticastSender::open(io, so);
+
+  const auto old_msg = message(40'000, 12), msg = message(40'000, 13);
+  std::vector<std::uint8_t> buffer(msg.size(), 0);
+  bool complete = false;
+  r->expect(0, buffer, [&] { complete = true; });  // broadcast ids restart at 0 in every run
+  std::string result = "(running)";
+  earlier->send(0, old_msg, [&](const std::string& e) { result = e; });
+  ASSERT_TRUE(run_until(
+      io, [&] { return result != "(running)" && r->received() == earlier->datagrams_sent(); }))
+      << result << ", received " << r->received();
+  EXPECT_EQ(result, "");
+  EXPECT_GT(earlier->datagrams_sent(), 1u);
+  EXPECT_EQ(r->rejected(Rejection::kBadMac), earlier->datagrams_sent());
+  EXPECT_EQ(r->rejected_total(), r->rejected(Rejection::kBadMac));
+  EXPECT_EQ(r->delivered(), 0u);
+  EXPECT_FALSE(r->current()->started());
+  EXPECT_TRUE(std::all_of(buffer.begin(), buffer.end(), [](auto b) { return b == 0; }));
+  EXPECT_EQ(r->log().count(), earlier->datagrams_sent());
+
+  result = "(running)";
+  now->send(0, msg, [&](const std::string& e) { result = e; });
+  ASSERT_TRUE(run_until(io, [&] { return complete && result != "(running)"; }));
+  EXPECT_EQ(result, "");
+  EXPECT_EQ(buffer, msg);
+  EXPECT_EQ(r->rejected(Rejection::kBadMac), earlier->datagrams_sent());
 }
 
 TEST(MulticastSender, RefusesMisuse) {

@@ -162,7 +162,7 @@ TEST(Communicator, AnEndpointTableForAnotherLaneCountIsRefused) {
   c.listen();
   EndpointTable two_lanes(2, LanePorts{1000, 1001});
   try {
-    c.set_endpoints(two_lanes);
+    c.set_endpoints(two_lanes, new_run_nonce());
     FAIL() << "a table of two-lane ranks was taken for a four-lane grid";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("rank 0 lane 2 has no port"), std::string::npos)

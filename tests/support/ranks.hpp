@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "runtime/buffer.hpp"
@@ -18,19 +19,28 @@
 
 namespace gridbcast::testing {
 
+// Each Ranks is one run: as the launcher does for a launch, it draws a fresh
+// run nonce and hands it to every rank with the endpoint table.
 class Ranks {
  public:
   explicit Ranks(const topology::Grid& grid, runtime::CommOptions options = {})
       : Ranks(grid, [&](int) { return options; }) {}
   // Each rank with options of its own (e.g. another certificate directory).
   Ranks(const topology::Grid& grid, const std::function<runtime::CommOptions(int)>& options)
-      : creds_(runtime::new_credentials()) {
+      : Ranks(grid, runtime::new_credentials(), options) {}
+  // A run with given credentials (e.g. a second run reusing an earlier one's
+  // secret and job id); its run nonce is fresh all the same.
+  Ranks(const topology::Grid& grid, runtime::JobCredentials creds)
+      : Ranks(grid, std::move(creds), [](int) { return runtime::CommOptions{}; }) {}
+  Ranks(const topology::Grid& grid, runtime::JobCredentials creds,
+        const std::function<runtime::CommOptions(int)>& options)
+      : creds_(std::move(creds)), run_nonce_(runtime::new_run_nonce()) {
     runtime::EndpointTable table;
     for (int r = 0; r < grid.size(); ++r) {
       comms_.push_back(std::make_unique<runtime::Communicator>(grid, r, creds_, options(r)));
       table.push_back(comms_.back()->listen());
     }
-    for (auto& c : comms_) c->set_endpoints(table);
+    for (auto& c : comms_) c->set_endpoints(table, run_nonce_);
     table_ = table;
   }
 
@@ -55,12 +65,14 @@ class Ranks {
   runtime::Communicator& at(int r) { return *comms_.at(static_cast<size_t>(r)); }
   int size() const { return static_cast<int>(comms_.size()); }
   const runtime::JobCredentials& credentials() const { return creds_; }
+  const runtime::RunNonce& run_nonce() const { return run_nonce_; }
   std::uint16_t port(int rank, int lane) const {
     return table_.at(static_cast<size_t>(rank))[static_cast<size_t>(lane)];
   }
 
  private:
   runtime::JobCredentials creds_;
+  runtime::RunNonce run_nonce_{};
   std::vector<std::unique_ptr<runtime::Communicator>> comms_;
   runtime::EndpointTable table_;
 };
