@@ -244,25 +244,54 @@ asio::awaitable<void> Listener::authenticate(Stream& stream, const std::string& 
   auto [wec, wn] = co_await before(deadline, stream.write(asio::buffer(challenge_bytes)),
                                    who + ": timed out sending the challenge");
   if (wec) throw NetworkError(who + " rejected: " + wec.message());
-  // TLS or plain: the client's first byte tells (a TLS record or a Hello).
-  std::array<std::uint8_t, 1> first{};
-  auto [pec, pn] = co_await before(
-      deadline,
-      stream.socket().async_receive(asio::buffer(first), tcp::socket::message_peek, kAsTuple),
-      who + ": no hello within " + std::to_string(kHandshakeTimeout.count()) + " s");
-  if (pec) throw NetworkError(who + " rejected: " + pec.message() + " before a complete hello");
-  if (first[0] == kTlsHandshakeRecord) {
+  // What the client sends first tells: a Hello (plain), or on a TLS link the
+  // gate that proves the job secret before any TLS work (lanes/wire.hpp). A
+  // TLS record here is a client that skipped the gate: refused before a byte
+  // of TLS is computed, so strangers cost this thread an HMAC at most.
+  const std::string no_hello =
+      who + ": no hello within " + std::to_string(kHandshakeTimeout.count()) + " s";
+  auto [mec, mn] =
+      co_await before(deadline, stream.read(asio::buffer(hello_bytes.data(), 4)), no_hello);
+  if (mec) throw NetworkError(who + " rejected: " + mec.message() + " before a complete hello");
+  const std::uint32_t magic = static_cast<std::uint32_t>(hello_bytes[0]) << 24 |
+                              static_cast<std::uint32_t>(hello_bytes[1]) << 16 |
+                              static_cast<std::uint32_t>(hello_bytes[2]) << 8 | hello_bytes[3];
+  if (hello_bytes[0] == kTlsHandshakeRecord)
+    throw NetworkError(who + " rejected: it started TLS without first proving the job secret " +
+                       "(no TLS gate: not a gridbcast rank of this version)");
+  size_t have = 4;
+  if (magic == kTlsGateMagic) {
     if (!tls_)
       throw NetworkError(who + " rejected: it started TLS, but no tls: true WAN link ends at " +
                          address_);
+    std::array<std::uint8_t, kTlsGateBytes> gate_bytes{};
+    std::copy_n(hello_bytes.begin(), 4, gate_bytes.begin());
+    auto [gec, gn] = co_await before(
+        deadline, stream.read(asio::buffer(gate_bytes.data() + 4, gate_bytes.size() - 4)),
+        no_hello);
+    if (gec) throw NetworkError(who + " rejected: " + gec.message() + " in its TLS gate");
+    std::string gate_why;
+    const auto gate = decode_tls_gate(gate_bytes, gate_why);
+    if (!gate) throw NetworkError(who + " rejected: " + gate_why);
+    if (gate->job_id != creds_.job_id)
+      throw NetworkError(who + " rejected: its TLS gate belongs to another job");
+    if (!mac_equal(gate->mac, tls_gate_mac(creds_.secret, challenge.server_nonce, *gate)))
+      throw NetworkError(who + " rejected: wrong job secret in its TLS gate");
+    // The secret is proven: no longer a stranger, so neither counted against
+    // the cap nor evicted while TLS runs.
+    if (me.evicted)
+      throw NetworkError(who + " rejected: dropped by the cap on unauthenticated connections");
+    me.authenticated = true;
+    --live_pending_;
     const auto ec = co_await before(deadline, stream.start_tls(*tls_, true),
                                     who + ": TLS handshake not done within " +
                                         std::to_string(kHandshakeTimeout.count()) + " s");
     if (ec) throw NetworkError(who + " rejected: TLS handshake failed: " + stream.tls_failure(ec));
+    have = 0;  // the Hello comes whole, inside TLS
   }
   auto [rec, rn] = co_await before(
-      deadline, stream.read(asio::buffer(hello_bytes)),
-      who + ": no hello within " + std::to_string(kHandshakeTimeout.count()) + " s");
+      deadline, stream.read(asio::buffer(hello_bytes.data() + have, hello_bytes.size() - have)),
+      no_hello);
   if (rec)
     throw NetworkError(
         who + " rejected: " +
@@ -310,8 +339,10 @@ asio::awaitable<void> Listener::authenticate(Stream& stream, const std::string& 
   if (me.evicted)  // dropped by the cap while this coroutine was between operations
     throw NetworkError(who + claimed +
                        " rejected: dropped by the cap on unauthenticated connections");
-  me.authenticated = true;
-  --live_pending_;
+  if (!me.authenticated) {
+    me.authenticated = true;
+    --live_pending_;
+  }
   if (on_connection_) on_connection_(std::move(stream), *hello);
 }
 
@@ -359,6 +390,16 @@ asio::awaitable<Stream> connect_authenticated(const std::string& local_address,
     if (!challenge) throw NetworkError(where + " is not a gridbcast lane: " + why);
     Stream stream(std::move(socket));
     if (tls) {
+      // The job secret first, in plaintext, so the acceptor spends nothing
+      // on TLS for connections that cannot prove it.
+      TlsGate gate;
+      gate.job_id = creds.job_id;
+      gate.gate_nonce = random_nonce();
+      gate.mac = tls_gate_mac(creds.secret, challenge->server_nonce, gate);
+      const auto gate_bytes = encode(gate);
+      auto [gwec, gwn] = co_await before(deadline, stream.write(asio::buffer(gate_bytes)),
+                                         "timed out sending the TLS gate to " + where);
+      if (gwec) throw NetworkError("handshake with " + where + " failed: " + gwec.message());
       const auto tec = co_await before(deadline, stream.start_tls(*tls->ctx, false),
                                        "timed out in the TLS handshake with " + where);
       if (tec) throw NetworkError("TLS with " + where + " failed: " + stream.tls_failure(tec));

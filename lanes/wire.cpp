@@ -135,6 +135,18 @@ std::array<std::uint8_t, kAcceptBytes> encode(const Accept& a) {
   return out;
 }
 
+std::array<std::uint8_t, kTlsGateBytes> encode(const TlsGate& g) {
+  std::array<std::uint8_t, kTlsGateBytes> out{};
+  Writer w(out.data());
+  w.u32(kTlsGateMagic);
+  w.u16(kTlsGateVersion);
+  w.u16(0);
+  w.u64(g.job_id);
+  w.bytes(g.gate_nonce);
+  w.bytes(g.mac);
+  return out;
+}
+
 std::array<std::uint8_t, kFrameHeaderBytes> encode(const FrameHeader& f) {
   std::array<std::uint8_t, kFrameHeaderBytes> out{};
   Writer w(out.data());
@@ -188,6 +200,27 @@ std::optional<Accept> decode_accept(std::span<const std::uint8_t> bytes, std::st
   Accept a;
   r.bytes(a.mac);
   return a;
+}
+
+std::optional<TlsGate> decode_tls_gate(std::span<const std::uint8_t> bytes, std::string& why) {
+  if (!check_size(bytes, kTlsGateBytes, "TLS gate", why)) return std::nullopt;
+  Reader r(bytes);
+  if (r.u32() != kTlsGateMagic) {
+    why = "wrong magic in the TLS gate";
+    return std::nullopt;
+  }
+  const std::uint16_t version = r.u16();
+  const std::uint16_t reserved = r.u16();
+  if (version != kTlsGateVersion || reserved != 0) {
+    why = "TLS gate version " + std::to_string(version) + " (reserved " + std::to_string(reserved) +
+          "), this build speaks " + std::to_string(kTlsGateVersion);
+    return std::nullopt;
+  }
+  TlsGate g;
+  g.job_id = r.u64();
+  r.bytes(g.gate_nonce);
+  r.bytes(g.mac);
+  return g;
 }
 
 std::optional<FrameHeader> decode_frame_header(std::span<const std::uint8_t> bytes,
@@ -244,6 +277,17 @@ Mac accept_mac(std::span<const std::uint8_t> secret, const Nonce& client_nonce,
   append(msg, client_nonce);
   append(msg, server_nonce);
   append(msg, encode(unsigned_hello));
+  return hmac(secret, msg);
+}
+
+Mac tls_gate_mac(std::span<const std::uint8_t> secret, const Nonce& server_nonce,
+                 const TlsGate& g) {
+  TlsGate unsigned_gate = g;
+  unsigned_gate.mac = Mac{};
+  std::vector<std::uint8_t> msg;
+  append(msg, "gridbcast-tls-gate");
+  append(msg, server_nonce);
+  append(msg, encode(unsigned_gate));
   return hmac(secret, msg);
 }
 

@@ -16,6 +16,18 @@
 // stream), so neither message can be taken for another link's.
 //
 // Version 2 added to_rank to the Hello and the Hello's fields to the Accept MAC.
+//
+// On a TLS link the connector proves the job secret before the TLS handshake,
+// in plaintext, so that a stranger costs the acceptor one HMAC and a few
+// bytes, never a TLS first flight (ECDHE and a signature) on the rank's I/O
+// thread:
+//      ── Challenge{server_nonce} ──►
+//      ◄── TlsGate{magic "GBT1", version, job, gate_nonce, mac} ──
+//            mac = HMAC-SHA256(secret, "gridbcast-tls-gate" | server_nonce | gate_nonce | job)
+//      ◄── TLS 1.3 handshake ──►   then Hello and Accept inside TLS, as above
+// The server's fresh nonce makes a gate recorded on one connection useless on
+// the next. A connection whose first bytes are a TLS record, not a gate, is
+// refused before any TLS work. Plain links are unchanged.
 #pragma once
 
 #include <array>
@@ -64,6 +76,15 @@ struct Accept {
   Mac mac{};
 };
 
+inline constexpr std::uint32_t kTlsGateMagic = 0x47425431;  // "GBT1"
+inline constexpr std::uint16_t kTlsGateVersion = 1;
+
+struct TlsGate {
+  std::uint64_t job_id = 0;
+  Nonce gate_nonce{};
+  Mac mac{};
+};
+
 enum class FrameKind : std::uint32_t {
   kData = 1,     // a broadcast segment: seq = broadcast number, offset into the message
   kMessage = 2,  // a point-to-point message (runtime/p2p): seq = context id, offset = tag
@@ -80,11 +101,13 @@ struct FrameHeader {
 inline constexpr size_t kChallengeBytes = 4 + 2 + 2 + kNonceBytes;
 inline constexpr size_t kHelloBytes = 4 + 2 + 2 + 8 + 4 + 4 + 1 + 1 + 2 + kNonceBytes + kMacBytes;
 inline constexpr size_t kAcceptBytes = 4 + kMacBytes;
+inline constexpr size_t kTlsGateBytes = 4 + 2 + 2 + 8 + kNonceBytes + kMacBytes;
 inline constexpr size_t kFrameHeaderBytes = 4 + 4 + 8 + 8 + 8;
 
 std::array<std::uint8_t, kChallengeBytes> encode(const Challenge& c);
 std::array<std::uint8_t, kHelloBytes> encode(const Hello& h);
 std::array<std::uint8_t, kAcceptBytes> encode(const Accept& a);
+std::array<std::uint8_t, kTlsGateBytes> encode(const TlsGate& g);
 std::array<std::uint8_t, kFrameHeaderBytes> encode(const FrameHeader& f);
 
 // Decoders return nullopt and set `why` for wrong magic, version or kind, a
@@ -93,6 +116,7 @@ std::array<std::uint8_t, kFrameHeaderBytes> encode(const FrameHeader& f);
 std::optional<Challenge> decode_challenge(std::span<const std::uint8_t> bytes, std::string& why);
 std::optional<Hello> decode_hello(std::span<const std::uint8_t> bytes, std::string& why);
 std::optional<Accept> decode_accept(std::span<const std::uint8_t> bytes, std::string& why);
+std::optional<TlsGate> decode_tls_gate(std::span<const std::uint8_t> bytes, std::string& why);
 std::optional<FrameHeader> decode_frame_header(std::span<const std::uint8_t> bytes,
                                                std::string& why);
 
@@ -103,6 +127,7 @@ Mac hello_mac(std::span<const std::uint8_t> secret, const Nonce& server_nonce, c
 // proves the server agreed to exactly that link.
 Mac accept_mac(std::span<const std::uint8_t> secret, const Nonce& client_nonce,
                const Nonce& server_nonce, const Hello& h);
+Mac tls_gate_mac(std::span<const std::uint8_t> secret, const Nonce& server_nonce, const TlsGate& g);
 // Constant-time comparison.
 bool mac_equal(const Mac& a, const Mac& b);
 

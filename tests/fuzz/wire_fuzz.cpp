@@ -1,4 +1,4 @@
-// Fuzz target: the handshake (Challenge, Hello, Accept) and frame decoders
+// Fuzz target: the handshake (Challenge, Hello, Accept, TLS gate) and frame decoders
 // take any bytes; they accept or reject, and what they accept re-encodes
 // identically and is within range.
 #include <cstddef>
@@ -29,6 +29,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   if (auto c = lanes::decode_challenge(in, why)) {
     const auto again = lanes::encode(*c);
+    if (std::memcmp(again.data(), data, again.size()) != 0) std::abort();
+  }
+  if (auto g = lanes::decode_tls_gate(in, why)) {
+    const auto again = lanes::encode(*g);
     if (std::memcmp(again.data(), data, again.size()) != 0) std::abort();
   }
   if (auto a = lanes::decode_accept(in, why)) {

@@ -2,15 +2,17 @@
 // grid CA, the certificate bound to the rank a hello claims, TLS 1.3 only, and
 // a clear reason on every rejection, with the listener serving on.
 #include <gtest/gtest.h>
-#include <malloc.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
+#include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
 #include <asio/ssl.hpp>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,6 +21,7 @@
 #include "lanes/log.hpp"
 #include "lanes/net.hpp"
 #include "lanes/tls.hpp"
+#include "support/client_hello.hpp"
 #include "support/temp_dir.hpp"
 
 namespace gridbcast::lanes {
@@ -137,6 +140,22 @@ std::string try_connect(Server& s, std::uint32_t rank, const std::filesystem::pa
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
+
+// The TLS gate a rank sends before its TLS handshake, for the server's
+// challenge, with `c`'s secret and job.
+std::array<std::uint8_t, kTlsGateBytes> gate_for(
+    const std::array<std::uint8_t, kChallengeBytes>& challenge_bytes, const Credentials& c) {
+  std::string why;
+  const auto challenge = decode_challenge(challenge_bytes, why);
+  EXPECT_TRUE(challenge) << why;
+  TlsGate g;
+  g.job_id = c.job_id;
+  g.gate_nonce = random_nonce();
+  g.mac = tls_gate_mac(c.secret, challenge ? challenge->server_nonce : Nonce{}, g);
+  return encode(g);
+}
+
+using testing::client_hello;
 
 // Certificates whose names a hostile peer chose to drive a terminal: a CN and
 // a first DNS name that end a log line and forge the next, a second DNS name
@@ -361,6 +380,8 @@ TEST(Tls, Tls12OnlyClientIsRejected) {
     co_await tls.next_layer().async_connect(s.endpoint(), asio::use_awaitable);
     std::array<std::uint8_t, kChallengeBytes> challenge{};
     co_await asio::async_read(tls.next_layer(), asio::buffer(challenge), asio::use_awaitable);
+    co_await asio::async_write(tls.next_layer(), asio::buffer(gate_for(challenge, creds())),
+                               asio::use_awaitable);
     auto [hec] = co_await tls.async_handshake(asio::ssl::stream_base::client, kAsTuple);
     co_return hec;
   }());
@@ -379,6 +400,8 @@ TEST(Tls, AClientThatStallsInTheTlsHandshakeIsDroppedAtTheDeadline) {
     co_await raw.async_connect(s.endpoint(), asio::use_awaitable);
     std::array<std::uint8_t, kChallengeBytes> challenge{};
     co_await asio::async_read(raw, asio::buffer(challenge), asio::use_awaitable);
+    co_await asio::async_write(raw, asio::buffer(gate_for(challenge, creds())),
+                               asio::use_awaitable);
     // The start of a TLS record header, then silence.
     const std::array<std::uint8_t, 3> partial{kTlsHandshakeRecord, 0x03, 0x01};
     co_await asio::async_write(raw, asio::buffer(partial), asio::use_awaitable);
@@ -409,38 +432,62 @@ TEST(Tls, WrongSecretInsideTlsIsStillRejected) {
   EXPECT_TRUE(contains(s.rejected[0], "wrong job secret")) << s.rejected[0];
 }
 
-// A stranger's connection that starts TLS (first byte 0x16) used to get a
-// zero-filled 256 KiB input buffer and 288 KiB reserved for output before
-// anyone knew who it was. Now it gets one record's buffer until a large read,
-// after the Hello, and the output grows as records are written.
-TEST(Tls, AStrangersTlsRecordCostsOneRecordBufferNotTheBatchBuffer) {
-  constexpr int kStrangers = 40;
+// A stranger's connection that starts TLS got a full TLS 1.3 first flight
+// (ECDHE and a signature) on the rank's one I/O thread before anything was
+// authenticated. Now the job secret comes first (the TLS gate): a real
+// ClientHello from a stranger is refused at its first four bytes, before any
+// TLS work, and the listener holds nothing for it.
+TEST(Tls, AStrangersClientHelloIsRefusedBeforeAnyTlsWork) {
   Server s(pki().good);
-  // This test's server runs on this thread alone: the main arena and mmap see it all.
-  const auto heap = [] {
-    const auto m = ::mallinfo2();
-    return static_cast<std::uint64_t>(m.uordblks + m.hblkhd);
-  };
-  s.io.run_for(50ms);
-  const std::uint64_t before = heap();
+  const std::vector<std::uint8_t> hello = client_hello();
+  ASSERT_EQ(hello[0], kTlsHandshakeRecord);
+  constexpr int kStrangers = 40;
   std::vector<tcp::socket> strangers;
   for (int i = 0; i < kStrangers; ++i) {
     strangers.emplace_back(s.io);
     strangers.back().connect(s.endpoint());
-    const std::array<std::uint8_t, 3> record_start{kTlsHandshakeRecord, 0x03, 0x01};
-    asio::write(strangers.back(), asio::buffer(record_start));
+    asio::write(strangers.back(), asio::buffer(hello));
   }
-  const auto give_up = Clock::now() + 5s;
-  while (s.listener->unauthenticated() < kStrangers && Clock::now() < give_up) s.io.run_for(20ms);
-  s.io.run_for(200ms);  // each is in its TLS handshake, waiting for the rest of the record
-  const std::uint64_t grew = heap() - std::min(heap(), before);
-  EXPECT_EQ(s.listener->unauthenticated(), static_cast<size_t>(kStrangers));
-  // OpenSSL's own session state and record buffers take about 80 KB; the old
-  // code added 256 KiB for input and reserved 288 KiB for output (over 600 KB each).
-  EXPECT_LT(grew, std::uint64_t{kStrangers} * (160 << 10))
-      << kStrangers << " strangers in their TLS handshake hold " << grew << " bytes";
-  std::cout << "[ figures  ] " << kStrangers << " strangers in the TLS handshake: heap +" << grew
-            << " bytes (" << grew / kStrangers << " each)\n";
+  s.settle(kStrangers);
+  ASSERT_EQ(s.rejected.size(), static_cast<size_t>(kStrangers));
+  for (const auto& why : s.rejected)
+    EXPECT_TRUE(contains(why, "started TLS without first proving the job secret")) << why;
+  EXPECT_EQ(s.listener->unauthenticated(), 0u);
+  EXPECT_EQ(try_connect(s, 1, &pki().good, "alpha"), "");
+}
+
+// A gate made without the secret, for another job, or recorded on one
+// connection and replayed on the next is refused before TLS starts.
+TEST(Tls, AGateWithoutTheSecretOrReplayedIsRefusedBeforeTls) {
+  Server s(pki().good);
+  std::list<tcp::socket> open;  // kept open: a closed one is refused for closing
+  const auto send_gate = [&](const std::function<std::array<std::uint8_t, kTlsGateBytes>(
+                                 const std::array<std::uint8_t, kChallengeBytes>&)>& make) {
+    tcp::socket& raw = open.emplace_back(s.io);
+    std::array<std::uint8_t, kTlsGateBytes> sent{};
+    run(s.io, [&]() -> asio::awaitable<int> {
+      co_await raw.async_connect(s.endpoint(), asio::use_awaitable);
+      std::array<std::uint8_t, kChallengeBytes> challenge{};
+      co_await asio::async_read(raw, asio::buffer(challenge), asio::use_awaitable);
+      sent = make(challenge);
+      co_await asio::async_write(raw, asio::buffer(sent), asio::use_awaitable);
+      co_return 0;
+    }());
+    return sent;
+  };
+  send_gate([](const auto& c) { return gate_for(c, {7, std::vector<std::uint8_t>(32, 0x11)}); });
+  send_gate([](const auto& c) { return gate_for(c, {8, creds().secret}); });
+  const auto recorded = send_gate([](const auto& c) { return gate_for(c, creds()); });
+  s.settle(2);
+  send_gate([&](const auto&) { return recorded; });
+  s.settle(3);
+  // The recorded gate was good on its own connection: that one waits in TLS
+  // (no ClientHello comes) and is not counted as a stranger.
+  ASSERT_GE(s.rejected.size(), 3u);
+  EXPECT_TRUE(contains(s.rejected[0], "wrong job secret in its TLS gate")) << s.rejected[0];
+  EXPECT_TRUE(contains(s.rejected[1], "TLS gate belongs to another job")) << s.rejected[1];
+  EXPECT_TRUE(contains(s.rejected[2], "wrong job secret in its TLS gate")) << s.rejected[2];
+  EXPECT_EQ(try_connect(s, 1, &pki().good, "alpha"), "");
 }
 
 // A peer's certificate names used to reach the rejection log and the error

@@ -174,5 +174,38 @@ TEST(Wire, AcceptMacBindsTheHellosJobRanksLanesAndStream) {
   }
 }
 
+// The gate a TLS client sends before its handshake: round-trips, refuses what
+// is not one, and its MAC binds the secret, the server's nonce and the job.
+TEST(Wire, TlsGateRoundTripsAndItsMacBindsSecretServerNonceAndJob) {
+  TlsGate g;
+  g.job_id = 0x0102030405060708;
+  g.gate_nonce = random_nonce();
+  const std::vector<std::uint8_t> secret(32, 0x5a);
+  const Nonce server = random_nonce();
+  g.mac = tls_gate_mac(secret, server, g);
+  const auto bytes = encode(g);
+  EXPECT_EQ(bytes[0], 'G');
+  EXPECT_EQ(bytes[3], '1');
+  EXPECT_NE(bytes[0], 0x16) << "never mistaken for a TLS record";
+  std::string why;
+  const auto back = decode_tls_gate(bytes, why);
+  ASSERT_TRUE(back) << why;
+  EXPECT_EQ(back->job_id, g.job_id);
+  EXPECT_TRUE(mac_equal(back->mac, tls_gate_mac(secret, server, *back)));
+  EXPECT_FALSE(mac_equal(g.mac, tls_gate_mac(secret, random_nonce(), g)));
+  EXPECT_FALSE(mac_equal(g.mac, tls_gate_mac(std::vector<std::uint8_t>(32, 1), server, g)));
+  TlsGate other = g;
+  other.job_id += 1;
+  EXPECT_FALSE(mac_equal(g.mac, tls_gate_mac(secret, server, other)));
+  auto bad = bytes;
+  bad[5] = 9;  // version
+  EXPECT_FALSE(decode_tls_gate(bad, why));
+  bad = bytes;
+  bad[7] = 1;  // reserved
+  EXPECT_FALSE(decode_tls_gate(bad, why));
+  EXPECT_FALSE(decode_tls_gate(std::span(bytes).first(kTlsGateBytes - 1), why));
+  EXPECT_FALSE(decode_tls_gate(encode(Hello{}), why));
+}
+
 }  // namespace
 }  // namespace gridbcast::lanes
