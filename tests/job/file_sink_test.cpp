@@ -301,6 +301,24 @@ TEST(FileSink, ResumeRefusesAPartialThatIsASymlink) {
   EXPECT_EQ(slurp((dir / "victim").string()), "precious");
 }
 
+// Another user's pipe in a sticky directory, at the destination or the
+// partial's name, where --resume reads: refused at once naming the path,
+// never opened for a read that would wait for a writer.
+TEST(FileSink, ResumeRefusesAPipeAtTheDestinationOrThePartialWithoutWaiting) {
+  for (const bool at_partial : {false, true}) {
+    SCOPED_TRACE(at_partial ? "partial" : "destination");
+    TempDir dir;
+    const fs::path pipe = at_partial ? dir / partial_name("copy.bin") : dir / "copy.bin";
+    ASSERT_EQ(::mkfifo(pipe.c_str(), 0666), 0);
+    SinkOptions o;
+    o.resume = true;
+    const auto start = std::chrono::steady_clock::now();
+    expect_error([&] { FileSink::open((dir / "copy.bin").string(), meta_for(8), o); },
+                 {pipe.string()});
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  }
+}
+
 // A real signal in a real process: the child opens a sink, writes and waits;
 // SIGTERM must leave no temporary file and the previous copy as it was.
 TEST(FileSink, SigtermRemovesTheTemporaryFile) {
