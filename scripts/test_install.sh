@@ -80,7 +80,9 @@ int main(int argc, char** argv) {
     comms.push_back(std::make_unique<runtime::Communicator>(grid, r, creds));
     table.push_back(comms.back()->listen());
   }
-  for (auto& c : comms) c->set_endpoints(table);
+  // One run nonce for the job's communicators, fresh for every run.
+  const runtime::RunNonce nonce = runtime::new_run_nonce();
+  for (auto& c : comms) c->set_endpoints(table, nonce);
   std::vector<std::vector<unsigned char>> bufs(2, std::vector<unsigned char>(bytes));
   for (std::uint64_t i = 0; i < bytes; ++i) bufs[0][i] = static_cast<unsigned char>(i * 7 + 1);
   std::exception_ptr errors[2];
