@@ -228,8 +228,8 @@ std::optional<FrameHeader> decode_frame_header(std::span<const std::uint8_t> byt
   if (!check_size(bytes, kFrameHeaderBytes, "frame header", why)) return std::nullopt;
   Reader r(bytes);
   const std::uint32_t kind = r.u32();
-  if (kind != static_cast<std::uint32_t>(FrameKind::kData) &&
-      kind != static_cast<std::uint32_t>(FrameKind::kMessage)) {
+  if (kind < static_cast<std::uint32_t>(FrameKind::kData) ||
+      kind > static_cast<std::uint32_t>(FrameKind::kCredit)) {
     why = "unknown frame kind " + std::to_string(kind);
     return std::nullopt;
   }
@@ -242,7 +242,14 @@ std::optional<FrameHeader> decode_frame_header(std::span<const std::uint8_t> byt
   f.seq = r.u64();
   f.offset = r.u64();
   f.length = r.u64();
-  const std::uint64_t limit = f.kind == FrameKind::kData ? kMaxFrameBytes : kMaxMessageBytes;
+  // What follows a header is bounded by its kind: a segment or a piece by one
+  // frame, an eager message or an envelope's message by kMaxMessageBytes, and
+  // the rendezvous signals carry nothing.
+  const bool signal = f.kind == FrameKind::kCts || f.kind == FrameKind::kCredit;
+  const std::uint64_t limit =
+      signal ? 0
+             : (f.kind == FrameKind::kData || f.kind == FrameKind::kRndvData ? kMaxFrameBytes
+                                                                             : kMaxMessageBytes);
   if (f.length > limit) {
     why = "frame of " + std::to_string(f.length) + " bytes exceeds the limit of " +
           std::to_string(limit);

@@ -87,8 +87,15 @@ struct TlsGate {
 
 enum class FrameKind : std::uint32_t {
   kData = 1,     // a broadcast segment: seq = broadcast number, offset into the message
-  kMessage = 2,  // a point-to-point message (runtime/p2p): seq = context id, offset = tag
-                 // (two's complement), length = the whole message, up to kMaxMessageBytes
+  kMessage = 2,  // a point-to-point message sent eagerly (runtime/p2p): seq = context id,
+                 // offset = tag (two's complement), length = the whole message, which follows
+  // The rendezvous of a large message (runtime/p2p.hpp), on the same connections:
+  kRts = 3,       // its envelope: seq = context id, offset = tag, length = the message's
+                  // (no bytes follow); the n-th kRts on a connection is rendezvous n
+  kCts = 4,       // receiver to sender: rendezvous seq is matched, send it (length 0)
+  kRndvData = 5,  // a piece of rendezvous seq at `offset`, `length` bytes follow
+                  // (at most kMaxFrameBytes)
+  kCredit = 6,    // receiver to sender: seq more bytes of eager credit (length 0)
 };
 
 struct FrameHeader {

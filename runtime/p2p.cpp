@@ -1,7 +1,9 @@
 #include "runtime/p2p.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 
 namespace gridbcast::runtime {
 namespace {
@@ -12,6 +14,9 @@ bool matches(const std::optional<int>& want_source, std::uint64_t want_context,
   return context == want_context && (!want_source || *want_source == source) &&
          (!want_tag || *want_tag == tag);
 }
+
+// A kCts or kCredit whose connection is not made yet waits at most this long for it.
+constexpr auto kSignalConnectTimeout = std::chrono::seconds(60);
 
 // Passes a destination to the next ticket, also when a send throws.
 struct SendTurn {
@@ -28,8 +33,31 @@ struct SendTurn {
 
 }  // namespace
 
+namespace {
+
+std::uint64_t eager_credit_for(int ranks) {
+  return std::max(kMinEagerCredit,
+                  kUnexpectedBytesLimit / static_cast<std::uint64_t>(std::max(1, ranks - 1)));
+}
+
+// GRIDBCAST_EAGER_BYTES, within [0, credit / 2]; the default otherwise.
+std::uint64_t eager_bytes_for(std::uint64_t credit) {
+  std::uint64_t bytes = kDefaultEagerBytes;
+  if (const char* e = std::getenv("GRIDBCAST_EAGER_BYTES"); e != nullptr && *e != '\0') {
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(e, &end, 10);
+    if (end != nullptr && *end == '\0') bytes = v;
+  }
+  return std::min(bytes, credit / 2);
+}
+
+}  // namespace
+
 Messenger::Messenger(Transport& transport)
-    : transport_(transport), changed_(transport.io().get_executor()) {
+    : transport_(transport),
+      eager_bytes_(eager_bytes_for(eager_credit_for(transport.grid().size()))),
+      eager_credit_(eager_credit_for(transport.grid().size())),
+      changed_(transport.io().get_executor()) {
   transport_.on_message_connection(
       [this](int peer, std::unique_ptr<lanes::Stream> s) { accept(peer, std::move(s)); });
 }
@@ -65,6 +93,14 @@ Messenger::Posted* Messenger::take_posted(int source, std::uint64_t context, std
 
 void Messenger::peer_closed(int peer, const std::string& why) {
   closed_[peer] = why;
+  for (auto it = matched_.begin(); it != matched_.end();) {
+    if (it->first.first == peer) {
+      if (it->second.posted != nullptr) it->second.posted->error = why;
+      it = matched_.erase(it);
+    } else {
+      ++it;
+    }
+  }
   for (auto it = posted_.begin(); it != posted_.end();) {
     if ((*it)->source == peer) {
       (*it)->error = why;
@@ -82,6 +118,9 @@ void Messenger::close_all(const std::string& why) {
   for (auto& [peer, s] : incoming_) s->close();
   for (Posted* p : posted_) p->error = why;
   posted_.clear();
+  for (auto& [key, m] : matched_)
+    if (m.posted != nullptr) m.posted->error = why;
+  matched_.clear();
   changed_.notify_all();
 }
 
@@ -114,110 +153,221 @@ asio::awaitable<void> Messenger::read_loop(int peer, lanes::Stream& socket) {
     }
     std::string why;
     const auto header = lanes::decode_frame_header(header_bytes, why);
-    if (header && header->kind != lanes::FrameKind::kMessage)
+    if (header && header->kind == lanes::FrameKind::kData)
       why = "a data frame on the message connection";
     if (!header || !why.empty()) {
       socket.close();
       peer_closed(peer, "protocol error from " + who + ": " + why);
       co_return;
     }
-    const std::uint64_t context = header->seq;
-    const auto tag = static_cast<std::int64_t>(header->offset);
-    const std::uint64_t length = header->length;
-
-    Posted* posted = take_posted(peer, context, tag);
     std::error_code failure;
-    if (posted != nullptr) {
-      const std::uint64_t take = std::min(length, posted->capacity);
-      // In pieces, so a deadline sees a large message arriving.
-      for (std::uint64_t got = 0; !failure && got < take;) {
-        const auto piece = static_cast<size_t>(std::min(take - got, kProgressPiece));
-        auto [rec, rn] = co_await socket.read(asio::buffer(posted->data + got, piece));
-        failure = rec;
-        got += piece;
-        bytes_moved_ += piece;
+    try {
+      switch (header->kind) {
+        case lanes::FrameKind::kMessage:
+          failure = co_await on_eager(peer, socket, *header, scratch);
+          break;
+        case lanes::FrameKind::kRts:
+          on_envelope(peer, *header);
+          break;
+        case lanes::FrameKind::kRndvData:
+          failure = co_await on_piece(peer, socket, *header, scratch);
+          break;
+        case lanes::FrameKind::kCts:
+          cleared_.insert({peer, header->seq});
+          changed_.notify_all();
+          break;
+        case lanes::FrameKind::kCredit:
+          credit(peer) =
+              std::min(eager_credit_, credit(peer) + std::min(header->seq, eager_credit_));
+          changed_.notify_all();
+          break;
+        case lanes::FrameKind::kData:
+          break;
       }
-      // Whatever does not fit is read and dropped: the receiver learns the length.
-      if (!failure) failure = co_await discard(socket, length - take, scratch);
-      if (failure) {
-        posted->error = "receiving a message from " + who + " failed: " + failure.message();
-      } else {
-        posted->info = MessageInfo{peer, tag, length};
-        posted->done = true;
-      }
-      changed_.notify_all();
-    } else {
-      // Nobody waits for it yet: read it into memory as it arrives (a declared
-      // length costs nothing by itself), within the budget for unexpected
-      // messages. Beyond the budget the reader waits, and TCP's flow control
-      // holds the sender back, until a receive takes a queued message or is
-      // posted for this one.
-      Unexpected u{peer, context, tag, {}};
-      arriving_[peer] = Arriving{context, tag, length};  // for probes
-      changed_.notify_all();
-      std::uint64_t got = 0;
-      Posted* late = nullptr;
-      while (!failure && got < length) {
-        while (closed_all_.empty() && !(late = take_posted(peer, context, tag)) &&
-               (unexpected_bytes_ >= kUnexpectedBytesLimit ||
-                unexpected_.size() >= kUnexpectedMessagesLimit))
-          co_await changed_.wait();
-        if (late != nullptr || !closed_all_.empty()) break;
-        const auto piece = static_cast<size_t>(
-            std::min({length - got, kUnexpectedPiece, kUnexpectedBytesLimit - unexpected_bytes_}));
-        u.data.resize(static_cast<size_t>(got) + piece);
-        unexpected_bytes_ += piece;
-        auto [rec, rn] = co_await socket.read(asio::buffer(u.data.data() + got, piece));
-        failure = rec;
-        got += piece;
-        bytes_moved_ += piece;
-      }
-      // Taken by a receive, queued or failed: no longer a message to probe.
-      // (Not RAII: the frame may outlive the messenger at shutdown.)
-      arriving_.erase(peer);
-      if (failure || !closed_all_.empty()) {
-        unexpected_bytes_ -= u.data.size();
-      } else if (late != nullptr || (late = take_posted(peer, context, tag)) != nullptr) {
-        // A receive posted while the payload was arriving: it gets what came
-        // so far, the rest goes straight into its buffer, the excess is dropped.
-        unexpected_bytes_ -= u.data.size();
-        const std::uint64_t fits = std::min(length, late->capacity);
-        if (const auto have = std::min(got, fits); have > 0)
-          std::memcpy(late->data, u.data.data(), static_cast<size_t>(have));
-        u.data = {};
-        if (got < fits) {
-          auto [rec, rn] =
-              co_await socket.read(asio::buffer(late->data + got, static_cast<size_t>(fits - got)));
-          failure = rec;
-          bytes_moved_ += fits - got;
-        }
-        if (!failure) failure = co_await discard(socket, length - std::max(got, fits), scratch);
-        if (failure) {
-          late->error = "receiving a message from " + who + " failed: " + failure.message();
-        } else {
-          late->info = MessageInfo{peer, tag, length};
-          late->done = true;
-        }
-        changed_.notify_all();
-      } else {
-        unexpected_.push_back(std::move(u));
-        changed_.notify_all();
-      }
-      if (failure) {
-        if (closed_all_.empty())
-          peer_closed(peer, who + " closed its message connection after " + std::to_string(got) +
-                                " of the " + std::to_string(length) +
-                                " bytes its message declared (did it fail?)");
-        co_return;
-      }
-      if (!closed_all_.empty()) co_return;
+    } catch (const lanes::NetworkError& e) {
+      socket.close();
+      peer_closed(peer, "protocol error from " + who + ": " + e.what());
+      co_return;
     }
-    if (failure) {
-      if (closed_all_.empty())
-        peer_closed(peer, who + " closed its message connection mid-message (did it fail?)");
+    if (failure || !closed_all_.empty()) {
+      if (failure && closed_all_.empty())
+        peer_closed(peer, who + " closed its message connection mid-message (did it fail?): " +
+                              failure.message());
       co_return;
     }
   }
+}
+
+std::uint64_t& Messenger::credit(int dest) {
+  return credit_.try_emplace(dest, eager_credit_).first->second;
+}
+
+asio::awaitable<std::error_code> Messenger::on_eager(int peer, lanes::Stream& socket,
+                                                     const lanes::FrameHeader& h,
+                                                     std::vector<std::byte>& scratch) {
+  const std::uint64_t context = h.seq;
+  const auto tag = static_cast<std::int64_t>(h.offset);
+  const std::uint64_t length = h.length;
+  // Checked before a byte is read: a peer that ignores its credit is failed.
+  const std::uint64_t charge = length + kEnvelopeCharge;
+  std::uint64_t& held = held_[peer];
+  if (length > eager_credit_ || held + charge > eager_credit_)
+    throw lanes::NetworkError("an eager message of " + std::to_string(length) +
+                              " bytes beyond the credit it was given (" +
+                              std::to_string(eager_credit_ - std::min(held, eager_credit_)) +
+                              " bytes left of " + std::to_string(eager_credit_) + ")");
+  held += charge;
+  std::error_code failure;
+  if (Posted* posted = take_posted(peer, context, tag)) {
+    const std::uint64_t take = std::min(length, posted->capacity);
+    for (std::uint64_t got = 0; !failure && got < take;) {
+      const auto piece = static_cast<size_t>(std::min(take - got, kProgressPiece));
+      auto [rec, rn] = co_await socket.read(asio::buffer(posted->data + got, piece));
+      failure = rec;
+      got += piece;
+      bytes_moved_ += piece;
+    }
+    // Whatever does not fit is read and dropped: the receiver learns the length.
+    if (!failure) failure = co_await discard(socket, length - take, scratch);
+    if (failure) {
+      posted->error = "receiving a message from " + transport_.describe(peer, 0) +
+                      " failed: " + failure.message();
+    } else {
+      posted->info = MessageInfo{peer, tag, length};
+      posted->done = true;
+      consumed(peer, charge);
+    }
+    changed_.notify_all();
+    co_return failure;
+  }
+  // Nobody waits for it yet: read whole (the credit bounds it), then queued,
+  // or taken by a receive posted meanwhile.
+  arriving_[peer] = Arriving{context, tag, length};  // for probes
+  changed_.notify_all();
+  Unexpected u{peer, context, tag, std::vector<std::byte>(static_cast<size_t>(length)), charge};
+  unexpected_bytes_ += length;
+  for (std::uint64_t got = 0; !failure && got < length;) {
+    const auto piece = static_cast<size_t>(std::min(length - got, kUnexpectedPiece));
+    auto [rec, rn] = co_await socket.read(asio::buffer(u.data.data() + got, piece));
+    failure = rec;
+    got += piece;
+    bytes_moved_ += piece;
+  }
+  // (Not RAII: the frame may outlive the messenger at shutdown.)
+  arriving_.erase(peer);
+  if (failure || !closed_all_.empty()) {
+    unexpected_bytes_ -= length;
+    co_return failure;
+  }
+  if (Posted* late = take_posted(peer, context, tag)) {
+    unexpected_bytes_ -= length;
+    if (const auto n = std::min(length, late->capacity); n > 0)
+      std::memcpy(late->data, u.data.data(), static_cast<size_t>(n));
+    late->info = MessageInfo{peer, tag, length};
+    late->done = true;
+    consumed(peer, charge);
+  } else {
+    unexpected_.push_back(std::move(u));
+  }
+  changed_.notify_all();
+  co_return failure;
+}
+
+void Messenger::on_envelope(int peer, const lanes::FrameHeader& h) {
+  const std::uint64_t id = rts_in_[peer]++;
+  const auto tag = static_cast<std::int64_t>(h.offset);
+  if (Posted* posted = take_posted(peer, h.seq, tag)) {
+    match(*posted, peer, id, h.length, tag);
+    return;
+  }
+  if (envelopes_ >= kMaxEnvelopes)
+    throw lanes::NetworkError("one envelope more than the " + std::to_string(kMaxEnvelopes) +
+                              " messages nobody has received yet that a rank keeps (is a "
+                              "receive missing?)");
+  ++envelopes_;
+  Unexpected u{peer, h.seq, tag, {}, 0, true, h.length, id};
+  unexpected_.push_back(std::move(u));
+  changed_.notify_all();
+}
+
+void Messenger::match(Posted& r, int source, std::uint64_t id, std::uint64_t length,
+                      std::int64_t tag) {
+  r.info = MessageInfo{source, tag, length};
+  if (length == 0) {
+    r.done = true;
+  } else {
+    matched_[{source, id}] = Matched{&r, length};
+  }
+  signal(source, lanes::FrameKind::kCts, id);
+  changed_.notify_all();
+}
+
+asio::awaitable<std::error_code> Messenger::on_piece(int peer, lanes::Stream& socket,
+                                                     const lanes::FrameHeader& h,
+                                                     std::vector<std::byte>& scratch) {
+  const auto it = matched_.find({peer, h.seq});
+  if (it == matched_.end())
+    throw lanes::NetworkError("a piece of rendezvous " + std::to_string(h.seq) +
+                              ", which no receive has cleared");
+  Matched& m = it->second;
+  if (h.offset > m.length || h.length > m.length - h.offset || h.length > m.length - m.received)
+    throw lanes::NetworkError("a piece of rendezvous " + std::to_string(h.seq) + " at " +
+                              std::to_string(h.offset) + " (+" + std::to_string(h.length) +
+                              ") outside its " + std::to_string(m.length) + " bytes");
+  std::error_code failure;
+  std::uint64_t take = 0;
+  if (m.posted != nullptr && h.offset < m.posted->capacity)
+    take = std::min(h.length, m.posted->capacity - h.offset);
+  if (take > 0) {
+    auto [rec, rn] =
+        co_await socket.read(asio::buffer(m.posted->data + h.offset, static_cast<size_t>(take)));
+    failure = rec;
+    bytes_moved_ += take;
+  }
+  if (!failure) failure = co_await discard(socket, h.length - take, scratch);
+  // The receive may have been failed or withdrawn while the piece was read.
+  const auto now = matched_.find({peer, h.seq});
+  if (failure || now == matched_.end()) co_return failure;
+  now->second.received += h.length;
+  if (now->second.received == now->second.length) {
+    if (now->second.posted != nullptr) now->second.posted->done = true;
+    matched_.erase(now);
+  }
+  changed_.notify_all();
+  co_return failure;
+}
+
+void Messenger::consumed(int peer, std::uint64_t charge) {
+  std::uint64_t& owed = owed_[peer];
+  owed += charge;
+  if (owed < eager_credit_ / 4) return;
+  std::uint64_t& held = held_[peer];
+  held -= std::min(held, owed);
+  signal(peer, lanes::FrameKind::kCredit, owed);
+  owed = 0;
+}
+
+void Messenger::signal(int peer, lanes::FrameKind kind, std::uint64_t value) {
+  if (peer == transport_.rank() || !closed_all_.empty()) return;
+  const std::uint64_t ticket = reserve_send(peer);
+  asio::co_spawn(transport_.io(), write_signal(peer, kind, value, ticket),
+                 [this, alive = alive_, peer](std::exception_ptr e) {
+                   if (!e || !*alive || !closed_all_.empty()) return;
+                   peer_closed(peer, "signalling " + transport_.describe(peer, 0) +
+                                         " failed: " + lanes::what_of(e));
+                 });
+}
+
+asio::awaitable<void> Messenger::write_signal(int peer, lanes::FrameKind kind, std::uint64_t value,
+                                              std::uint64_t ticket) {
+  while (send_turn_[peer] != ticket) co_await changed_.wait();
+  SendTurn turn{alive_, send_turn_, changed_, peer};
+  if (!closed_all_.empty()) co_return;
+  lanes::Stream* socket = co_await transport_.outgoing(LinkKey{peer, 0, 0, kMessageStream},
+                                                       lanes::Clock::now() + kSignalConnectTimeout);
+  const auto header = lanes::encode(lanes::FrameHeader{kind, value, 0, 0});
+  auto [ec, n] = co_await socket->write(std::array<asio::const_buffer, 1>{asio::buffer(header)});
+  if (ec) throw lanes::NetworkError("writing to it: " + ec.message());
 }
 
 asio::awaitable<void> Messenger::send(int dest, std::uint64_t context, std::int64_t tag,
@@ -232,30 +382,68 @@ asio::awaitable<void> Messenger::send(int dest, std::uint64_t context, std::int6
   // One writer per connection, in ticket order: frames must not interleave,
   // and messages to one destination are not overtaken.
   while (send_turn_[dest] != ticket) co_await changed_.wait();
-  SendTurn turn{alive_, send_turn_, changed_, dest};
+  std::optional<SendTurn> turn(std::in_place, alive_, send_turn_, changed_, dest);
   if (!closed_all_.empty()) throw lanes::NetworkError(closed_all_);
-  lanes::Stream* socket =
-      co_await transport_.outgoing(LinkKey{dest, 0, 0, kMessageStream}, connect_deadline);
-  const auto header = lanes::encode(lanes::FrameHeader{lanes::FrameKind::kMessage, context,
-                                                       static_cast<std::uint64_t>(tag), bytes});
-  // The header with the first piece, then the rest in pieces, so a deadline
-  // sees a large message leaving.
-  std::uint64_t sent = std::min(bytes, kProgressPiece);
-  const std::array<asio::const_buffer, 2> bufs{asio::buffer(header),
-                                               asio::buffer(data, static_cast<size_t>(sent))};
-  auto [ec, n] = co_await socket->write(bufs);
-  bytes_moved_ += sent;
-  while (!ec && sent < bytes) {
-    const auto piece = static_cast<size_t>(std::min(bytes - sent, kProgressPiece));
-    const std::array<asio::const_buffer, 1> more{asio::buffer(data + sent, piece)};
-    auto [wec, wn] = co_await socket->write(more);
-    ec = wec;
+  const LinkKey key{dest, 0, 0, kMessageStream};
+  lanes::Stream* socket = co_await transport_.outgoing(key, connect_deadline);
+  const std::string fails = "sending a message to " + transport_.describe(dest, 0) + " failed: ";
+  const std::uint64_t charge = bytes + kEnvelopeCharge;
+  if (bytes <= eager_bytes_ && credit(dest) >= charge) {
+    credit(dest) -= charge;
+    const auto header = lanes::encode(lanes::FrameHeader{lanes::FrameKind::kMessage, context,
+                                                         static_cast<std::uint64_t>(tag), bytes});
+    // The header with the first piece, then the rest in pieces, so a deadline
+    // sees a large message leaving.
+    std::uint64_t sent = std::min(bytes, kProgressPiece);
+    const std::array<asio::const_buffer, 2> bufs{asio::buffer(header),
+                                                 asio::buffer(data, static_cast<size_t>(sent))};
+    auto [ec, n] = co_await socket->write(bufs);
+    bytes_moved_ += sent;
+    while (!ec && sent < bytes) {
+      const auto piece = static_cast<size_t>(std::min(bytes - sent, kProgressPiece));
+      const std::array<asio::const_buffer, 1> more{asio::buffer(data + sent, piece)};
+      auto [wec, wn] = co_await socket->write(more);
+      ec = wec;
+      sent += piece;
+      bytes_moved_ += piece;
+    }
+    if (ec) throw lanes::NetworkError(fails + ec.message());
+    co_return;
+  }
+  // Rendezvous: the envelope now, in this send's turn; the turn goes before
+  // the wait for the receiver, so later sends to it are not held up.
+  const std::uint64_t id = rts_out_[dest]++;
+  const auto envelope = lanes::encode(
+      lanes::FrameHeader{lanes::FrameKind::kRts, context, static_cast<std::uint64_t>(tag), bytes});
+  {
+    auto [ec, n] =
+        co_await socket->write(std::array<asio::const_buffer, 1>{asio::buffer(envelope)});
+    if (ec) throw lanes::NetworkError(fails + ec.message());
+  }
+  turn.reset();
+  while (!cleared_.erase({dest, id})) {
+    if (!closed_all_.empty()) throw lanes::NetworkError(closed_all_);
+    if (auto it = closed_.find(dest); it != closed_.end())
+      throw lanes::NetworkError(fails + it->second);
+    co_await changed_.wait();
+  }
+  // Each piece in a turn of its own: other messages to this destination pass
+  // between them.
+  for (std::uint64_t sent = 0; sent < bytes;) {
+    const std::uint64_t piece_ticket = reserve_send(dest);
+    while (send_turn_[dest] != piece_ticket) co_await changed_.wait();
+    SendTurn piece_turn{alive_, send_turn_, changed_, dest};
+    if (!closed_all_.empty()) throw lanes::NetworkError(closed_all_);
+    const std::uint64_t piece = std::min(bytes - sent, kProgressPiece);
+    const auto header =
+        lanes::encode(lanes::FrameHeader{lanes::FrameKind::kRndvData, id, sent, piece});
+    const std::array<asio::const_buffer, 2> bufs{
+        asio::buffer(header), asio::buffer(data + sent, static_cast<size_t>(piece))};
+    auto [ec, n] = co_await socket->write(bufs);
+    if (ec) throw lanes::NetworkError(fails + ec.message());
     sent += piece;
     bytes_moved_ += piece;
   }
-  if (ec)
-    throw lanes::NetworkError("sending a message to " + transport_.describe(dest, 0) +
-                              " failed: " + ec.message());
 }
 
 void Messenger::deliver_local(std::uint64_t context, std::int64_t tag, const std::byte* data,
@@ -279,13 +467,23 @@ void Messenger::post(PostedReceive& r) {
   r.error.clear();
   for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
     if (!matches(r.source, r.context, r.tag, it->source, it->context, it->tag)) continue;
+    if (it->rendezvous) {
+      const Unexpected u = std::move(*it);
+      unexpected_.erase(it);
+      --envelopes_;
+      match(r, u.source, u.id, u.length, u.tag);
+      return;
+    }
     r.info = MessageInfo{it->source, it->tag, it->data.size()};
     if (const auto n = std::min<std::uint64_t>(r.info.bytes, r.capacity); n > 0)
       std::memcpy(r.data, it->data.data(), static_cast<size_t>(n));
     unexpected_bytes_ -= it->data.size();
+    const int source = it->source;
+    const std::uint64_t charge = it->charge;
     unexpected_.erase(it);
     r.done = true;
-    changed_.notify_all();  // a reader may wait for the budget
+    if (source != transport_.rank()) consumed(source, charge);
+    changed_.notify_all();
     return;
   }
   if (!closed_all_.empty()) {
@@ -304,13 +502,16 @@ void Messenger::post(PostedReceive& r) {
 
 void Messenger::unpost(PostedReceive& r) {
   posted_.remove(&r);
+  // A rendezvous it matched: its pieces are read and dropped.
+  for (auto& [key, m] : matched_)
+    if (m.posted == &r) m.posted = nullptr;
 }
 
 std::optional<MessageInfo> Messenger::probe(std::optional<int> source, std::uint64_t context,
                                             std::optional<std::int64_t> tag) const {
   for (const auto& u : unexpected_)
     if (matches(source, context, tag, u.source, u.context, u.tag))
-      return MessageInfo{u.source, u.tag, u.data.size()};
+      return MessageInfo{u.source, u.tag, u.bytes()};
   // A message still arriving comes after every queued one from its sender.
   for (const auto& [peer, a] : arriving_)
     if (matches(source, context, tag, peer, a.context, a.tag))

@@ -1,5 +1,7 @@
 // libgridbcast_mpi: C programs built against gridbcast's mpi.h, run under
 // `gridbcast launch TOPOLOGY -- PROGRAM` as a user runs them.
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -169,6 +171,28 @@ TEST(MpiStandalone, NonBlockingPointToPointOnTwoRanksAndAlone) {
   Child alone({kMpiBin + "/nonblocking_gridbcast"});
   ASSERT_EQ(alone.wait(60s), 0) << alone.err();
   EXPECT_NE(alone.out().find("nonblocking: 1 ranks, "), std::string::npos) << alone.out();
+}
+
+// Issue 26's program and its variants (tests/mpi/progress.c: a 100 MiB Isend
+// before a Barrier, 4,097 small Isends across one, a big Isend before
+// broadcasts, both directions, MPI_ANY_SOURCE) on 8, 2 and 4 ranks. Each hung
+// forever when every message went eagerly.
+TEST(MpiStandalone, ALargeIsendBeforeABarrierCompletesOnEveryJobSize) {
+  const auto four = std::filesystem::temp_directory_path() /
+                    ("gridbcast-progress-" + std::to_string(::getpid()) + ".yaml");
+  std::ofstream(four) << "name: four\ndefaults:\n  nic_bandwidth: 10 Gbit\nsites:\n  - name: s\n   "
+                         " nodes:\n      - name: q[1-4]\n"
+                         "        nics:\n          - address: 127.0.9.[11-14]\n";
+  for (const std::vector<std::string>& where :
+       {std::vector<std::string>{}, {kSrc + "/site-configs/loopback-pair.yaml"}, {four.string()}}) {
+    std::vector<std::string> cmd = {kBin, "launch"};
+    cmd.insert(cmd.end(), where.begin(), where.end());
+    for (const auto& a : {std::string("--"), kMpiBin + "/progress_gridbcast"}) cmd.push_back(a);
+    Child c(cmd);
+    EXPECT_EQ(c.wait(300s), 0) << c.err();
+    EXPECT_NE(c.out().find(" checks, 0 failed"), std::string::npos) << c.out();
+  }
+  std::filesystem::remove(four);
 }
 
 TEST(MpiStandalone, AWaitWithoutProgressFailsAtTheTimeoutNamingThePeer) {

@@ -152,19 +152,80 @@ TEST(Messages, TruncationReportsTheFullLengthAndSelfSendsQueue) {
 }
 
 TEST(Messages, SimultaneousLargeExchangeDoesNotDeadlock) {
-  // Both ranks send 48 MiB before receiving: each one's reader drains the other
-  // while its own send waits for the kernel.
+  // Both ranks start a 48 MiB send before receiving (an Isend, as MPI requires
+  // for an exchange: a blocking send of a large message waits for its receive,
+  // as in MPICH and Open MPI). Each envelope waits for the other's receive.
   const auto grid = make_grid({2});
   Ranks ranks(grid);
   ranks.run([&](Communicator& c) {
     const std::uint64_t size = 48u << 20;
     const int peer = 1 - c.rank();
     const auto mine = pattern(size, static_cast<std::uint64_t>(c.rank()) + 10);
-    c.send(peer, 3, 0, mine.data(), size);
+    const P2pRequest send = c.isend(peer, 3, 0, mine.data(), size);
     std::vector<std::byte> got(size);
     EXPECT_EQ(c.receive(peer, 3, 0, got.data(), size).bytes, size);
+    c.wait({send}, 1);
     EXPECT_TRUE(got == pattern(size, static_cast<std::uint64_t>(peer) + 10));
   });
+}
+
+// The program of issue 26: rank 0 starts a 100 MiB send to rank 1 and enters a
+// barrier; rank 1 enters the barrier, then receives. Eagerly, the barrier's
+// message from rank 0 sat behind the 100 MiB rank 1 would not receive until
+// the barrier was done: a hang. With the rendezvous only an envelope is ahead
+// of it. Also: 4,097 small sends outstanding before the barrier (more than the
+// old 4,096-message budget), sends both ways at once, any-source receives.
+TEST(Messages, ALargeSendBeforeABarrierCompletes) {
+  for (const int n : {2, 4, 8}) {
+    SCOPED_TRACE(std::to_string(n) + " ranks");
+    const auto grid = make_grid({n});
+    Ranks ranks(grid);
+    const std::uint64_t size = 100u << 20;
+    ranks.run([&](Communicator& c) {
+      // A barrier as the MPI library makes one from messages (its own context).
+      const auto barrier = [&c] {
+        std::byte b{};
+        if (c.rank() == 0) {
+          for (int r = 1; r < c.size(); ++r) c.receive(std::nullopt, 99, 0, &b, 0);
+          for (int r = 1; r < c.size(); ++r) c.send(r, 99, 1, &b, 0);
+        } else {
+          c.send(0, 99, 0, &b, 0);
+          c.receive(0, 99, 1, &b, 0);
+        }
+      };
+      std::vector<std::byte> buf(size);
+      std::vector<P2pRequest> sends;
+      if (c.rank() == 0) {
+        const auto data = pattern(size, 5);
+        sends.push_back(c.isend(1, 7, 1, data.data(), size));
+        static std::vector<int> values(4097);  // a send's buffer stays until it completes
+        for (int i = 0; i < 4097; ++i) {
+          values[static_cast<size_t>(i)] = i;
+          sends.push_back(c.isend(1, 7, 2, &values[static_cast<size_t>(i)], sizeof(int)));
+        }
+        barrier();
+        c.wait(sends, sends.size());
+      } else if (c.rank() == 1) {
+        const auto back = pattern(size, 6);
+        sends.push_back(c.isend(0, 7, 3, back.data(), size));  // the other way at once
+        barrier();
+        EXPECT_EQ(c.receive(std::nullopt, 7, 1, buf.data(), size).bytes, size);
+        EXPECT_TRUE(std::vector<std::byte>(buf.begin(), buf.end()) == pattern(size, 5));
+        for (int i = 0; i < 4097; ++i) {
+          int got = -1;
+          c.receive(0, 7, 2, &got, sizeof got);
+          EXPECT_EQ(got, i);
+        }
+        c.wait(sends, sends.size());
+      } else {
+        barrier();
+      }
+      if (c.rank() == 0) {
+        EXPECT_EQ(c.receive(1, 7, 3, buf.data(), size).bytes, size);
+        EXPECT_TRUE(std::vector<std::byte>(buf.begin(), buf.end()) == pattern(size, 6));
+      }
+    });
+  }
 }
 
 TEST(Messages, OneGibibytePlusInOneFrame) {
