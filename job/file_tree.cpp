@@ -18,8 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr std::uint64_t kTreeHeaderBytes = 1024;
-
 FileTime mtime_of(const struct stat& st) {
   return FileTime::of(st.st_mtim);
 }
@@ -61,40 +59,6 @@ void walk(const std::string& base, const std::string& rel, std::vector<TreeEntry
     if (out.back().kind == TreeEntry::Kind::kDirectory) walk(base, r, out);
   }
 }
-
-void put_u64(std::string& s, std::uint64_t v) {
-  for (int i = 7; i >= 0; --i) s.push_back(static_cast<char>(v >> (8 * i)));
-}
-void put_text(std::string& s, const std::string& t) {
-  put_u64(s, t.size());
-  s += t;
-}
-
-class Cursor {
- public:
-  explicit Cursor(const std::string& s) : s_(s) {}
-  std::uint64_t u64() {
-    need(8);
-    std::uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<unsigned char>(s_[pos_++]);
-    return v;
-  }
-  std::string text() {
-    const std::uint64_t n = u64();
-    need(n);
-    std::string t = s_.substr(pos_, n);
-    pos_ += n;
-    return t;
-  }
-  bool done() const { return pos_ == s_.size(); }
-
- private:
-  void need(std::uint64_t n) const {
-    if (n > s_.size() - pos_) throw std::runtime_error("file broadcast: the manifest is truncated");
-  }
-  const std::string& s_;
-  size_t pos_ = 0;
-};
 
 std::string join(const std::string& base, const std::string& rel) {
   return rel.empty() ? base : base.empty() ? rel : base + "/" + rel;
@@ -210,31 +174,21 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
     }
   }
   std::string header(kTreeHeaderBytes, '\0');
-  if (is_root) {
-    std::string h;
-    put_u64(h, error.empty() ? 0 : 1);
-    put_u64(h, manifest.size());
-    put_text(h, error.substr(0, kTreeHeaderBytes - 32));
-    std::memcpy(header.data(), h.data(), h.size());
-  }
+  if (is_root) header = encode_tree_header({!error.empty(), manifest.size(), error});
   comm.bcast(header.data(), header.size(), root, spec.algorithm);
   {
-    Cursor c(header);
-    const bool failed = c.u64() != 0;
-    const std::uint64_t length = c.u64();
-    const std::string why = c.text();
-    if (failed) {
-      if (is_root) throw std::runtime_error(who(rank) + ": " + why);
-      throw std::runtime_error(who(rank) + ": stopped: the root, " + who(root) +
-                               ", cannot send: " + why);
+    TreeHeader h;
+    try {
+      h = decode_tree_header(header);
+    } catch (const FileWireError& e) {
+      throw std::runtime_error(who(rank) + ": refused before anything was written: " + e.what());
     }
-    if (length > kMaxManifestBytes)
-      throw std::runtime_error(who(rank) +
-                               ": refused before anything was written: the root's "
-                               "manifest would be " +
-                               std::to_string(length) + " bytes (at most " +
-                               std::to_string(kMaxManifestBytes) + ")");
-    manifest.resize(length);
+    if (h.failed) {
+      if (is_root) throw std::runtime_error(who(rank) + ": " + h.error);
+      throw std::runtime_error(who(rank) + ": stopped: the root, " + who(root) +
+                               ", cannot send: " + h.error);
+    }
+    manifest.resize(h.manifest_bytes);
   }
   comm.bcast(manifest.data(), manifest.size(), root, spec.algorithm);
   std::vector<TreeEntry> entries;

@@ -56,8 +56,8 @@ class Cursor {
   std::string text(std::uint64_t max, const char* field) {
     const std::uint64_t n = u64();
     if (n > max)
-      refuse("manifest has a " + std::string(field) + " of " + std::to_string(n) +
-             " bytes (at most " + std::to_string(max) + ")");
+      refuse(std::string(field) + " of " + std::to_string(n) + " bytes (at most " +
+             std::to_string(max) + ")");
     need(n);
     std::string t = s_.substr(pos_, n);
     pos_ += n;
@@ -67,7 +67,7 @@ class Cursor {
 
  private:
   void need(std::uint64_t n) const {
-    if (n > s_.size() - pos_) refuse("manifest is truncated");
+    if (n > s_.size() - pos_) refuse("manifest or tree header is truncated");
   }
   const std::string& s_;
   size_t pos_ = 0;
@@ -180,6 +180,29 @@ FileHeader decode_file_header(std::span<const std::byte> in) {
   return h;
 }
 
+std::string encode_tree_header(const TreeHeader& h) {
+  std::string s;
+  put_u64(s, h.failed ? 1 : 0);
+  put_u64(s, h.manifest_bytes);
+  put_text(s, h.error.substr(0, kTreeHeaderBytes - 32));
+  s.resize(kTreeHeaderBytes, '\0');
+  return s;
+}
+
+TreeHeader decode_tree_header(const std::string& bytes) {
+  Cursor c(bytes);
+  TreeHeader h;
+  const std::uint64_t failed = c.u64();
+  if (failed > 1) refuse("tree header has a status of " + std::to_string(failed));
+  h.failed = failed == 1;
+  h.manifest_bytes = c.u64();
+  h.error = c.text(kTreeHeaderBytes, "tree header has an error text");
+  if (!h.failed && h.manifest_bytes > kMaxManifestBytes)
+    refuse("manifest would be " + std::to_string(h.manifest_bytes) + " bytes (at most " +
+           std::to_string(kMaxManifestBytes) + ")");
+  return h;
+}
+
 std::string encode_manifest(const std::vector<TreeEntry>& entries) {
   std::string s;
   put_u64(s, entries.size());
@@ -211,7 +234,7 @@ std::vector<TreeEntry> decode_manifest(const std::string& bytes) {
   std::unordered_set<std::string> dirs, seen;
   for (std::uint64_t i = 0; i < n; ++i) {
     TreeEntry& e = out[i];
-    e.path = c.text(kMaxPathBytes, "path");
+    e.path = c.text(kMaxPathBytes, "manifest has a path");
     const std::uint64_t kind = c.u64();
     if (kind > 2) refuse("manifest has an entry of unknown kind " + std::to_string(kind));
     e.kind = static_cast<TreeEntry::Kind>(kind);
@@ -226,7 +249,7 @@ std::vector<TreeEntry> decode_manifest(const std::string& bytes) {
              " nanoseconds past the second");
     e.mtime.nsec = static_cast<std::uint32_t>(nsec);
     e.size = c.u64();
-    e.target = c.text(kMaxPathBytes, "symbolic link's target");
+    e.target = c.text(kMaxPathBytes, "manifest has a symbolic link's target");
     const bool is_file = e.kind == TreeEntry::Kind::kFile;
     const bool is_link = e.kind == TreeEntry::Kind::kSymlink;
     if (e.size > kMaxFileBytes || (!is_file && e.size != 0))

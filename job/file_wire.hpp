@@ -95,6 +95,19 @@ inline constexpr std::uint64_t kMinManifestEntryBytes = 56;
 inline constexpr std::uint64_t kMaxPathBytes = 4095;
 inline constexpr std::uint64_t kMaxNameBytes = 255;
 
+// What precedes a manifest: its length, or the root's error instead.
+//   | failed u64 | manifest length u64 | error (u64 n, n bytes) | zero padding |
+inline constexpr std::uint64_t kTreeHeaderBytes = 1024;
+struct TreeHeader {
+  bool failed = false;
+  std::uint64_t manifest_bytes = 0;
+  std::string error;  // at most kTreeHeaderBytes - 32 bytes of it travel
+};
+std::string encode_tree_header(const TreeHeader& h);  // kTreeHeaderBytes long
+// Refuses a status other than 0 or 1, a manifest longer than
+// kMaxManifestBytes, an error text past the header's end.
+TreeHeader decode_tree_header(const std::string& bytes);
+
 std::string encode_manifest(const std::vector<TreeEntry>& entries);
 // Besides the limits above, refuses what could make a rank write outside the
 // output tree or apply an entry twice, before anything is written:

@@ -1,7 +1,8 @@
 // Fuzz target: the file broadcast's decoders (job/file_wire.hpp) take any
-// bytes a root could send; they accept or refuse (FileWireError), never read
-// or allocate out of bounds, and what they accept is within the documented
-// limits and re-encodes identically. The first byte picks the decoder.
+// bytes a root could send (header, tree header, manifest); they accept or
+// refuse (FileWireError), never read or allocate out of bounds, and what they
+// accept is within the documented limits (and a header or manifest re-encodes
+// identically). The first byte picks the decoder.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -16,7 +17,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size == 0) return 0;
   const auto* body = reinterpret_cast<const std::byte*>(data + 1);
   const std::size_t n = size - 1;
-  if (data[0] & 1) {
+  if (data[0] & 2) {
+    // The tree's header, also kTreeHeaderBytes on the wire.
+    std::string header(reinterpret_cast<const char*>(body),
+                       std::min<std::size_t>(n, kTreeHeaderBytes));
+    header.resize(kTreeHeaderBytes, '\0');
+    try {
+      const TreeHeader h = decode_tree_header(header);
+      if (!h.failed && h.manifest_bytes > kMaxManifestBytes) std::abort();
+      if (h.error.size() > kTreeHeaderBytes) std::abort();
+    } catch (const FileWireError&) {
+    }
+  } else if (data[0] & 1) {
     // The header is always kFileHeaderBytes on the wire: the input, padded.
     std::vector<std::byte> header(kFileHeaderBytes);
     std::copy(body, body + std::min<std::size_t>(n, kFileHeaderBytes), header.begin());

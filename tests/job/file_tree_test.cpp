@@ -282,9 +282,7 @@ TEST(FileTree, AHostileManifestIsRefusedByEveryRankBeforeAnythingIsWritten) {
     ranks.run([&](runtime::Communicator& c) {
       if (c.rank() == 0) {
         // The tree's header (no error, the manifest's length), then it.
-        std::string header(1024, '\0');
-        for (int i = 0; i < 8; ++i)
-          header[static_cast<size_t>(8 + i)] = static_cast<char>(manifest.size() >> (8 * (7 - i)));
+        std::string header = encode_tree_header({false, manifest.size(), ""});
         c.bcast(header.data(), header.size(), 0);
         std::string copy = manifest;
         c.bcast(copy.data(), copy.size(), 0);

@@ -105,6 +105,28 @@ TEST(FileWire, AFailedRootsHeaderCarriesOnlyItsError) {
   EXPECT_EQ(back.error.size(), kFileErrorBytes);
 }
 
+TEST(FileWire, ATreeHeaderRoundTripsAndRefusesWhatIsOutOfRange) {
+  const TreeHeader back = decode_tree_header(encode_tree_header({false, 12345, ""}));
+  EXPECT_FALSE(back.failed);
+  EXPECT_EQ(back.manifest_bytes, 12345u);
+  const TreeHeader failed = decode_tree_header(encode_tree_header({true, 0, "cannot open"}));
+  EXPECT_TRUE(failed.failed);
+  EXPECT_EQ(failed.error, "cannot open");
+  EXPECT_EQ(encode_tree_header({true, 0, std::string(5000, 'x')}).size(), kTreeHeaderBytes);
+  try {
+    decode_tree_header(encode_tree_header({false, kMaxManifestBytes + 1, ""}));
+    ADD_FAILURE() << "a manifest past the limit was accepted";
+  } catch (const FileWireError& e) {
+    EXPECT_NE(std::string(e.what()).find("manifest would be"), std::string::npos) << e.what();
+  }
+  std::string bad = encode_tree_header({false, 1, ""});
+  bad[7] = 2;  // a status of 2
+  EXPECT_THROW(decode_tree_header(bad), FileWireError);
+  bad = encode_tree_header({false, 1, ""});
+  bad[22] = 0x7f;  // an error text of 32,512 bytes, longer than the header
+  EXPECT_THROW(decode_tree_header(bad), FileWireError);
+}
+
 TEST(FileWire, ChunkCountNeverWraps) {
   EXPECT_EQ(chunk_count(0, 1), 0u);
   EXPECT_EQ(chunk_count(1, 4), 1u);

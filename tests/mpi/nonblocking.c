@@ -16,18 +16,9 @@
 #include <string.h>
 #include <unistd.h>
 
-static int rank, size, checks, failures;
+#include "check.h"
 
-#define CHECK(cond, ...)                                                 \
-  do {                                                                   \
-    ++checks;                                                            \
-    if (!(cond)) {                                                       \
-      ++failures;                                                        \
-      fprintf(stderr, "rank %d: %s:%d: %s: ", rank, __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                      \
-      fprintf(stderr, "\n");                                             \
-    }                                                                    \
-  } while (0)
+static int rank, size, checks, failures;
 
 static unsigned char pattern(long long i, int from, int seed) {
   return (unsigned char)((i * 131 + from * 17 + seed * 7 + (i >> 11)) & 0xff);

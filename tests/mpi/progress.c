@@ -15,18 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int rank, size, checks, failures;
+#include "check.h"
 
-#define CHECK(cond, ...)                                                            \
-  do {                                                                              \
-    ++checks;                                                                       \
-    if (!(cond)) {                                                                  \
-      ++failures;                                                                   \
-      fprintf(stderr, "rank %d: %s:%d: %s: ", rank, __FILE__, __LINE__, #cond);     \
-      fprintf(stderr, __VA_ARGS__);                                                 \
-      fprintf(stderr, "\n");                                                        \
-    }                                                                               \
-  } while (0)
+static int rank, size, checks, failures;
 
 static unsigned char pattern(long long i, int seed) {
   return (unsigned char)((i * 131 + seed * 7 + (i >> 13)) & 0xff);
