@@ -70,7 +70,23 @@ struct RankState {
   // The current broadcast, as the rank last reported it.
   std::uint64_t bytes_in = 0, bytes_out = 0, bytes_worked = 0;
   bool done = false;
+  // A program's rank, as its last heartbeat said: what it waits for in MPI
+  // ("" when in no blocking call) and the bytes it has moved in all.
+  std::string waiting;
+  std::uint64_t moved = 0;
 };
+
+// How long every rank of a program may wait in MPI with no byte moving
+// before the launcher names them (once, as a hint: without --timeout it does
+// not fail the job). GRIDBCAST_STUCK_HINT_SECONDS overrides it; 0 turns it off.
+std::chrono::seconds stuck_hint_after() {
+  if (const char* e = std::getenv("GRIDBCAST_STUCK_HINT_SECONDS"); e != nullptr && *e != '\0') {
+    char* end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    if (end != nullptr && *end == '\0' && v >= 0) return std::chrono::seconds(v);
+  }
+  return std::chrono::seconds(60);
+}
 
 class Launcher;
 
@@ -202,6 +218,12 @@ class Launcher {
   int broadcast_iteration_ = -1;
   Clock::time_point broadcast_start_{}, last_change_{}, last_report_{};
   std::uint64_t last_total_ = 0;
+  // A program in which every rank waits in MPI and nothing moves.
+  void check_stuck(Clock::time_point now);
+  const std::chrono::seconds stuck_hint_after_ = stuck_hint_after();
+  Clock::time_point stuck_since_{};
+  std::uint64_t stuck_moved_ = 0;
+  bool stuck_named_ = false;
   std::deque<std::pair<Clock::time_point, std::uint64_t>> held_samples_;
   std::vector<control::FileRecord> file_records_;
 };
@@ -276,7 +298,11 @@ void Launcher::begin_broadcast(int iteration) {
 void Launcher::on_message(int r, control::ToLauncher m) {
   auto& st = rank(r);
   st.last_heard = Clock::now();
-  if (std::holds_alternative<control::Alive>(m)) return;
+  if (auto* a = std::get_if<control::Alive>(&m)) {
+    st.waiting = std::move(a->waiting);
+    st.moved = a->moved;
+    return;
+  }
   if (auto* p = std::get_if<control::Progress>(&m)) {
     if (p->iteration == broadcast_iteration_ && !st.done) {
       st.bytes_in = p->bytes_in;
@@ -445,6 +471,7 @@ asio::awaitable<void> Launcher::watchdog() {
         st.last_heard = now;  // once
       }
     }
+    if (o_.params.program() && table_sent_) check_stuck(now);
     if (broadcast_iteration_ >= 0) {
       std::uint64_t total = 0;
       for (const auto& st : ranks_)
@@ -471,6 +498,41 @@ asio::awaitable<void> Launcher::watchdog() {
       }
     }
   }
+}
+
+void Launcher::check_stuck(Clock::time_point now) {
+  if (stuck_named_ || stuck_hint_after_.count() == 0) return;
+  bool all_wait = true;
+  int live = 0;
+  std::uint64_t moved = 0;
+  for (const auto& st : ranks_) {
+    if (st.exited || st.finished || st.reported_error) continue;
+    ++live;
+    all_wait = all_wait && !st.waiting.empty();
+    moved += st.moved;
+  }
+  if (!all_wait || live == 0 || moved != stuck_moved_ || stuck_since_ == Clock::time_point{}) {
+    stuck_since_ = now;
+    stuck_moved_ = moved;
+    return;
+  }
+  if (now - stuck_since_ < stuck_hint_after_) return;
+  stuck_named_ = true;
+  std::string line = "every rank has waited in MPI for " +
+                     std::to_string(stuck_hint_after_.count()) +
+                     " s with no byte moving anywhere (a deadlock in the program?); the job "
+                     "goes on (--timeout S would end it):";
+  int n = 0;
+  for (int r = 0; r < p_; ++r) {
+    const auto& st = rank(r);
+    if (st.exited || st.finished || st.reported_error) continue;
+    if (n++ == 8) {
+      line += "\n  ... and " + std::to_string(live - 8) + " more";
+      break;
+    }
+    line += "\n  " + who(r) + ": " + lanes::log::printable(st.waiting, 256);
+  }
+  say(lanes::log::Level::kNotice, line);
 }
 
 void Launcher::report_progress() {

@@ -283,7 +283,12 @@ std::string encode_body(const ToLauncher& m) {
                 .text(d.path)
                 .take();
           },
-          [](const Alive&) { return Writer(Type::kAlive).take(); },
+          [](const Alive& a) {
+            return Writer(Type::kAlive)
+                .text(a.waiting.substr(0, kMaxWaitingText))
+                .u64(a.moved)
+                .take();
+          },
           [](const Point& p) { return Writer(Type::kPoint).text(p.encoded).take(); },
           [](const BenchDone& b) {
             return Writer(Type::kBenchDone).u64(b.rejected).u64(b.peak_rss).take();
@@ -413,8 +418,14 @@ ToLauncher decode_to_launcher(const std::string& body) {
     }
     case Type::kAlive: {
       Reader r(body, "Alive");
+      Alive a;
+      a.waiting = r.text("waiting");
+      if (a.waiting.size() > kMaxWaitingText)
+        r.fail("a waiting text of " + std::to_string(a.waiting.size()) + " bytes (at most " +
+               std::to_string(kMaxWaitingText) + ")");
+      a.moved = r.u64();
       r.end();
-      out = Alive{};
+      out = std::move(a);
       break;
     }
     case Type::kPoint: {

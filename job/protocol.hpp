@@ -106,7 +106,15 @@ struct FileList {
   std::int32_t iteration = 0;
   std::vector<FileRecord> files;
 };
-struct Alive {};  // a heartbeat between messages of substance
+// A heartbeat between messages of substance. A program's rank says what it
+// waits for in a blocking call ("" if none) and the bytes it has moved in
+// all, so the launcher can name a job in which every rank waits and nothing
+// moves (without a --timeout, it does not fail it).
+inline constexpr std::size_t kMaxWaitingText = 1024;
+struct Alive {
+  std::string waiting;  // at most kMaxWaitingText bytes
+  std::uint64_t moved = 0;
+};
 struct Point {
   std::string encoded;  // a BenchPoint (job/bench.hpp)
 };

@@ -242,7 +242,12 @@ struct Session::Impl {
                                    worked.load() - worked_base},
                  nullptr});
       } else {
-        enqueue({control::Alive{}, nullptr});
+        control::Alive alive;
+        if (comm) {
+          alive.waiting = comm->waiting().substr(0, control::kMaxWaitingText);
+          alive.moved = comm->moved();
+        }
+        enqueue({std::move(alive), nullptr});
       }
     }
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <set>
 #include <type_traits>
 
@@ -271,6 +272,17 @@ struct Communicator::Impl {
   // call fails the same way (the first error sticks).
   template <typename T>
   T drive_watched(asio::awaitable<T> op, const std::string& what) {
+    struct Waiting {
+      Impl& im;
+      Waiting(Impl& i, const std::string& what) : im(i) {
+        std::lock_guard lock(im.waiting_mu);
+        im.waiting = what;
+      }
+      ~Waiting() {
+        std::lock_guard lock(im.waiting_mu);
+        im.waiting.clear();
+      }
+    } waiting_now{*this, what};
     if (options.timeout >= kNoTimeout) return drive(std::move(op));
     auto watch_state = std::make_shared<Watch>();
     asio::co_spawn(io, watch(watch_state, what), asio::detached);
@@ -286,6 +298,9 @@ struct Communicator::Impl {
       std::rethrow_exception(failed);
     }
   }
+  mutable std::mutex waiting_mu;
+  std::string waiting;  // under waiting_mu: what a blocking call waits for
+
   struct Watch {
     bool done = false;
     std::string why;  // set when the deadline fired
@@ -678,6 +693,16 @@ const topology::Grid& Communicator::grid() const {
 Communicator::Progress Communicator::progress() const {
   return {impl_->live.bytes_in.load(std::memory_order_relaxed),
           impl_->live.bytes_out.load(std::memory_order_relaxed)};
+}
+
+std::string Communicator::waiting() const {
+  std::lock_guard lock(impl_->waiting_mu);
+  return impl_->waiting;
+}
+
+std::uint64_t Communicator::moved() const {
+  return impl_->live.bytes_in.load(std::memory_order_relaxed) +
+         impl_->live.bytes_out.load(std::memory_order_relaxed) + impl_->messenger.bytes_moved();
 }
 
 std::uint64_t Communicator::rejected_connections() const {

@@ -163,6 +163,12 @@ class Communicator {
     std::uint64_t bytes_out = 0;
   };
   Progress progress() const;
+  // What this rank waits for in a blocking call now ("waiting for a message
+  // from rank 0 (...)"), or "" when it is in none; and the bytes it has moved
+  // in all (broadcasts and messages). Both safe from any thread: the job's
+  // heartbeat reports them, so the launcher can name a program that is stuck.
+  std::string waiting() const;
+  std::uint64_t moved() const;
 
  private:
   struct Impl;

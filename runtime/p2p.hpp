@@ -34,6 +34,7 @@
 // plus at most kMaxEnvelopes envelopes in all.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -142,7 +143,7 @@ class Messenger {
   std::uint64_t unexpected_bytes() const { return unexpected_bytes_; }
   // Payload bytes read and written so far, all peers: progress for the
   // Communicator's deadlines (large messages move in pieces of kProgressPiece).
-  std::uint64_t bytes_moved() const { return bytes_moved_; }
+  std::uint64_t bytes_moved() const { return bytes_moved_.load(std::memory_order_relaxed); }
 
  private:
   using Posted = PostedReceive;
@@ -198,10 +199,10 @@ class Messenger {
   std::list<Posted*> posted_;          // in posting order
   std::deque<Unexpected> unexpected_;  // in arrival order
   std::uint64_t unexpected_bytes_ = 0;
-  std::uint64_t bytes_moved_ = 0;
-  std::map<int, std::uint64_t> send_next_;  // destination -> next ticket
-  std::map<int, std::uint64_t> send_turn_;  // destination -> ticket whose turn it is
-  std::map<int, Arriving> arriving_;        // peer -> its unexpected message in progress
+  std::atomic<std::uint64_t> bytes_moved_{0};  // read by the session's heartbeat too
+  std::map<int, std::uint64_t> send_next_;     // destination -> next ticket
+  std::map<int, std::uint64_t> send_turn_;     // destination -> ticket whose turn it is
+  std::map<int, Arriving> arriving_;           // peer -> its unexpected message in progress
   std::uint64_t eager_bytes_;
   std::uint64_t eager_credit_;
   std::map<int, std::uint64_t> credit_;   // destination -> eager credit left

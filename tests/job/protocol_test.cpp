@@ -76,6 +76,18 @@ TEST(ControlProtocol, EveryMessageRoundTrips) {
   EXPECT_EQ(pp.bytes_out, 3u);
   EXPECT_EQ(pp.bytes_worked, 4u);
   EXPECT_EQ(std::get<Abort>(decode_to_launcher(encode_body(Abort{-3, "why"}))).code, -3);
+  const auto aa = std::get<Alive>(decode_to_launcher(
+      encode_body(Alive{"waiting for a message from rank 1 (a2, 127.0.1.2 lane 0)", 77})));
+  EXPECT_EQ(aa.waiting, "waiting for a message from rank 1 (a2, 127.0.1.2 lane 0)");
+  EXPECT_EQ(aa.moved, 77u);
+  // A heartbeat's waiting text is bounded: the encoder cuts it, the decoder refuses more.
+  EXPECT_EQ(std::get<Alive>(decode_to_launcher(encode_body(Alive{std::string(5000, 'w'), 0})))
+                .waiting.size(),
+            kMaxWaitingText);
+  std::string long_alive = encode_body(Alive{std::string(kMaxWaitingText, 'w'), 0});
+  long_alive.insert(5, "w");  // one byte more than the length says, then fix the length
+  long_alive[4] = static_cast<char>(long_alive[4] + 1);
+  EXPECT_THROW(decode_to_launcher(long_alive), ProtocolError);
   EXPECT_EQ(std::get<Endpoints>(decode_to_launcher(encode_body(Endpoints{{5, 6}}))).ports[1], 6);
   FileList fl;
   fl.iteration = 1;

@@ -9,7 +9,10 @@
  *   4. Both directions at once (0 -> 1 and 1 -> 0), then a Barrier.
  *   5. The receive of 1 with MPI_ANY_SOURCE, after the Barrier.
  * BIG is argv[1] in MiB (default 100). Rank 0 prints
- * "progress: N ranks, C checks, F failed"; exit status 0 when all held. */
+ * "progress: N ranks, C checks, F failed"; exit status 0 when all held.
+ *
+ * `progress deadlock`: an incorrect program, for the launcher's hint: every
+ * rank receives from the next one, and nobody sends. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,6 +114,12 @@ int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (argc > 1 && strcmp(argv[1], "deadlock") == 0) {
+    int v = 0;
+    MPI_Recv(&v, 1, MPI_INT, (rank + 1) % size, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    MPI_Finalize();
+    return 1;
+  }
   const long long big = (argc > 1 ? atoll(argv[1]) : 100) << 20;
   if (size >= 2) {
     big_before_barrier(big, 0, 0, 10);

@@ -1,11 +1,14 @@
 // libgridbcast_mpi: C programs built against gridbcast's mpi.h, run under
 // `gridbcast launch TOPOLOGY -- PROGRAM` as a user runs them.
+#include <signal.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "mpi_support.hpp"
 
@@ -193,6 +196,30 @@ TEST(MpiStandalone, ALargeIsendBeforeABarrierCompletesOnEveryJobSize) {
     EXPECT_NE(c.out().find(" checks, 0 failed"), std::string::npos) << c.out();
   }
   std::filesystem::remove(four);
+}
+
+// A stuck program without --timeout is named, not silent: when every rank has
+// waited in MPI with no byte moving for GRIDBCAST_STUCK_HINT_SECONDS (here 2;
+// 60 by default), the launcher says so once, with what each rank waits for,
+// and the job goes on (a hint, not a failure) until it is stopped.
+TEST(MpiStandalone, AStuckProgramIsNamedOnceAndNotFailed) {
+  Child c({"/usr/bin/env", "GRIDBCAST_STUCK_HINT_SECONDS=2", kBin, "launch", "--",
+           kMpiBin + "/progress_gridbcast", "deadlock"});
+  const auto give_up = std::chrono::steady_clock::now() + 60s;
+  while (c.err().find("every rank has waited in MPI") == std::string::npos &&
+         std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(200ms);
+  std::this_thread::sleep_for(3s);  // once: no second hint
+  ::kill(c.pid(), SIGTERM);
+  c.wait(60s);
+  const std::string err = c.err();
+  const auto at = err.find("every rank has waited in MPI for 2 s with no byte moving");
+  ASSERT_NE(at, std::string::npos) << err;
+  EXPECT_EQ(err.find("every rank has waited in MPI", at + 1), std::string::npos) << err;
+  EXPECT_NE(err.find("rank 0 (a1): waiting for a message from rank 1 (a2"), std::string::npos)
+      << err;
+  EXPECT_NE(err.find("rank 7 (b4): waiting for a message from rank 0 (a1"), std::string::npos)
+      << err;
 }
 
 TEST(MpiStandalone, AWaitWithoutProgressFailsAtTheTimeoutNamingThePeer) {
