@@ -18,15 +18,21 @@ bool matches(const std::optional<int>& want_source, std::uint64_t want_context,
 // A kCts or kCredit whose connection is not made yet waits at most this long for it.
 constexpr auto kSignalConnectTimeout = std::chrono::seconds(60);
 
-// Passes a destination to the next ticket, also when a send throws.
+using Waiters = std::map<std::pair<int, std::uint64_t>, std::shared_ptr<Event>>;
+
+// Passes a destination to the next ticket, also when a send throws, and wakes
+// that ticket's sender alone (thousands of Isends to one rank each waiting on
+// one event made every turn wake them all).
 struct SendTurn {
   std::shared_ptr<bool> alive;
   std::map<int, std::uint64_t>& turn;
+  Waiters& waiters;
   Event& changed;
   int dest;
   ~SendTurn() {
     if (!*alive) return;
-    ++turn[dest];
+    const std::uint64_t next = ++turn[dest];
+    if (auto it = waiters.find({dest, next}); it != waiters.end()) it->second->notify_all();
     changed.notify_all();
   }
 };
@@ -93,6 +99,8 @@ Messenger::Posted* Messenger::take_posted(int source, std::uint64_t context, std
 
 void Messenger::peer_closed(int peer, const std::string& why) {
   closed_[peer] = why;
+  for (auto& [key, ev] : cts_waiters_)
+    if (key.first == peer) ev->notify_all();
   for (auto it = matched_.begin(); it != matched_.end();) {
     if (it->first.first == peer) {
       if (it->second.posted != nullptr) it->second.posted->error = why;
@@ -115,6 +123,8 @@ void Messenger::peer_closed(int peer, const std::string& why) {
 void Messenger::close_all(const std::string& why) {
   if (!closed_all_.empty()) return;
   closed_all_ = why;
+  for (auto& [key, ev] : cts_waiters_) ev->notify_all();
+  for (auto& [key, ev] : turn_waiters_) ev->notify_all();
   for (auto& [peer, s] : incoming_) s->close();
   for (Posted* p : posted_) p->error = why;
   posted_.clear();
@@ -174,7 +184,8 @@ asio::awaitable<void> Messenger::read_loop(int peer, lanes::Stream& socket) {
           break;
         case lanes::FrameKind::kCts:
           cleared_.insert({peer, header->seq});
-          changed_.notify_all();
+          if (auto it = cts_waiters_.find({peer, header->seq}); it != cts_waiters_.end())
+            it->second->notify_all();
           break;
         case lanes::FrameKind::kCredit:
           credit(peer) =
@@ -360,14 +371,22 @@ void Messenger::signal(int peer, lanes::FrameKind kind, std::uint64_t value) {
 
 asio::awaitable<void> Messenger::write_signal(int peer, lanes::FrameKind kind, std::uint64_t value,
                                               std::uint64_t ticket) {
-  while (send_turn_[peer] != ticket) co_await changed_.wait();
-  SendTurn turn{alive_, send_turn_, changed_, peer};
+  co_await await_turn(peer, ticket);
+  SendTurn turn{alive_, send_turn_, turn_waiters_, changed_, peer};
   if (!closed_all_.empty()) co_return;
   lanes::Stream* socket = co_await transport_.outgoing(LinkKey{peer, 0, 0, kMessageStream},
                                                        lanes::Clock::now() + kSignalConnectTimeout);
   const auto header = lanes::encode(lanes::FrameHeader{kind, value, 0, 0});
   auto [ec, n] = co_await socket->write(std::array<asio::const_buffer, 1>{asio::buffer(header)});
   if (ec) throw lanes::NetworkError("writing to it: " + ec.message());
+}
+
+asio::awaitable<void> Messenger::await_turn(int dest, std::uint64_t ticket) {
+  if (send_turn_[dest] == ticket) co_return;
+  auto mine = std::make_shared<Event>(transport_.io().get_executor());
+  turn_waiters_[{dest, ticket}] = mine;
+  while (send_turn_[dest] != ticket && closed_all_.empty()) co_await mine->wait();
+  turn_waiters_.erase({dest, ticket});
 }
 
 asio::awaitable<void> Messenger::send(int dest, std::uint64_t context, std::int64_t tag,
@@ -381,8 +400,8 @@ asio::awaitable<void> Messenger::send(int dest, std::uint64_t context, std::int6
   }
   // One writer per connection, in ticket order: frames must not interleave,
   // and messages to one destination are not overtaken.
-  while (send_turn_[dest] != ticket) co_await changed_.wait();
-  std::optional<SendTurn> turn(std::in_place, alive_, send_turn_, changed_, dest);
+  co_await await_turn(dest, ticket);
+  std::optional<SendTurn> turn(std::in_place, alive_, send_turn_, turn_waiters_, changed_, dest);
   if (!closed_all_.empty()) throw lanes::NetworkError(closed_all_);
   const LinkKey key{dest, 0, 0, kMessageStream};
   lanes::Stream* socket = co_await transport_.outgoing(key, connect_deadline);
@@ -421,18 +440,24 @@ asio::awaitable<void> Messenger::send(int dest, std::uint64_t context, std::int6
     if (ec) throw lanes::NetworkError(fails + ec.message());
   }
   turn.reset();
-  while (!cleared_.erase({dest, id})) {
-    if (!closed_all_.empty()) throw lanes::NetworkError(closed_all_);
-    if (auto it = closed_.find(dest); it != closed_.end())
-      throw lanes::NetworkError(fails + it->second);
-    co_await changed_.wait();
+  {
+    // Woken by its own kCts, or when the peer or the messenger closes.
+    auto cleared = std::make_shared<Event>(transport_.io().get_executor());
+    cts_waiters_[{dest, id}] = cleared;
+    while (!cleared_.erase({dest, id})) {
+      if (!closed_all_.empty()) throw lanes::NetworkError(closed_all_);
+      if (auto it = closed_.find(dest); it != closed_.end())
+        throw lanes::NetworkError(fails + it->second);
+      co_await cleared->wait();
+    }
+    cts_waiters_.erase({dest, id});
   }
   // Each piece in a turn of its own: other messages to this destination pass
   // between them.
   for (std::uint64_t sent = 0; sent < bytes;) {
     const std::uint64_t piece_ticket = reserve_send(dest);
-    while (send_turn_[dest] != piece_ticket) co_await changed_.wait();
-    SendTurn piece_turn{alive_, send_turn_, changed_, dest};
+    co_await await_turn(dest, piece_ticket);
+    SendTurn piece_turn{alive_, send_turn_, turn_waiters_, changed_, dest};
     if (!closed_all_.empty()) throw lanes::NetworkError(closed_all_);
     const std::uint64_t piece = std::min(bytes - sent, kProgressPiece);
     const auto header =

@@ -192,6 +192,8 @@ class Messenger {
   asio::awaitable<void> write_signal(int peer, lanes::FrameKind kind, std::uint64_t value,
                                      std::uint64_t ticket);
   std::uint64_t& credit(int dest);
+  // Until ticket's turn for dest (or the messenger closes), woken alone.
+  asio::awaitable<void> await_turn(int dest, std::uint64_t ticket);
 
   Transport& transport_;
   std::map<int, std::unique_ptr<lanes::Stream>> incoming_;
@@ -213,6 +215,9 @@ class Messenger {
   std::set<std::pair<int, std::uint64_t>> cleared_;           // (destination, id) with a kCts
   std::map<std::pair<int, std::uint64_t>, Matched> matched_;  // (peer, id) -> its receive
   size_t envelopes_ = 0;
+  // One event per waiting sender: a turn, or a kCts, wakes only its own.
+  std::map<std::pair<int, std::uint64_t>, std::shared_ptr<Event>> turn_waiters_;  // (dest, ticket)
+  std::map<std::pair<int, std::uint64_t>, std::shared_ptr<Event>> cts_waiters_;   // (dest, id)
   std::string closed_all_;
   Event changed_;  // a message arrived, a receive completed, a send ended, a peer left
   // False once destroyed: a send's frame destroyed with the io_context after
