@@ -247,7 +247,10 @@ int run_rank(std::istream& secret_in, std::ostream& err) {
         "no part in it");
   } catch (const std::exception& e) {
     const std::string what = e.what();
-    err << "gridbcast rank " << session.rank() << ": " << what << std::endl;
+    // One write for the whole line: ranks share the launcher's terminal, and
+    // a line written in pieces tore against the others' ("gridbcast rank
+    // gridbcast rank 6: 7rank 6 ...").
+    err << ("gridbcast rank " + std::to_string(session.rank()) + ": " + what + "\n") << std::flush;
     session.report_error(what);
     return 1;
   }

@@ -15,6 +15,7 @@
 #include <iostream>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -143,6 +144,33 @@ TEST(LaunchFile, AnOutputInsideTheSourceDirectoryIsRefused) {
   EXPECT_NE(c.wait(60s), 0);
   EXPECT_NE(c.err().find("is inside the source directory"), std::string::npos) << c.err();
   EXPECT_FALSE(fs::exists(dir / "src" / "copies"));
+}
+
+// Many ranks failing at once write their lines to one terminal: each line is
+// whole (one write per line), never torn into another rank's ("gridbcast rank
+// gridbcast rank 6: 7rank 6 ..." was seen). Every non-root rank fails here: its
+// output directory is below a regular file.
+TEST(LaunchFile, ManyRanksFailingAtOnceWriteWholeLines) {
+  TempDir dir;
+  write_file(dir / "data.bin", pattern(100'000, 3));
+  write_file(dir / "plain", "a file, not a directory");
+  const std::regex whole(R"(^(\S+ )?gridbcast (rank \d+|launch): \S.*$)");
+  for (int run = 0; run < 3; ++run) {
+    Child c({kBin, "launch", "--file", (dir / "data.bin").string(), "--output",
+             (dir / "plain" / "{node}" / "copy").string()},
+            dir.path().string());
+    EXPECT_NE(c.wait(60s), 0);
+    std::istringstream lines(c.err());
+    int rank_lines = 0;
+    for (std::string line; std::getline(lines, line);) {
+      if (line.find("gridbcast rank") == std::string::npos) continue;
+      ++rank_lines;
+      EXPECT_TRUE(std::regex_match(line, whole)) << "torn: " << line;
+      EXPECT_EQ(line.find("gridbcast rank", line.find("gridbcast rank") + 1), std::string::npos)
+          << "two in one: " << line;
+    }
+    EXPECT_GE(rank_lines, 7) << c.err();
+  }
 }
 
 TEST(LaunchFile, ANodeNameWithDotDotIsRefusedAtLoad) {
