@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iomanip>
 #include <sstream>
+#include <thread>
 
 #include "cli/json_out.hpp"
 #include "topology/units.hpp"
@@ -61,6 +62,11 @@ void print_broadcast_text(std::ostream& out, const job::BroadcastSummary& s) {
   if (s.lower_bound_seconds > 0)
     out << ", ratio " << std::setprecision(2) << t.median / s.lower_bound_seconds;
   out << ")";
+  if (s.loopback_nic_bps > 0)
+    out << "\n  note: all " << s.ranks << " ranks share this host over loopback; the bound "
+        << "assumes the topology's NICs (" << topology::format_bandwidth(s.loopback_nic_bps)
+        << " each), not " << std::thread::hardware_concurrency()
+        << " shared cores: the ratio measures the host, not a network";
   out << "\n  slowest rank per site:";
   for (size_t i = 0; i < s.slowest_per_site.size(); ++i) {
     const auto& sl = s.slowest_per_site[i];

@@ -680,6 +680,14 @@ asio::awaitable<void> BroadcastDriver::run(Launcher& l) {
   sum.segment_bytes = last[0].segment_bytes;
   sum.lower_bound_seconds = topology::lower_bound_seconds(grid, li.root, li.bytes);
   sum.max_flow_bound_seconds = topology::max_flow_bound_seconds(grid, li.root, li.bytes);
+  bool loopback = true;
+  double fastest = 0;
+  for (const auto& node : grid.nodes)
+    for (const auto& nic : node.nics) {
+      loopback = loopback && (nic.address.rfind("127.", 0) == 0 || nic.address == "::1");
+      fastest = std::max(fastest, nic.bandwidth_bps);
+    }
+  sum.loopback_nic_bps = loopback ? fastest : 0;
   sum.verified = params.verify;
   const auto t0 = last[static_cast<size_t>(li.root)].t0_ns;
   sum.slowest_per_site.resize(grid.sites.size());

@@ -87,6 +87,10 @@ struct BroadcastSummary {
   // (topology::lower_bound_seconds) and the max-flow one the ratio uses.
   double lower_bound_seconds = 0;
   double max_flow_bound_seconds = 0;
+  // Every NIC is a loopback address: all ranks share this host's cores and
+  // memory, which the bound (from the topology's NIC bandwidths) knows nothing
+  // of. 0 otherwise; else the fastest NIC's declared bandwidth.
+  double loopback_nic_bps = 0;
   bool verified = false;
   std::string sha256;
   std::uint64_t rejected_connections = 0;  // summed over ranks

@@ -31,6 +31,24 @@ TEST(LaunchReport, TextGivesTheRatioToTheMaxFlowBoundAndNamesTheSimpleOne) {
       << out.str();
 }
 
+// The embedded default runs every rank on this host over loopback: the ratio
+// then says that the bound assumes the topology's NICs, not shared cores.
+TEST(LaunchReport, RanksOnLoopbackAreToldTheRatioMeasuresTheHost) {
+  std::ostringstream plain;
+  print_broadcast_text(plain, summary());
+  EXPECT_EQ(plain.str().find("share this host"), std::string::npos) << plain.str();
+  job::BroadcastSummary s = summary();
+  s.loopback_nic_bps = 10e9;
+  std::ostringstream out;
+  print_broadcast_text(out, s);
+  EXPECT_NE(out.str().find("note: all " + std::to_string(s.ranks) +
+                           " ranks share this host over loopback; the bound assumes the "
+                           "topology's NICs (10 Gbit/s each)"),
+            std::string::npos)
+      << out.str();
+  EXPECT_NE(out.str().find("the ratio measures the host, not a network"), std::string::npos);
+}
+
 TEST(LaunchReport, JsonKeepsTheSimpleBoundKeysAndAddsTheMaxFlowOnes) {
   std::ostringstream out;
   print_broadcast_json(out, summary());
