@@ -88,8 +88,11 @@ TEST_P(Methods, EveryPointIsMeasuredAndVerifiedInOrder) {
         EXPECT_EQ(p.rtt_us, 0.0);
       }
     }
-  // A megabyte takes longer than one byte, by any method (same algorithm).
-  EXPECT_GT(points[3].max_us(), points[1].max_us());
+  // A megabyte through TCP cannot arrive faster than memory copies it (some
+  // 20 us at 50 GB/s): a floor physics sets, not a comparison of two timings
+  // (a megabyte against a byte flaked when the byte's point met a 4 ms
+  // scheduling hiccup on the 2 shared cores).
+  EXPECT_GT(points[3].max_us(), 20.0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Bench, Methods,
