@@ -18,9 +18,7 @@ namespace {
 // Messages of this module, in network byte order. The header and the plan are
 // broadcast; each rank's status goes to the root as a point-to-point message
 // in a context of its own.
-constexpr std::uint64_t kHeaderBytes = kFileHeaderBytes;
 constexpr std::uint64_t kPlanBytes = 1024;  // + the bitmap of needed chunks
-constexpr std::uint64_t kErrorBytes = kFileErrorBytes;
 constexpr std::int64_t kStatusTag = 1;
 // Before the header and before the plan, every other rank waits for the root's
 // go, and ranks tell the ones waiting for them that they still work (a
@@ -112,7 +110,7 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
   FileHeader h;
   FileSource source;
   std::vector<Digest> digests;  // per chunk; filled as chunks are read or land
-  std::vector<std::byte> header_buf(kHeaderBytes);
+  std::vector<std::byte> header_buf(kFileHeaderBytes);
   if (is_root) {
     try {
       source = spec.open_source ? spec.open_source() : FileSource::open(spec.source);
@@ -165,7 +163,7 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
   } else {
     await_go(comm, root);
   }
-  runtime::BcastInfo info = comm.bcast(header_buf.data(), kHeaderBytes, root, spec.algorithm);
+  runtime::BcastInfo info = comm.bcast(header_buf.data(), kFileHeaderBytes, root, spec.algorithm);
   if (!is_root) {
     try {
       h = decode_file_header(header_buf);
@@ -237,7 +235,7 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
 
   // 3. The plan: the chunks any rank needs, or the first rank that failed.
   std::vector<std::byte> plan(kPlanBytes + bitmap_bytes);
-  const std::uint64_t status_bytes = 8 + bitmap_bytes + kErrorBytes;
+  const std::uint64_t status_bytes = 8 + bitmap_bytes + kFileErrorBytes;
   if (is_root) {
     int failed = my_error.empty() ? -1 : root;
     std::string failure = my_error;

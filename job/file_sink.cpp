@@ -185,10 +185,6 @@ UniqueFd open_output_dir(const std::string& dir, std::uint32_t mode) {
   return UniqueFd(open_dir_checked(full, mode));
 }
 
-void make_directories(const std::string& dir, std::uint32_t mode) {
-  open_output_dir(dir, mode);
-}
-
 void place_symlink_at(int dir_fd, const std::string& dir_path, const std::string& name,
                       const std::string& target) {
   const std::string full = dir_path + "/" + name;

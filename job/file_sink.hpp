@@ -66,7 +66,6 @@ void refuse_copy_over_source(const std::string& copy, const std::string& source,
 // The directory `dir` and what is missing on the way to it, made with `mode`,
 // with the checks FileSink::open makes of its directories: an output root.
 UniqueFd open_output_dir(const std::string& dir, std::uint32_t mode);
-void make_directories(const std::string& dir, std::uint32_t mode);
 
 // A symbolic link NAME in the directory `dir_fd` (at `dir_path`) pointing to
 // `target` (copied as it is, never followed): made under a temporary name and
