@@ -316,10 +316,8 @@ std::unique_ptr<job::Backend> choose_backend(CLI::App* cmd, RunOptions& r, job::
     r.backend = b;
   const bool program = !command.empty();
   if (!program) command = {exe, "rank"};
-  if (program && r.backend == "local") command[0] = resolve_program(command[0]);
-  if (program && r.backend == "netns")
-    throw CLI::ValidationError("--backend",
-                               "netns does not run programs yet (launch -- PROGRAM); use local");
+  if (program && (r.backend == "local" || r.backend == "netns"))
+    command[0] = resolve_program(command[0]);
   if (r.backend == "local") return job::make_local_backend(command);
   if ((r.backend == "ssh" || r.backend == "srun" || r.backend == "external") &&
       !cmd->count("--listen")) {
@@ -338,7 +336,7 @@ std::unique_ptr<job::Backend> choose_backend(CLI::App* cmd, RunOptions& r, job::
   if (r.backend == "srun") return job::make_srun_backend("srun", command);
   if (r.backend == "external") return job::make_external_backend();
   if (r.backend == "netns") {
-    auto netns = testbed::make_netns_launch(o.grid, exe);
+    auto netns = testbed::make_netns_launch(o.grid, command);
     if (!cmd->count("--listen")) o.listen_address = netns.listen_address;
     return std::move(netns.backend);
   }

@@ -87,6 +87,21 @@ std::uint64_t group_seq(std::uint64_t context, std::uint64_t n) {
 
 }  // namespace
 
+struct P2pOperation {
+  bool is_receive = false;
+  int peer = -1;           // destination, or source (-1: any)
+  PostedReceive posted;    // a receive
+  bool sent = false;       // a send, broadcast or exchange: complete
+  std::string send_error;  // a send, broadcast or exchange: why it failed
+  std::string activity;    // a broadcast or exchange: what a stalled wait names
+  P2pState state() const {
+    if (!is_receive) return P2pState{sent, send_error, {}};
+    const bool complete = posted.done || !posted.error.empty();
+    return P2pState{complete, posted.error,
+                    Received{posted.info.source, posted.info.tag, posted.info.bytes}};
+  }
+};
+
 struct Communicator::Impl {
   // One communicator's multicast sockets (the world's, or a group's by its
   // context): one group per communicator and site, derived from the datagram
@@ -99,8 +114,9 @@ struct Communicator::Impl {
   };
   struct Group {
     std::vector<int> members;  // world ranks in group rank order
-    std::vector<int> sorted;   // ascending: index in `grid` -> world rank
-    topology::Grid grid;       // the topology restricted to the members
+    std::vector<int> sorted;  // ascending: index in `grid` -> world rank
+    // The topology restricted to the members; shared with its broadcasts in flight.
+    std::shared_ptr<const topology::Grid> grid;
     std::uint64_t seq = 0;
   };
 
@@ -309,15 +325,15 @@ struct Communicator::Impl {
     asio::steady_timer tick(io);
     const auto step =
         std::min<std::chrono::milliseconds>(options.timeout / 4, std::chrono::seconds(1));
-    std::uint64_t last = messenger.bytes_moved();
+    std::uint64_t last = moved_now();
     auto since = std::chrono::steady_clock::now();
     for (;;) {
       tick.expires_after(std::max(step, std::chrono::milliseconds(10)));
       co_await tick.async_wait(lanes::kAsTuple);
       if (w->done) co_return;
       const auto now = std::chrono::steady_clock::now();
-      if (messenger.bytes_moved() != last) {
-        last = messenger.bytes_moved();
+      if (moved_now() != last) {
+        last = moved_now();
         since = now;
       } else if (now - since >= options.timeout) {
         w->why = what + ": nothing moved for " + std::to_string(options.timeout.count()) +
@@ -329,46 +345,227 @@ struct Communicator::Impl {
     }
   }
 
-  BcastInfo run(const topology::Plan& plan, std::uint64_t sequence, void* buffer,
-                const topology::Grid& g, int me, std::uint64_t communicator,
-                std::chrono::steady_clock::time_point start) {
-    ExecOptions eo;
-    eo.timeout = options.timeout;
-    eo.live = &live;
-    MulticastPort port;
-    if (!plan.multicasts.empty()) {
-      port = multicast_port(communicator, g, me, plan, sequence);
-      eo.multicast = &port;
+  // A broadcast started on this rank (bcast, ibcast, and their group forms),
+  // waiting for its turn or running. Broadcasts run one at a time, in the
+  // order they were started: their links carry one broadcast's frames at a
+  // time (a frame of another broadcast on a link is an error).
+  struct Started {
+    topology::Plan plan;  // names world ranks
+    std::uint64_t sequence = 0;
+    std::byte* buffer = nullptr;
+    std::shared_ptr<const topology::Grid> group_grid;  // null: the world's
+    int me = 0;                                        // this rank in that grid
+    std::uint64_t communicator = 0;                    // 0: the world
+    std::uint64_t ticket = 0;                          // its place in the order
+  };
+  std::uint64_t bcast_tickets = 0;  // broadcasts started
+  std::uint64_t bcast_turn = 0;     // the ticket whose broadcast may run now
+  Event bcast_done{io.get_executor()};
+  size_t in_flight = 0;  // coroutines started by isend, ibcast and exchange, not finished
+  std::map<std::uint64_t, size_t> broadcasts_in_flight;  // by communicator
+
+  Started started(topology::Plan plan, std::uint64_t sequence, void* buffer,
+                  std::shared_ptr<const topology::Grid> group_grid, int me,
+                  std::uint64_t communicator) {
+    return Started{std::move(plan), sequence,   static_cast<std::byte*>(buffer),
+                   std::move(group_grid), me, communicator, bcast_tickets++};
+  }
+
+  // A started broadcast of the world, or of a group (plan over the group's
+  // grid, translated to world ranks).
+  Started world_broadcast(void* buffer, std::uint64_t bytes, int root,
+                          std::optional<topology::Algorithm> algorithm) {
+    if (failed) std::rethrow_exception(failed);
+    const auto algo =
+        algorithm.value_or(topology::select_algorithm(grid, bytes, options.thresholds));
+    return started(topology::build_plan(grid, algo, root, bytes), seq++, buffer, nullptr, rank, 0);
+  }
+  Started group_broadcast(std::uint64_t context, void* buffer, std::uint64_t bytes, int root,
+                          std::optional<topology::Algorithm> algorithm) {
+    if (failed) std::rethrow_exception(failed);
+    const auto it = groups.find(context);
+    if (it == groups.end())
+      throw std::invalid_argument("no group with context " + std::to_string(context));
+    auto& g = it->second;
+    if (root < 0 || root >= static_cast<int>(g.members.size()))
+      throw std::invalid_argument("root " + std::to_string(root) + " is outside the group's " +
+                                  std::to_string(g.members.size()) + " ranks");
+    const int root_world = g.members[static_cast<size_t>(root)];
+    const int root_index = static_cast<int>(
+        std::lower_bound(g.sorted.begin(), g.sorted.end(), root_world) - g.sorted.begin());
+    const auto algo =
+        algorithm.value_or(topology::select_algorithm(*g.grid, bytes, options.thresholds));
+    topology::Plan plan = topology::build_plan(*g.grid, algo, root_index, bytes);
+    // The plan speaks of the restricted grid's ranks; the transport of the world's.
+    for (auto& t : plan.transfers) {
+      t.from = g.sorted[static_cast<size_t>(t.from)];
+      t.to = g.sorted[static_cast<size_t>(t.to)];
     }
-    // A broadcast that brings this rank no datagram (another algorithm, or a
-    // multicast in other sites) still moves its receiver's window past its
-    // id, so the next multicast's datagrams, which may come before this rank
-    // asks for them, fall inside the window and are kept.
-    const bool multicasts_here =
-        std::any_of(plan.multicasts.begin(), plan.multicasts.end(), [&](const auto& m) {
-          return m.from == rank || std::binary_search(m.to.begin(), m.to.end(), rank);
-        });
-    if (!multicasts_here)
-      if (auto it = multicast.find(communicator); it != multicast.end() && it->second.receiver)
-        it->second.receiver->pass(sequence);
-    eo.segment_bytes = topology::resolve_segment_bytes(g, plan.size, options.segment_bytes);
-    BcastInfo info{plan.algorithm, plan.size, eo.segment_bytes, 0};
+    for (auto& m : plan.multicasts) {
+      m.from = g.sorted[static_cast<size_t>(m.from)];
+      for (int& r : m.to) r = g.sorted[static_cast<size_t>(r)];  // stays ascending
+    }
+    plan.root = root_world;
+    plan.ranks = grid.size();
+    const int me = static_cast<int>(std::lower_bound(g.sorted.begin(), g.sorted.end(), rank) -
+                                    g.sorted.begin());
+    return started(std::move(plan), group_seq(context, g.seq++), buffer, g.grid, me, context);
+  }
+
+  // The first failure sticks: every link and message connection closes, and
+  // every later call fails with it.
+  void fail_all(std::exception_ptr e) {
+    if (!failed) failed = e;
+    transport.close_all();
+    messenger.close_all("this rank's communicator failed in an earlier broadcast");
+  }
+
+  asio::awaitable<ExecStats> run_async(Started s) {
+    while (bcast_turn != s.ticket) co_await bcast_done.wait();
+    struct Next {
+      Impl& im;
+      ~Next() {
+        ++im.bcast_turn;
+        im.bcast_done.notify_all();
+      }
+    } next{*this};
+    const topology::Grid& g = s.group_grid ? *s.group_grid : grid;
+    const topology::Plan& plan = s.plan;
     try {
+      if (failed) std::rethrow_exception(failed);
+      ExecOptions eo;
+      eo.timeout = options.timeout;
+      eo.live = &live;
+      MulticastPort port;
+      if (!plan.multicasts.empty()) {
+        port = multicast_port(s.communicator, g, s.me, plan, s.sequence);
+        eo.multicast = &port;
+      }
+      // A broadcast that brings this rank no datagram (another algorithm, or a
+      // multicast in other sites) still moves its receiver's window past its
+      // id, so the next multicast's datagrams, which may come before this rank
+      // asks for them, fall inside the window and are kept.
+      const bool multicasts_here =
+          std::any_of(plan.multicasts.begin(), plan.multicasts.end(), [&](const auto& m) {
+            return m.from == rank || std::binary_search(m.to.begin(), m.to.end(), rank);
+          });
+      if (!multicasts_here)
+        if (auto it = multicast.find(s.communicator); it != multicast.end() && it->second.receiver)
+          it->second.receiver->pass(s.sequence);
+      eo.segment_bytes = topology::resolve_segment_bytes(g, plan.size, options.segment_bytes);
       if (!transport.failure().empty())
         throw lanes::NetworkError("rank " + std::to_string(rank) +
                                   " cannot serve its links: " + transport.failure());
-      const ExecStats stats =
-          drive(execute(transport, plan, sequence, static_cast<std::byte*>(buffer), eo));
-      info.multicast_bytes_in = stats.multicast_bytes_in;
-      info.multicast_bytes_out = stats.multicast_bytes_out;
+      co_return co_await execute(transport, plan, s.sequence, s.buffer, eo);
     } catch (...) {
-      failed = std::current_exception();
-      transport.close_all();
-      messenger.close_all("this rank's communicator failed in an earlier broadcast");
+      fail_all(std::current_exception());
       throw;
     }
+  }
+
+  BcastInfo run(Started s) {
+    const auto start = std::chrono::steady_clock::now();
+    const topology::Grid& g = s.group_grid ? *s.group_grid : grid;
+    BcastInfo info{s.plan.algorithm, s.plan.size,
+                   topology::resolve_segment_bytes(g, s.plan.size, options.segment_bytes), 0};
+    const ExecStats stats = drive(run_async(std::move(s)));
+    info.multicast_bytes_in = stats.multicast_bytes_in;
+    info.multicast_bytes_out = stats.multicast_bytes_out;
     info.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return info;
+  }
+
+  // A request for work that runs on the loop: complete (or failed) when `work` ends.
+  P2pRequest spawn(asio::awaitable<void> work, std::string activity,
+                   std::optional<std::uint64_t> broadcast_of) {
+    auto op = std::make_shared<P2pOperation>();
+    op->activity = std::move(activity);
+    ++in_flight;
+    if (broadcast_of) ++broadcasts_in_flight[*broadcast_of];
+    asio::co_spawn(io, std::move(work), [op, this, broadcast_of](std::exception_ptr e) {
+      if (e) op->send_error = lanes::what_of(e);
+      op->sent = true;
+      --in_flight;
+      if (broadcast_of && --broadcasts_in_flight[*broadcast_of] == 0)
+        broadcasts_in_flight.erase(*broadcast_of);
+      messenger.notify();
+    });
+    return op;
+  }
+  P2pRequest ibroadcast(Started s) {
+    const std::string activity =
+        "broadcasting from " + transport.describe(s.plan.root, 0) +
+        (s.communicator == 0 ? std::string() : " in group " + std::to_string(s.communicator));
+    const std::uint64_t communicator = s.communicator;
+    auto work = [](Impl& im, Started st) -> asio::awaitable<void> {
+      co_await im.run_async(std::move(st));
+    };
+    return spawn(work(*this, std::move(s)), activity, communicator);
+  }
+
+  // One round's sends and receives at once, the rounds in order.
+  asio::awaitable<void> run_rounds(std::uint64_t context,
+                                   std::vector<std::vector<Communicator::Step>> rounds) {
+    for (auto& round : rounds) {
+      auto left = std::make_shared<size_t>(round.size());
+      auto error = std::make_shared<std::string>();
+      auto done = [this, left, error](std::exception_ptr e) {
+        if (e && error->empty()) *error = lanes::what_of(e);
+        --*left;
+        messenger.notify();
+      };
+      for (const auto& step : round) {
+        if (step.send && step.peer == rank) {
+          messenger.deliver_local(context, step.tag, step.data, step.bytes);
+          done(nullptr);
+        } else if (step.send) {
+          const std::uint64_t ticket = messenger.reserve_send(step.peer);
+          asio::co_spawn(io,
+                         messenger.send(step.peer, context, step.tag, step.data, step.bytes,
+                                        lanes::Clock::now() + options.timeout, ticket),
+                         done);
+        } else {
+          auto receive = [](Impl& im, std::uint64_t ctx,
+                            Communicator::Step st) -> asio::awaitable<void> {
+            const MessageInfo m =
+                co_await im.messenger.receive(st.peer, ctx, st.tag, st.data, st.bytes);
+            if (m.bytes != st.bytes)
+              throw lanes::NetworkError(im.transport.describe(st.peer, 0) + " sent " +
+                                        std::to_string(m.bytes) + " bytes where " +
+                                        std::to_string(st.bytes) +
+                                        " were expected (mismatched collective calls?)");
+          };
+          asio::co_spawn(io, receive(*this, context, step), done);
+        }
+      }
+      while (*left > 0) co_await messenger.changed();
+      if (!error->empty()) throw lanes::NetworkError(*error);
+    }
+  }
+
+  std::uint64_t moved_now() const {
+    return messenger.bytes_moved() + live.bytes_in.load(std::memory_order_relaxed) +
+           live.bytes_out.load(std::memory_order_relaxed);
+  }
+
+  // Before the state goes: ends what was started and never waited for (the
+  // peers see the connections close), so no coroutine outlives what it uses.
+  // False if some did not end within a few seconds.
+  bool drain() {
+    if (in_flight == 0) return true;
+    if (!failed)
+      failed = std::make_exception_ptr(
+          lanes::NetworkError("rank " + std::to_string(rank) + "'s communicator was closed"));
+    transport.close_all();
+    messenger.close_all("the communicator was closed with operations in flight");
+    bcast_done.notify_all();
+    transport.accepted().notify_all();
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (in_flight > 0 && std::chrono::steady_clock::now() < until) {
+      if (io.stopped()) io.restart();
+      io.run_one_for(std::chrono::milliseconds(10));
+    }
+    return in_flight == 0;
   }
 };
 
@@ -397,7 +594,11 @@ Communicator::Communicator(topology::Grid grid, int rank, JobCredentials creds,
   impl_ = std::make_unique<Impl>(std::move(grid), rank, std::move(creds), options, std::move(tls));
 }
 
-Communicator::~Communicator() = default;
+Communicator::~Communicator() {
+  // A coroutine that did not end would touch the state after it is gone: then
+  // the state is left behind (a leak, never a use after free).
+  if (impl_ && !impl_->drain()) (void)impl_.release();
+}
 
 LanePorts Communicator::listen() {
   return impl_->transport.listen();
@@ -430,13 +631,12 @@ void Communicator::set_endpoints(EndpointTable table, const RunNonce& run_nonce)
 
 BcastInfo Communicator::bcast(void* buffer, std::uint64_t bytes, int root,
                               std::optional<topology::Algorithm> algorithm) {
-  auto& im = *impl_;
-  if (im.failed) std::rethrow_exception(im.failed);
-  const auto start = std::chrono::steady_clock::now();
-  const auto algo =
-      algorithm.value_or(topology::select_algorithm(im.grid, bytes, im.options.thresholds));
-  const topology::Plan plan = topology::build_plan(im.grid, algo, root, bytes);
-  return im.run(plan, im.seq++, buffer, im.grid, im.rank, 0, start);
+  return impl_->run(impl_->world_broadcast(buffer, bytes, root, algorithm));
+}
+
+P2pRequest Communicator::ibcast(void* buffer, std::uint64_t bytes, int root,
+                                std::optional<topology::Algorithm> algorithm) {
+  return impl_->ibroadcast(impl_->world_broadcast(buffer, bytes, root, algorithm));
 }
 
 void Communicator::define_group(std::uint64_t context, std::vector<int> world_ranks) {
@@ -459,7 +659,7 @@ void Communicator::define_group(std::uint64_t context, std::vector<int> world_ra
     throw std::invalid_argument("rank " + std::to_string(im.rank) +
                                 " is not a member of the group");
   Impl::Group g;
-  g.grid = restrict_grid(im.grid, sorted);  // checks the range
+  g.grid = std::make_shared<const topology::Grid>(restrict_grid(im.grid, sorted));  // checks ranks
   g.members = std::move(world_ranks);
   g.sorted = std::move(sorted);
   im.groups.emplace(context, std::move(g));
@@ -467,6 +667,10 @@ void Communicator::define_group(std::uint64_t context, std::vector<int> world_ra
 
 void Communicator::forget_group(std::uint64_t context) {
   auto& im = *impl_;
+  if (im.broadcasts_in_flight.contains(context))
+    throw std::logic_error("group " + std::to_string(context) +
+                           " has a non-blocking broadcast in flight: wait for it before "
+                           "forgetting the group");
   if (im.groups.erase(context) == 0 || context == 0) return;
   // Its multicast sockets too, keeping what they counted. A context that had
   // a datagram key is retired: only contexts that multicast here cost memory.
@@ -481,36 +685,21 @@ void Communicator::forget_group(std::uint64_t context) {
 
 BcastInfo Communicator::bcast_group(std::uint64_t context, void* buffer, std::uint64_t bytes,
                                     int root, std::optional<topology::Algorithm> algorithm) {
+  return impl_->run(impl_->group_broadcast(context, buffer, bytes, root, algorithm));
+}
+
+P2pRequest Communicator::ibcast_group(std::uint64_t context, void* buffer, std::uint64_t bytes,
+                                      int root, std::optional<topology::Algorithm> algorithm) {
+  return impl_->ibroadcast(impl_->group_broadcast(context, buffer, bytes, root, algorithm));
+}
+
+P2pRequest Communicator::exchange(std::uint64_t context, std::vector<std::vector<Step>> rounds,
+                                  std::string activity) {
   auto& im = *impl_;
   if (im.failed) std::rethrow_exception(im.failed);
-  const auto it = im.groups.find(context);
-  if (it == im.groups.end())
-    throw std::invalid_argument("no group with context " + std::to_string(context));
-  auto& g = it->second;
-  if (root < 0 || root >= static_cast<int>(g.members.size()))
-    throw std::invalid_argument("root " + std::to_string(root) + " is outside the group's " +
-                                std::to_string(g.members.size()) + " ranks");
-  const auto start = std::chrono::steady_clock::now();
-  const int root_world = g.members[static_cast<size_t>(root)];
-  const int root_index = static_cast<int>(
-      std::lower_bound(g.sorted.begin(), g.sorted.end(), root_world) - g.sorted.begin());
-  const auto algo =
-      algorithm.value_or(topology::select_algorithm(g.grid, bytes, im.options.thresholds));
-  topology::Plan plan = topology::build_plan(g.grid, algo, root_index, bytes);
-  // The plan speaks of the restricted grid's ranks; the transport of the world's.
-  for (auto& t : plan.transfers) {
-    t.from = g.sorted[static_cast<size_t>(t.from)];
-    t.to = g.sorted[static_cast<size_t>(t.to)];
-  }
-  for (auto& m : plan.multicasts) {
-    m.from = g.sorted[static_cast<size_t>(m.from)];
-    for (int& r : m.to) r = g.sorted[static_cast<size_t>(r)];  // stays ascending
-  }
-  plan.root = root_world;
-  plan.ranks = im.grid.size();
-  const int me = static_cast<int>(std::lower_bound(g.sorted.begin(), g.sorted.end(), im.rank) -
-                                  g.sorted.begin());
-  return im.run(plan, group_seq(context, g.seq++), buffer, g.grid, me, context, start);
+  for (const auto& round : rounds)
+    for (const auto& step : round) check_peer(step.peer, im.grid.size(), "peer");
+  return im.spawn(im.run_rounds(context, std::move(rounds)), std::move(activity), std::nullopt);
 }
 
 void Communicator::send(int dest, std::uint64_t context, std::int64_t tag, const void* data,
@@ -537,20 +726,6 @@ Received Communicator::receive(std::optional<int> source, std::uint64_t context,
   return Received{m.source, m.tag, m.bytes};
 }
 
-struct P2pOperation {
-  bool is_receive = false;
-  int peer = -1;           // destination, or source (-1: any)
-  PostedReceive posted;    // a receive
-  bool sent = false;       // a send: complete
-  std::string send_error;  // a send: why it failed
-  P2pState state() const {
-    if (!is_receive) return P2pState{sent, send_error, {}};
-    const bool complete = posted.done || !posted.error.empty();
-    return P2pState{complete, posted.error,
-                    Received{posted.info.source, posted.info.tag, posted.info.bytes}};
-  }
-};
-
 P2pRequest Communicator::isend(int dest, std::uint64_t context, std::int64_t tag, const void* data,
                                std::uint64_t bytes) {
   auto& im = *impl_;
@@ -566,12 +741,14 @@ P2pRequest Communicator::isend(int dest, std::uint64_t context, std::int64_t tag
   }
   // The ticket now, so the bytes leave in the order the sends were started.
   const std::uint64_t ticket = im.messenger.reserve_send(dest);
+  ++im.in_flight;
   asio::co_spawn(im.io,
                  im.messenger.send(dest, context, tag, p, bytes,
                                    lanes::Clock::now() + im.options.timeout, ticket),
                  [op, &im](std::exception_ptr e) {
                    if (e) op->send_error = lanes::what_of(e);
                    op->sent = true;
+                   --im.in_flight;
                    im.messenger.notify();
                  });
   return op;
@@ -627,7 +804,9 @@ void Communicator::wait(const std::vector<P2pRequest>& requests, size_t needed) 
     std::string what = "waiting for requests";
     for (const auto& r : requests) {
       if (!r || r->state().complete) continue;
-      if (!r->is_receive)
+      if (!r->activity.empty())
+        what = r->activity;
+      else if (!r->is_receive)
         what = "sending to " + im.transport.describe(r->peer, 0);
       else if (r->peer >= 0)
         what = "waiting for a message from " + im.transport.describe(r->peer, 0);

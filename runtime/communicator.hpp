@@ -100,6 +100,8 @@ class Communicator {
   // would be the same again and its broadcast ids would start over, so that
   // group's recorded datagrams would verify in the new one.
   void define_group(std::uint64_t context, std::vector<int> world_ranks);
+  // Throws std::logic_error while a broadcast of the group started with
+  // ibcast_group is not complete (wait for it first).
   void forget_group(std::uint64_t context);
   // Like bcast(), on the members of a group; `root` is a group rank.
   BcastInfo bcast_group(std::uint64_t context, void* buffer, std::uint64_t bytes, int root,
@@ -125,6 +127,37 @@ class Communicator {
                    std::uint64_t bytes);
   P2pRequest irecv(std::optional<int> source, std::uint64_t context,
                    std::optional<std::int64_t> tag, void* data, std::uint64_t capacity);
+  // Non-blocking broadcasts, with the semantics of bcast() and bcast_group():
+  // started now (the plan is chosen now, from the same arguments on every
+  // member), progressed whenever this communicator runs (any call, poll() and
+  // wait() included), complete when this rank's part is done; wait(), state()
+  // and poll() serve them like a send. Every broadcast of a communicator,
+  // blocking or not and whatever its group, runs after the ones started
+  // before it (their links carry one broadcast at a time), so members must
+  // start them in the same order. A wait on one that stalls names it
+  // ("broadcasting from rank R"). Throws std::invalid_argument like bcast().
+  P2pRequest ibcast(void* buffer, std::uint64_t bytes, int root,
+                    std::optional<topology::Algorithm> algorithm = std::nullopt);
+  P2pRequest ibcast_group(std::uint64_t context, void* buffer, std::uint64_t bytes, int root,
+                          std::optional<topology::Algorithm> algorithm = std::nullopt);
+
+  // A non-blocking schedule of point-to-point rounds (a non-blocking barrier,
+  // for instance): round k's sends and receives are all started when round
+  // k-1 is complete; a receive must bring exactly `bytes` bytes, else the
+  // request fails naming the sender. Messages are in `context` and are
+  // matched like any other (choose tags nobody else uses there). `data` must
+  // stay valid until the request is complete. `activity` names the schedule
+  // when a wait on it stalls ("in MPI_Ibarrier").
+  struct Step {
+    bool send = false;
+    int peer = 0;  // world rank
+    std::int64_t tag = 0;
+    std::byte* data = nullptr;
+    std::uint64_t bytes = 0;
+  };
+  P2pRequest exchange(std::uint64_t context, std::vector<std::vector<Step>> rounds,
+                      std::string activity);
+
   // Runs whatever is ready without blocking.
   void poll();
   P2pState state(const P2pRequest& request) const;

@@ -108,6 +108,9 @@ asio::awaitable<void> receive_stream(Run& run, LinkKey key, std::uint64_t frames
   lanes::Stream* socket = nullptr;
   while ((socket = run.transport.incoming(key)) == nullptr) {
     run.check();
+    if (run.transport.closed())
+      throw BroadcastError("this rank's links were closed while it waited for " + peer +
+                           " to connect");
     co_await run.transport.accepted().wait();
   }
   run.active.push_back(socket);

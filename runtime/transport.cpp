@@ -14,7 +14,8 @@ Transport::Transport(asio::io_context& io, const topology::Grid& grid, int rank,
       creds_(std::move(creds)),
       tls_(std::move(tls)),
       rejections_("gridbcast rank " + std::to_string(rank)),
-      accepted_(io.get_executor()) {}
+      accepted_(io.get_executor()),
+      closing_(io.get_executor()) {}
 
 Transport::~Transport() {
   for (auto& l : listeners_) l->close();
@@ -76,6 +77,7 @@ LanePorts Transport::listen() {
             on_message_(key.peer, std::make_unique<lanes::Stream>(std::move(s)));
             return;
           }
+          if (closed_) return;  // after close_all: the socket closes as it goes out of scope
           if (in_.contains(key)) {
             rejections_.reject("authenticated connection from " +
                                describe(key.peer, key.lane_from) + " stream " +
@@ -107,6 +109,10 @@ LanePorts Transport::listen() {
 asio::awaitable<lanes::Stream*> Transport::outgoing(LinkKey key,
                                                     lanes::Clock::time_point deadline) {
   if (auto it = out_.find(key); it != out_.end()) co_return it->second.get();
+  if (closed_)
+    throw lanes::NetworkError("rank " + std::to_string(rank_) +
+                              "'s links are closed: no new connection to " +
+                              describe(key.peer, key.lane_to));
   const auto& peer = grid_.nodes.at(static_cast<size_t>(key.peer));
   const auto& me = grid_.nodes.at(static_cast<size_t>(rank_));
   const auto remote = lanes::make_endpoint(
@@ -125,16 +131,43 @@ asio::awaitable<lanes::Stream*> Transport::outgoing(LinkKey key,
                                 " is tls: true, but this rank has no certificates loaded");
     tls = lanes::TlsPeer{tls_.get(), peer.name};
   }
-  auto stream = co_await lanes::connect_authenticated(
-      me.lane_nic(key.lane_from).address, remote, hello, creds_, deadline,
-      describe(key.peer, key.lane_to), tls ? &*tls : nullptr,
-      grid_.congestion_between(rank_, key.peer));
+  // Raced with close_all(): a peer that accepted the connection but never
+  // answers the handshake (its loop not running) must not hold this rank
+  // after its links are closed. `||` ends at the first branch that succeeds,
+  // so the connection attempt reports its failure as a value.
+  struct Attempt {
+    std::unique_ptr<lanes::Stream> stream;
+    std::exception_ptr error;
+  };
+  auto attempt = [](asio::awaitable<lanes::Stream> op) -> asio::awaitable<Attempt> {
+    Attempt a;
+    try {
+      a.stream = std::make_unique<lanes::Stream>(co_await std::move(op));
+    } catch (...) {
+      a.error = std::current_exception();
+    }
+    co_return a;
+  };
+  using namespace asio::experimental::awaitable_operators;
+  auto raced = co_await (attempt(lanes::connect_authenticated(
+                             me.lane_nic(key.lane_from).address, remote, hello, creds_, deadline,
+                             describe(key.peer, key.lane_to), tls ? &*tls : nullptr,
+                             grid_.congestion_between(rank_, key.peer))) ||
+                         closing_.wait());
+  if (raced.index() == 0 && std::get<0>(raced).error)
+    std::rethrow_exception(std::get<0>(raced).error);
+  if (closed_ || raced.index() != 0) {
+    if (raced.index() == 0) std::get<0>(raced).stream->close();
+    throw lanes::NetworkError("rank " + std::to_string(rank_) +
+                              "'s links were closed while it connected to " +
+                              describe(key.peer, key.lane_to));
+  }
   // Another writer may have raced us to the same key only if the plan lists a
   // link twice; keep the first.
   lanes::log::debug("gridbcast rank " + std::to_string(rank_) + ": connected lane " +
                     std::to_string(key.lane_from) + " to " + describe(key.peer, key.lane_to) +
                     " stream " + std::to_string(key.stream) + (tls ? " (TLS)" : ""));
-  auto [it, inserted] = out_.emplace(key, std::make_unique<lanes::Stream>(std::move(stream)));
+  auto [it, inserted] = out_.emplace(key, std::move(std::get<0>(raced).stream));
   co_return it->second.get();
 }
 
@@ -161,8 +194,11 @@ std::uint64_t Transport::rejected_connections() const {
 }
 
 void Transport::close_all() {
+  closed_ = true;
   for (auto& [k, s] : out_) s->close();
   for (auto& [k, s] : in_) s->close();
+  accepted_.notify_all();  // a broadcast waiting for a peer's connection sees closed()
+  closing_.notify_all();   // connections being made give up
   // The socket objects stay until the Transport goes: coroutines may still
   // hold pointers to them while they unwind.
 }

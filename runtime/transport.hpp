@@ -73,8 +73,10 @@ class Transport {
   const std::string& failure() const { return failure_; }
   // Whether a Hello can be a link to this rank's listener on `lane`, and how.
   lanes::PeerPolicy policy(const lanes::Hello& h, int lane) const;
-  // Closes every connection (after a failure: peers see the end of file).
+  // Closes every connection (after a failure: peers see the end of file), for
+  // good: no connection is made or accepted afterwards.
   void close_all();
+  bool closed() const { return closed_; }
 
  private:
   asio::io_context& io_;
@@ -88,7 +90,9 @@ class Transport {
   std::map<LinkKey, std::unique_ptr<lanes::Stream>> in_;
   lanes::RejectionLog rejections_;
   std::string failure_;
+  bool closed_ = false;
   Event accepted_;
+  Event closing_;  // close_all(): connections being made give up
   MessageConnection on_message_;
 };
 

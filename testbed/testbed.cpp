@@ -524,7 +524,7 @@ int exec_in_node(const topology::Grid& grid, const std::string& id, const std::s
   throw TestbedError(std::string("cannot execute ") + argv[0] + ": " + std::strerror(errno));
 }
 
-NetnsLaunch make_netns_launch(const topology::Grid& grid, const std::string& exe) {
+NetnsLaunch make_netns_launch(const topology::Grid& grid, std::vector<std::string> command) {
   std::string dir;
   if (const char* d = std::getenv("GRIDBCAST_TESTBED"); d && *d) {
     dir = d;
@@ -568,7 +568,7 @@ NetnsLaunch make_netns_launch(const topology::Grid& grid, const std::string& exe
       [ip, ns](int rank, const topology::Node&) {
         return std::vector<std::string>{ip, "netns", "exec", ns.at(static_cast<size_t>(rank))};
       },
-      exe);
+      std::move(command));
   return out;
 }
 

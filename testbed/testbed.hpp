@@ -60,8 +60,9 @@ int run(const topology::Grid& grid, const UpOptions& o, bool keep,
 int exec_in_node(const topology::Grid& grid, const std::string& id, const std::string& node,
                  const std::vector<std::string>& command);
 
-// The launcher side of `gridbcast launch --backend netns`: ranks start through
-// `ip netns exec <node namespace>`, the control listener goes on the management
+// The launcher side of `gridbcast launch --backend netns`: ranks (`command`:
+// `gridbcast rank`, or an MPI program) start through `ip netns exec <node
+// namespace>`, the control listener goes on the management
 // bridge. The testbed is found through GRIDBCAST_TESTBED (a state directory),
 // else by the topology's name and GRIDBCAST_TESTBED_ID.
 struct NetnsLaunch {
@@ -69,6 +70,6 @@ struct NetnsLaunch {
   std::string listen_address;
   std::string state_dir;
 };
-NetnsLaunch make_netns_launch(const topology::Grid& grid, const std::string& exe);
+NetnsLaunch make_netns_launch(const topology::Grid& grid, std::vector<std::string> command);
 
 }  // namespace gridbcast::testbed

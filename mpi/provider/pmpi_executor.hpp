@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "topology/plan/plan.hpp"
@@ -27,5 +28,26 @@ struct PmpiOptions {
 // naming the MPI error and the peer when an MPI call fails.
 void execute_over_pmpi(const topology::Plan& plan, int me, const std::vector<int>& comm_of_grid,
                        std::byte* buffer, const PmpiOptions& options);
+
+// The same broadcast in steps, for MPI_Ibcast: the constructor posts what it
+// can; each step() completes what MPI has finished and posts what that made
+// possible (a segment received is forwarded at once). Returns true when this
+// rank's part is done. With `block`, waits in PMPI_Waitsome until something
+// completes (the host MPI progresses everything meanwhile). Throws like
+// execute_over_pmpi.
+class PmpiBroadcast {
+ public:
+  PmpiBroadcast(const topology::Plan& plan, int me, std::vector<int> comm_of_grid,
+                std::byte* buffer, const PmpiOptions& options);
+  ~PmpiBroadcast();
+  PmpiBroadcast(const PmpiBroadcast&) = delete;
+  PmpiBroadcast& operator=(const PmpiBroadcast&) = delete;
+  bool step(bool block);
+  bool done() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace gridbcast::mpi::provider

@@ -40,9 +40,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
+#include <atomic>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -235,6 +238,9 @@ struct CommState {
   std::unique_ptr<runtime::Communicator> lanes;
   std::string fallback;  // non-empty: setup failed somewhere; PMPI_Bcast from now on
   std::uint64_t bcasts = 0;
+  // This communicator's MPI_Ibcasts through gridbcast, in the order they were
+  // started; the first one runs (they share s.priv's tags and the links).
+  std::deque<struct Ibcast*> ibcasts;
 };
 
 struct Stats {
@@ -245,6 +251,12 @@ struct Stats {
   std::uint64_t small = 0;
   std::uint64_t trivial = 0;  // intercommunicator, one rank, or arguments PMPI_Bcast rejects
   std::uint64_t fallback = 0;
+  // MPI_Ibcast: through gridbcast (by algorithm), or PMPI_Ibcast.
+  std::uint64_t icalls = 0;
+  std::map<std::string, std::uint64_t> igridbcast;
+  std::uint64_t ismall = 0;
+  std::uint64_t ihierarchical = 0;  // hierarchical communicators: PMPI_Ibcast (docs/MPI.md)
+  std::uint64_t iother = 0;         // intercommunicator, one rank, invalid, failed set-up
 };
 
 struct Provider {
@@ -262,8 +274,13 @@ Provider& provider() {
   return p;
 }
 
+void drain(CommState& s);
+
 int delete_state(MPI_Comm, int, void* value, void*) {
   auto* s = static_cast<CommState*>(value);
+  // MPI_Comm_free with an MPI_Ibcast in flight: it completes first (every
+  // member started it before this collective call).
+  drain(*s);
   Provider& p = provider();
   std::lock_guard lock(p.mutex);
   p.live.erase(s);
@@ -505,6 +522,9 @@ topology::Algorithm choose(const Config& config, CommState& s, std::uint64_t byt
   return topology::select_algorithm(s.placement.grid, bytes, t);
 }
 
+int ibcasts_in_flight();
+void progress_ibcasts();
+
 // Runs `plan`'s inter-node (or, flat, inter-rank) part over PMPI on s.priv.
 void run_over_pmpi(CommState& s, const Config& config, std::byte* data, std::uint64_t bytes,
                    topology::Algorithm algo, int root_grid, const std::vector<int>& comm_of_grid) {
@@ -513,8 +533,12 @@ void run_over_pmpi(CommState& s, const Config& config, std::byte* data, std::uin
   o.comm = s.priv;
   o.tag_ub = s.tag_ub;
   o.segment_bytes = topology::resolve_segment_bytes(s.placement.grid, bytes, config.segment_bytes);
-  execute_over_pmpi(plan, s.placement.grid_of_comm[static_cast<size_t>(s.rank)], comm_of_grid, data,
-                    o);
+  PmpiBroadcast b(plan, s.placement.grid_of_comm[static_cast<size_t>(s.rank)], comm_of_grid, data,
+                  o);
+  // With MPI_Ibcasts in flight, theirs move while this one waits (a rank of
+  // theirs may wait for this rank to forward before it can join this one).
+  while (!b.step(ibcasts_in_flight() == 0))
+    if (ibcasts_in_flight() > 0) progress_ibcasts();
 }
 
 // Hierarchical: between nodes, then within each node.
@@ -639,6 +663,149 @@ const Config* config_or_abort() {
   return &*p.config;
 }
 
+// An MPI_Ibcast through gridbcast: a generalized request the application
+// holds (PMPI_Grequest_start), progressed by the provider inside MPI_Wait*,
+// MPI_Test*, MPI_Ibcast and MPI_Bcast, and completed (PMPI_Grequest_complete)
+// when this rank's part is done. Freed by MPI when the application has
+// completed the request.
+struct Ibcast {
+  MPI_Request request = MPI_REQUEST_NULL;
+  CommState* state = nullptr;
+  const Config* config = nullptr;
+  MPI_Comm comm = MPI_COMM_NULL;
+  int root = 0;
+  topology::Algorithm algo{};
+  std::byte* data = nullptr;  // the bytes moved: the user's, or `packed`
+  std::uint64_t bytes = 0;
+  std::vector<std::byte> packed;  // a datatype that is not contiguous
+  void* user = nullptr;
+  int count = 0;
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  MPI_Count type_size = 0;
+  MPI_Count extent = 0;
+  std::unique_ptr<PmpiBroadcast> pmpi;  // started, over PMPI
+  runtime::P2pRequest lanes;            // started, over lanes
+  bool started = false;
+  std::string error;
+};
+
+std::recursive_mutex& ibcast_mutex() {
+  static std::recursive_mutex m;
+  return m;
+}
+std::atomic<int> g_ibcasts{0};  // started and not complete
+std::set<CommState*>& busy_states() {  // communicators with MPI_Ibcasts queued
+  static std::set<CommState*> s;
+  return s;
+}
+
+int ibcasts_in_flight() {
+  return g_ibcasts.load(std::memory_order_relaxed);
+}
+
+int query_ibcast(void* extra, MPI_Status* status) {
+  const auto* b = static_cast<const Ibcast*>(extra);
+  PMPI_Status_set_elements(status, MPI_BYTE, 0);
+  PMPI_Status_set_cancelled(status, 0);
+  status->MPI_SOURCE = MPI_UNDEFINED;
+  status->MPI_TAG = MPI_UNDEFINED;
+  status->MPI_ERROR = b->error.empty() ? MPI_SUCCESS : MPI_ERR_OTHER;
+  return status->MPI_ERROR;
+}
+int free_ibcast(void* extra) {
+  delete static_cast<Ibcast*>(extra);
+  return MPI_SUCCESS;
+}
+int cancel_ibcast(void*, int) {
+  return MPI_SUCCESS;  // a broadcast cannot be taken back; it completes
+}
+
+void start_ibcast(Ibcast& b) {
+  CommState& s = *b.state;
+  const int root_grid = s.placement.grid_of_comm[static_cast<size_t>(b.root)];
+  if (s.lanes) {
+    b.lanes = s.lanes->ibcast(b.data, b.bytes, root_grid, b.algo);
+    return;
+  }
+  const topology::Plan plan = topology::build_plan(s.placement.grid, b.algo, root_grid, b.bytes);
+  PmpiOptions o;
+  o.comm = s.priv;
+  o.tag_ub = s.tag_ub;
+  o.segment_bytes =
+      topology::resolve_segment_bytes(s.placement.grid, b.bytes, b.config->segment_bytes);
+  b.pmpi = std::make_unique<PmpiBroadcast>(
+      plan, s.placement.grid_of_comm[static_cast<size_t>(s.rank)], s.placement.comm_of_grid,
+      b.data, o);
+}
+
+// Moves the communicator's first MPI_Ibcast without blocking; completes it
+// (and starts the next) when done. Caller holds ibcast_mutex().
+void advance(CommState& s) {
+  while (!s.ibcasts.empty()) {
+    Ibcast& b = *s.ibcasts.front();
+    bool done = false;
+    try {
+      if (!b.started) {
+        b.started = true;
+        start_ibcast(b);
+      }
+      if (b.pmpi) {
+        done = b.pmpi->step(false);
+      } else {
+        s.lanes->poll();
+        const runtime::P2pState st = s.lanes->state(b.lanes);
+        done = st.complete;
+        b.error = st.error;
+      }
+    } catch (const std::exception& e) {
+      b.error = e.what();
+      done = true;
+    }
+    if (!done) return;
+    if (b.error.empty() && !b.packed.empty() && s.rank != b.root) {
+      try {
+        pack(b.user, b.count, b.type, b.type_size, b.extent, b.packed.data(), b.comm, false);
+      } catch (const std::exception& e) {
+        b.error = e.what();
+      }
+    }
+    if (!b.error.empty()) {
+      int rank = -1;
+      PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      std::fprintf(stderr,
+                   "gridbcast provider: MPI_Ibcast failed on rank %d (of MPI_COMM_WORLD): %s\n",
+                   rank, b.error.c_str());
+    }
+    s.ibcasts.pop_front();
+    g_ibcasts.fetch_sub(1, std::memory_order_relaxed);
+    PMPI_Grequest_complete(b.request);  // MPI may free `b` from here on
+  }
+  busy_states().erase(&s);
+}
+
+void progress_ibcasts() {
+  std::lock_guard lock(ibcast_mutex());
+  const std::vector<CommState*> busy(busy_states().begin(), busy_states().end());
+  for (CommState* s : busy) advance(*s);
+}
+
+void drain(CommState& s) {
+  while (!s.ibcasts.empty()) progress_ibcasts();
+}
+
+// The blocking calls of the MPI_Wait family while MPI_Ibcasts are in flight:
+// the non-blocking test, with the broadcasts moved between tries (a rank that
+// waits for anything may be the one the others' broadcast must pass through).
+template <typename Test>
+int wait_moving_ibcasts(Test test) {
+  for (;;) {
+    progress_ibcasts();
+    bool finished = false;
+    const int rc = test(finished);
+    if (rc != MPI_SUCCESS || finished) return rc;
+  }
+}
+
 }  // namespace
 }  // namespace gridbcast::mpi::provider
 
@@ -678,6 +845,7 @@ GRIDBCAST_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, i
     free_retired(provider());
     CommState& s = state_of(comm, *config);
     if (!s.fallback.empty()) return pmpi(&Stats::fallback);
+    drain(s);  // this communicator's MPI_Ibcasts started before this call go first
     const int rank = s.rank;
     gridbcast::topology::Algorithm algo;
     if (contiguous) {
@@ -711,12 +879,167 @@ GRIDBCAST_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, i
   }
 }
 
+GRIDBCAST_EXPORT int MPI_Ibcast(void* buffer, int count, MPI_Datatype datatype, int root,
+                                MPI_Comm comm, MPI_Request* request) {
+  int initialized = 0, finalized = 0;
+  PMPI_Initialized(&initialized);
+  PMPI_Finalized(&finalized);
+  auto pmpi = [&](std::uint64_t Stats::*field) {
+    {
+      Provider& p = provider();
+      std::lock_guard lock(p.mutex);
+      ++p.stats.icalls;
+      ++(p.stats.*field);
+    }
+    return PMPI_Ibcast(buffer, count, datatype, root, comm, request);
+  };
+  if (!initialized || finalized || comm == MPI_COMM_NULL || count < 0 ||
+      datatype == MPI_DATATYPE_NULL || !request)
+    return pmpi(&Stats::iother);
+  const Config* config = config_or_abort();
+  if (!config) return MPI_ERR_OTHER;
+  int inter = 0, size = 0;
+  if (PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter) return pmpi(&Stats::iother);
+  if (PMPI_Comm_size(comm, &size) != MPI_SUCCESS || size <= 1 || root < 0 || root >= size)
+    return pmpi(&Stats::iother);
+  MPI_Count type_size = 0, lb = 0, extent = 0, true_lb = 0, true_extent = 0;
+  if (PMPI_Type_size_x(datatype, &type_size) != MPI_SUCCESS || type_size == MPI_UNDEFINED ||
+      PMPI_Type_get_extent_x(datatype, &lb, &extent) != MPI_SUCCESS ||
+      PMPI_Type_get_true_extent_x(datatype, &true_lb, &true_extent) != MPI_SUCCESS)
+    return pmpi(&Stats::iother);
+  const auto bytes = static_cast<std::uint64_t>(type_size) * static_cast<std::uint64_t>(count);
+  if (bytes < config->min_bytes) return pmpi(&Stats::ismall);
+  const bool contiguous = (count == 1 || extent == type_size) && true_extent == type_size;
+  try {
+    free_retired(provider());
+    CommState& s = state_of(comm, *config);
+    if (!s.fallback.empty()) return pmpi(&Stats::iother);
+    // Between nodes and then within them: not in steps yet (docs/MPI.md).
+    if (s.hierarchical) return pmpi(&Stats::ihierarchical);
+    auto b = std::make_unique<Ibcast>();
+    b->state = &s;
+    b->config = config;
+    b->comm = comm;
+    b->root = root;
+    b->bytes = bytes;
+    b->algo = choose(*config, s, bytes);
+    ++s.bcasts;
+    if (contiguous) {
+      b->data = static_cast<std::byte*>(buffer) + true_lb;
+    } else {
+      b->packed.resize(bytes);
+      b->data = b->packed.data();
+      b->user = buffer;
+      b->count = count;
+      b->type = datatype;
+      b->type_size = type_size;
+      b->extent = extent;
+      if (s.rank == root) pack(buffer, count, datatype, type_size, extent, b->packed.data(), comm, true);
+    }
+    check(PMPI_Grequest_start(query_ibcast, free_ibcast, cancel_ibcast, b.get(), &b->request),
+          "PMPI_Grequest_start");
+    *request = b->request;
+    {
+      Provider& p = provider();
+      std::lock_guard lock(p.mutex);
+      ++p.stats.icalls;
+      ++p.stats.igridbcast[std::string(gridbcast::topology::algorithm_name(b->algo))];
+    }
+    std::lock_guard lock(ibcast_mutex());
+    s.ibcasts.push_back(b.release());
+    g_ibcasts.fetch_add(1, std::memory_order_relaxed);
+    busy_states().insert(&s);
+    advance(s);  // starts it now if it is the communicator's first
+    return MPI_SUCCESS;
+  } catch (const std::exception& e) {
+    int rank = -1;
+    PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    std::fprintf(stderr,
+                 "gridbcast provider: MPI_Ibcast failed on rank %d (of MPI_COMM_WORLD): %s\n", rank,
+                 e.what());
+    std::this_thread::sleep_for(kErrorDrain);
+    PMPI_Comm_call_errhandler(comm, MPI_ERR_OTHER);
+    return MPI_ERR_OTHER;
+  }
+}
+
+// The MPI_Wait and MPI_Test families: the MPI_Ibcasts in flight move first
+// (and the waits keep moving them), then the host MPI does the rest, its own
+// requests and the generalized ones of completed MPI_Ibcasts alike.
+GRIDBCAST_EXPORT int MPI_Wait(MPI_Request* request, MPI_Status* status) {
+  if (ibcasts_in_flight() == 0) return PMPI_Wait(request, status);
+  return wait_moving_ibcasts([&](bool& finished) {
+    int flag = 0;
+    const int rc = PMPI_Test(request, &flag, status);
+    finished = flag != 0;
+    return rc;
+  });
+}
+
+GRIDBCAST_EXPORT int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]) {
+  if (ibcasts_in_flight() == 0) return PMPI_Waitall(count, requests, statuses);
+  return wait_moving_ibcasts([&](bool& finished) {
+    int flag = 0;
+    const int rc = PMPI_Testall(count, requests, &flag, statuses);
+    finished = flag != 0;
+    return rc;
+  });
+}
+
+GRIDBCAST_EXPORT int MPI_Waitany(int count, MPI_Request requests[], int* index,
+                                 MPI_Status* status) {
+  if (ibcasts_in_flight() == 0) return PMPI_Waitany(count, requests, index, status);
+  return wait_moving_ibcasts([&](bool& finished) {
+    int flag = 0;
+    const int rc = PMPI_Testany(count, requests, index, &flag, status);
+    finished = flag != 0;
+    return rc;
+  });
+}
+
+GRIDBCAST_EXPORT int MPI_Waitsome(int incount, MPI_Request requests[], int* outcount,
+                                  int indices[], MPI_Status statuses[]) {
+  if (ibcasts_in_flight() == 0)
+    return PMPI_Waitsome(incount, requests, outcount, indices, statuses);
+  return wait_moving_ibcasts([&](bool& finished) {
+    const int rc = PMPI_Testsome(incount, requests, outcount, indices, statuses);
+    finished = *outcount != 0;  // some completed, or none was active (MPI_UNDEFINED)
+    return rc;
+  });
+}
+
+GRIDBCAST_EXPORT int MPI_Test(MPI_Request* request, int* flag, MPI_Status* status) {
+  if (ibcasts_in_flight() > 0) progress_ibcasts();
+  return PMPI_Test(request, flag, status);
+}
+
+GRIDBCAST_EXPORT int MPI_Testall(int count, MPI_Request requests[], int* flag,
+                                 MPI_Status statuses[]) {
+  if (ibcasts_in_flight() > 0) progress_ibcasts();
+  return PMPI_Testall(count, requests, flag, statuses);
+}
+
+GRIDBCAST_EXPORT int MPI_Testany(int count, MPI_Request requests[], int* index, int* flag,
+                                 MPI_Status* status) {
+  if (ibcasts_in_flight() > 0) progress_ibcasts();
+  return PMPI_Testany(count, requests, index, flag, status);
+}
+
+GRIDBCAST_EXPORT int MPI_Testsome(int incount, MPI_Request requests[], int* outcount,
+                                  int indices[], MPI_Status statuses[]) {
+  if (ibcasts_in_flight() > 0) progress_ibcasts();
+  return PMPI_Testsome(incount, requests, outcount, indices, statuses);
+}
+
 GRIDBCAST_EXPORT int MPI_Finalize(void) {
   Provider& p = provider();
   int initialized = 0, finalized = 0;
   PMPI_Initialized(&initialized);
   PMPI_Finalized(&finalized);
   if (initialized && !finalized) {
+    // MPI_Ibcasts nobody completed (erroneous, but their peers may wait for
+    // this rank's part): finished before the statistics and the release.
+    while (ibcasts_in_flight() > 0) progress_ibcasts();
     const Config* config = nullptr;
     {
       std::lock_guard lock(p.mutex);
@@ -738,12 +1061,20 @@ GRIDBCAST_EXPORT int MPI_Finalize(void) {
         ours += n;
         algos += (algos.empty() ? "" : ", ") + name + " " + std::to_string(n);
       }
+      std::uint64_t iours = 0;
+      std::string ialgos;
+      for (const auto& [name, n] : s.igridbcast) {
+        iours += n;
+        ialgos += (ialgos.empty() ? "" : ", ") + name + " " + std::to_string(n);
+      }
       const char* transport = env("GRIDBCAST_TRANSPORT") == "lanes" ? "lanes" : "mpi";
       std::fprintf(stderr,
                    "gridbcast provider (%s, transport %s) rank %d: %llu MPI_Bcast: %llu gridbcast "
                    "(%s%s%llu packed, %llu hierarchical), "
                    "%llu PMPI_Bcast (%llu below %llu bytes, %llu intercommunicator/one "
-                   "rank/invalid, %llu after a failed set-up)\n",
+                   "rank/invalid, %llu after a failed set-up); %llu MPI_Ibcast: %llu gridbcast "
+                   "(%s), %llu PMPI_Ibcast (%llu below the threshold, %llu hierarchical, %llu "
+                   "other)\n",
                    GRIDBCAST_MPI_FLAVOUR, transport, rank, static_cast<unsigned long long>(s.calls),
                    static_cast<unsigned long long>(ours), algos.c_str(), algos.empty() ? "" : "; ",
                    static_cast<unsigned long long>(s.packed),
@@ -752,7 +1083,13 @@ GRIDBCAST_EXPORT int MPI_Finalize(void) {
                    static_cast<unsigned long long>(s.small),
                    static_cast<unsigned long long>(config ? config->min_bytes : 65536),
                    static_cast<unsigned long long>(s.trivial),
-                   static_cast<unsigned long long>(s.fallback));
+                   static_cast<unsigned long long>(s.fallback),
+                   static_cast<unsigned long long>(s.icalls),
+                   static_cast<unsigned long long>(iours), ialgos.c_str(),
+                   static_cast<unsigned long long>(s.ismall + s.ihierarchical + s.iother),
+                   static_cast<unsigned long long>(s.ismall),
+                   static_cast<unsigned long long>(s.ihierarchical),
+                   static_cast<unsigned long long>(s.iother));
     }
     // Release every communicator's state (MPI_COMM_WORLD's attributes are not
     // deleted by MPI_Finalize), then the duplicates.

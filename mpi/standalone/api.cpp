@@ -562,6 +562,9 @@ GRIDBCAST_EXPORT int PMPI_Comm_free(MPI_Comm* comm) {
     Comm& c = comm_at(*comm);
     if (*comm == MPI_COMM_WORLD || *comm == MPI_COMM_SELF)
       throw Error(MPI_ERR_COMM, "MPI_COMM_WORLD and MPI_COMM_SELF cannot be freed");
+    // Its broadcasts in flight end first (MPI: pending operations complete
+    // normally); every member started them before this collective call.
+    complete_collectives(*comm);
     if (c.group) state().world->forget_group(c.context);
     state().comms.erase(*comm);
     *comm = MPI_COMM_NULL;

@@ -15,6 +15,10 @@ namespace {
 constexpr std::int64_t kTagBarrier = 1000;  // + round
 constexpr std::int64_t kTagReduce = 2000;
 constexpr std::int64_t kTagGather = 3000;
+// MPI_Ibarrier number n of a communicator: kTagIbarrier + 64 n + round, so
+// barriers in flight at once (and the blocking ones) never take each
+// other's messages.
+constexpr std::int64_t kTagIbarrier = std::int64_t{1} << 40;
 
 std::uint64_t mix(std::uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -39,7 +43,11 @@ void receive_from(Comm& c, int from, std::int64_t tag, void* data, std::uint64_t
 
 }  // namespace
 
-void bcast_bytes(Comm& c, void* buffer, std::uint64_t bytes, int root) {
+namespace {
+
+// The algorithm of the communicator's next broadcast (nullopt: the plan's
+// choice), the same on every member.
+std::optional<topology::Algorithm> next_algorithm(Comm& c) {
   State& st = state();
   std::optional<topology::Algorithm> algo = st.algorithm;
   if (st.random_algorithm) {
@@ -48,12 +56,25 @@ void bcast_bytes(Comm& c, void* buffer, std::uint64_t bytes, int root) {
     algo = all[mix(c.context * 1000003u + c.bcasts) % all.size()];
   }
   ++c.bcasts;
+  return algo;
+}
+
+}  // namespace
+
+void bcast_bytes(Comm& c, void* buffer, std::uint64_t bytes, int root) {
+  const auto algo = next_algorithm(c);
   if (c.size() == 1) return;
-  if (c.is_world) {
-    st.world->bcast(buffer, bytes, root, algo);
-  } else {
-    st.world->bcast_group(c.context, buffer, bytes, root, algo);
-  }
+  if (c.is_world)
+    state().world->bcast(buffer, bytes, root, algo);
+  else
+    state().world->bcast_group(c.context, buffer, bytes, root, algo);
+}
+
+runtime::P2pRequest ibcast_bytes(Comm& c, void* buffer, std::uint64_t bytes, int root) {
+  const auto algo = next_algorithm(c);
+  if (c.size() == 1) return nullptr;
+  if (c.is_world) return state().world->ibcast(buffer, bytes, root, algo);
+  return state().world->ibcast_group(c.context, buffer, bytes, root, algo);
 }
 
 void barrier(Comm& c) {
@@ -62,6 +83,23 @@ void barrier(Comm& c) {
     send_to(c, (c.rank + k) % p, kTagBarrier + round, nullptr, 0);
     receive_from(c, (c.rank - k + p) % p, kTagBarrier + round, nullptr, 0);
   }
+}
+
+// The dissemination barrier's rounds, run by the communicator's loop.
+runtime::P2pRequest ibarrier(Comm& c) {
+  const int p = c.size();
+  const std::int64_t base = kTagIbarrier + static_cast<std::int64_t>(c.ibarriers++) * 64;
+  if (p == 1) return nullptr;
+  std::vector<std::vector<runtime::Communicator::Step>> rounds;
+  for (int k = 1, round = 0; k < p; k <<= 1, ++round) {
+    runtime::Communicator::Step send, receive;
+    send.send = true;
+    send.peer = c.members[static_cast<size_t>((c.rank + k) % p)];
+    send.tag = receive.tag = base + round;
+    receive.peer = c.members[static_cast<size_t>((c.rank - k + p) % p)];
+    rounds.push_back({send, receive});
+  }
+  return state().world->exchange(c.collective_context(), std::move(rounds), "in MPI_Ibarrier");
 }
 
 void reduce(Comm& c, const void* sendbuf, void* recvbuf, std::uint64_t elements, MPI_Datatype base,

@@ -184,6 +184,14 @@ void flush_sends() {
   reap();
 }
 
+void complete_collectives(MPI_Comm comm) {
+  State& st = state();
+  std::vector<runtime::P2pRequest> ops;
+  for (const auto& [handle, r] : st.requests)
+    if (r.collective && r.comm == comm && r.op) ops.push_back(r.op);
+  if (!ops.empty()) st.world->wait(ops, ops.size());
+}
+
 }  // namespace gridbcast::mpi
 
 using namespace gridbcast::mpi;  // NOLINT: the C entry points below
@@ -372,6 +380,10 @@ GRIDBCAST_EXPORT int PMPI_Request_free(MPI_Request* request) {
     check_initialized();
     if (!request) throw Error(MPI_ERR_ARG, "null request");
     Request& r = request_at(*request);
+    if (r.collective)
+      throw Error(MPI_ERR_REQUEST, "request " + std::to_string(*request) +
+                                       " is a non-blocking collective, which MPI does not let "
+                                       "a program free: complete it with MPI_Wait or MPI_Test");
     // An active request still completes (a send's bytes still leave); it is
     // forgotten then.
     if (complete(r))
@@ -461,3 +473,35 @@ GRIDBCAST_EXPORT int PMPI_Iprobe(int source, int tag, MPI_Comm comm, int* flag,
   return probe("MPI_Iprobe", source, tag, comm, flag, status, false);
 }
 GRIDBCAST_ALIAS(Iprobe)
+
+GRIDBCAST_EXPORT int PMPI_Ibcast(void* buffer, int count, MPI_Datatype datatype, int root,
+                                 MPI_Comm comm, MPI_Request* request) {
+  return guarded(comm, "MPI_Ibcast", [&] {
+    Comm& c = comm_at(comm);
+    check_count(count);
+    const std::uint64_t bytes = type_at(datatype).size * static_cast<std::uint64_t>(count);
+    check_rank(c, root, MPI_ERR_ROOT, "root");
+    check_buffer(buffer, bytes);
+    if (!request) throw Error(MPI_ERR_ARG, "null request");
+    Request r;
+    r.collective = true;
+    r.comm = comm;
+    r.peer = root;
+    r.op = ibcast_bytes(c, buffer, bytes, root);
+    *request = add_request(std::move(r));
+  });
+}
+GRIDBCAST_ALIAS(Ibcast)
+
+GRIDBCAST_EXPORT int PMPI_Ibarrier(MPI_Comm comm, MPI_Request* request) {
+  return guarded(comm, "MPI_Ibarrier", [&] {
+    Comm& c = comm_at(comm);
+    if (!request) throw Error(MPI_ERR_ARG, "null request");
+    Request r;
+    r.collective = true;
+    r.comm = comm;
+    r.op = ibarrier(c);
+    *request = add_request(std::move(r));
+  });
+}
+GRIDBCAST_ALIAS(Ibarrier)

@@ -46,6 +46,7 @@ struct Comm {
   MPI_Errhandler errhandler = MPI_ERRORS_ARE_FATAL;
   std::uint64_t children = 0;  // communicators made from this one (context ids)
   std::uint64_t bcasts = 0;    // broadcasts so far (GRIDBCAST_ALGORITHM=random)
+  std::uint64_t ibarriers = 0;  // non-blocking barriers so far: each has its own tags
   bool is_world = false;
   bool group = false;  // defined as a runtime group (size > 1, not world)
   int size() const { return static_cast<int>(members.size()); }
@@ -56,6 +57,7 @@ struct Comm {
 // to report its status after its communicator is freed.
 struct Request {
   bool is_receive = false;
+  bool collective = false;  // MPI_Ibcast, MPI_Ibarrier
   runtime::P2pRequest op;  // null: complete at once (MPI_PROC_NULL)
   MPI_Comm comm = MPI_COMM_NULL;
   int peer = MPI_PROC_NULL;    // destination or source, a rank of the communicator
@@ -121,12 +123,19 @@ void check_rank(const Comm& c, int rank, int error_class, const char* what);
 // MPI_SOURCE, MPI_TAG and the length (MPI_STATUS_IGNORE: nothing).
 void fill_status(MPI_Status* status, int source, int tag, std::uint64_t bytes);
 
-// Completes the active send requests, freed ones included (MPI_Finalize).
+// Completes the active send requests, freed ones included, and the
+// non-blocking collectives (MPI_Finalize).
 void flush_sends();
+// Completes the non-blocking collectives started on `comm` (MPI_Comm_free: its
+// group must not go while one of its broadcasts runs).
+void complete_collectives(MPI_Comm comm);
 
 // Collectives over runtime point-to-point and broadcasts (collectives.cpp).
 void bcast_bytes(Comm& c, void* buffer, std::uint64_t bytes, int root);
 void barrier(Comm& c);
+// Their non-blocking forms: null when there is nothing to do (one rank).
+runtime::P2pRequest ibcast_bytes(Comm& c, void* buffer, std::uint64_t bytes, int root);
+runtime::P2pRequest ibarrier(Comm& c);
 void reduce(Comm& c, const void* sendbuf, void* recvbuf, std::uint64_t elements, MPI_Datatype base,
             std::uint64_t bytes, MPI_Op op, int root);
 void allgather_bytes(Comm& c, const void* mine, std::uint64_t bytes, void* all);

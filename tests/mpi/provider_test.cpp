@@ -126,6 +126,26 @@ TEST_P(Provider, MulticastOverLanesAndRefusedOverMpi) {
   std::filesystem::remove_all(dir);
 }
 
+// MPI_Ibcast through gridbcast (tests/mpi/ibcast.c: every root beside a ring
+// of messages, several in flight with a blocking MPI_Bcast behind them, beside
+// a rendezvous, on a communicator freed before the wait), over PMPI and over
+// lanes, algorithms drawn per broadcast: every copy verifies and the
+// statistics line counts the non-blocking broadcasts that went through gridbcast.
+TEST_P(Provider, NonBlockingBroadcastsGoThroughGridbcastAndVerify) {
+  for (const std::string transport : {"mpi", "lanes"}) {
+    const Outcome r = run(flavour_,
+                          with_provider(flavour_, {{"GRIDBCAST_TRANSPORT", transport},
+                                                   {"GRIDBCAST_MIN_BYTES", "1000"},
+                                                   {"GRIDBCAST_ALGORITHM", "random"}}),
+                          {flavour_.program("ibcast"), "4"});
+    ASSERT_EQ(r.status, 0) << transport << ": " << r.err;
+    EXPECT_NE(r.out.find(" checks, 0 failed"), std::string::npos) << r.out;
+    const auto at = r.err.find(" MPI_Ibcast: ");
+    ASSERT_NE(at, std::string::npos) << r.err;
+    EXPECT_GE(std::stoull(r.err.substr(at + 13)), 10u) << r.err;  // the sizes above 1000 bytes
+  }
+}
+
 TEST_P(Provider, EveryCallOfTheSubsetWithTheProviderInPlace) {
   // calls.c against the real MPI with every broadcast above 1 byte on lanes.
   const Outcome r =

@@ -198,6 +198,34 @@ TEST(MpiStandalone, ALargeIsendBeforeABarrierCompletesOnEveryJobSize) {
   std::filesystem::remove(four);
 }
 
+// MPI_Ibcast and MPI_Ibarrier (tests/mpi/ibcast.c: every root and several
+// sizes beside a ring of messages, several in flight behind one another and
+// a blocking Bcast, beside a rendezvous, on a freed subcommunicator, and the
+// barrier's semantics) on 8 ranks with algorithms drawn per broadcast, on 2
+// and 4 ranks, and alone.
+TEST(MpiStandalone, NonBlockingCollectivesOnEveryJobSize) {
+  const auto four = std::filesystem::temp_directory_path() /
+                    ("gridbcast-ibcast-" + std::to_string(::getpid()) + ".yaml");
+  std::ofstream(four) << "name: four\ndefaults:\n  nic_bandwidth: 10 Gbit\nsites:\n  - name: s\n   "
+                         " nodes:\n      - name: q[1-4]\n"
+                         "        nics:\n          - address: 127.0.9.[11-14]\n";
+  for (const std::vector<std::string>& where :
+       {std::vector<std::string>{"--algorithm", "random"},
+        {kSrc + "/site-configs/loopback-pair.yaml"},
+        {four.string()}}) {
+    std::vector<std::string> cmd = {kBin, "launch"};
+    cmd.insert(cmd.end(), where.begin(), where.end());
+    for (const auto& a : {std::string("--"), kMpiBin + "/ibcast_gridbcast"}) cmd.push_back(a);
+    Child c(cmd);
+    EXPECT_EQ(c.wait(300s), 0) << c.err();
+    EXPECT_NE(c.out().find(" checks, 0 failed"), std::string::npos) << c.out();
+  }
+  std::filesystem::remove(four);
+  Child alone({kMpiBin + "/ibcast_gridbcast"});
+  ASSERT_EQ(alone.wait(60s), 0) << alone.err();
+  EXPECT_NE(alone.out().find("ibcast: 1 ranks, "), std::string::npos) << alone.out();
+}
+
 // A stuck program without --timeout is named, not silent: when every rank has
 // waited in MPI with no byte moving for GRIDBCAST_STUCK_HINT_SECONDS (here 2;
 // 60 by default), the launcher says so once, with what each rank waits for,

@@ -63,6 +63,9 @@ class Ranks {
   }
 
   runtime::Communicator& at(int r) { return *comms_.at(static_cast<size_t>(r)); }
+  // Destroys rank r's communicator (as a process that ends would): its peers
+  // see its connections close.
+  void close(int r) { comms_.at(static_cast<size_t>(r)).reset(); }
   int size() const { return static_cast<int>(comms_.size()); }
   const runtime::JobCredentials& credentials() const { return creds_; }
   const runtime::RunNonce& run_nonce() const { return run_nonce_; }

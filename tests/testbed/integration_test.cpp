@@ -84,6 +84,26 @@ TEST_F(TestbedTwoByFour, LaunchWithTheNetnsBackendExplicitly) {
   EXPECT_EQ(last_json(c.out())["verified"], true) << c.out();
 }
 
+// MPI programs run inside the nodes' namespaces too (launch -- PROGRAM with
+// the netns backend): the progress programs of issue 26 (a large Isend before
+// a Barrier and its variants; MPI_Ibcast and MPI_Ibarrier beside sends,
+// several in flight, on a freed subcommunicator) over the 10 ms WAN.
+TEST_F(TestbedTwoByFour, MpiProgramsRunInsideTheNodesAndNeverDeadlock) {
+  const auto& g = *guard_;
+  const std::string topo = g.file();
+  const std::string bin = GRIDBCAST_MPI_TEST_BIN;
+  for (const auto& [program, name] : {std::pair{bin + "/progress_gridbcast", "progress"},
+                                      std::pair{bin + "/ibcast_gridbcast", "ibcast"}}) {
+    TbChild c({kBin, "testbed", "run", topo, "--id", g.id(), "--", "gridbcast", "launch", topo,
+               "--", program, "8"});
+    ASSERT_EQ(c.wait(300s), 0) << name << ":\n" << c.out() << c.err();
+    EXPECT_NE(c.out().find(std::string(name) + ": 8 ranks, "), std::string::npos) << c.out();
+    EXPECT_NE(c.out().find(" checks, 0 failed"), std::string::npos) << c.out();
+  }
+  for (const auto& n : g.state().nodes)
+    EXPECT_TRUE(testbed::processes_in_netns(n.ns).empty()) << n.ns;
+}
+
 TEST(TestbedRun, NetnsBackendWithoutATestbedSaysHowToStartOne) {
   ::setenv("GRIDBCAST_TESTBED", "/nonexistent/gridbcast-testbed", 1);
   TbChild c({kBin, "launch", kSrc + "/site-configs/testbed-2x4.yaml", "--backend", "netns",

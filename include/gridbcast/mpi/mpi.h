@@ -213,6 +213,10 @@ GRIDBCAST_MPI_DECLARE(int, Request_free, (MPI_Request* request))
 GRIDBCAST_MPI_DECLARE(int, Bcast, (void* buffer, int count, MPI_Datatype datatype, int root,
                                    MPI_Comm comm))
 GRIDBCAST_MPI_DECLARE(int, Barrier, (MPI_Comm comm))
+/* Non-blocking collectives: progressed inside MPI calls, like MPI_Isend (docs/MPI.md) */
+GRIDBCAST_MPI_DECLARE(int, Ibcast, (void* buffer, int count, MPI_Datatype datatype, int root,
+                                    MPI_Comm comm, MPI_Request* request))
+GRIDBCAST_MPI_DECLARE(int, Ibarrier, (MPI_Comm comm, MPI_Request* request))
 GRIDBCAST_MPI_DECLARE(int, Reduce, (const void* sendbuf, void* recvbuf, int count,
                                     MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm))
 GRIDBCAST_MPI_DECLARE(int, Allreduce, (const void* sendbuf, void* recvbuf, int count,
