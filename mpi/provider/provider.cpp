@@ -1,8 +1,10 @@
 // libgridbcast_mpi_provider_<openmpi|mpich>.so: gridbcast's broadcast inside
 // real MPI applications, through the PMPI profiling interface. Link it before
-// the MPI library or LD_PRELOAD it; it defines MPI_Bcast (and MPI_Finalize, to
-// print its statistics and release what it holds) and calls PMPI_* for
-// everything else. docs/MPI.md describes the environment:
+// the MPI library or LD_PRELOAD it; it defines MPI_Bcast, MPI_Ibcast (with the
+// MPI_Wait and MPI_Test families, inside which it moves the broadcasts in
+// flight) and MPI_Finalize (to print its statistics and release what it
+// holds), and calls PMPI_* for everything else. docs/MPI.md describes the
+// environment:
 //
 //   GRIDBCAST_TRANSPORT  mpi (default): the plan runs over PMPI_Isend/PMPI_Irecv;
 //                        lanes: over gridbcast lanes, one runtime::Communicator

@@ -12,11 +12,18 @@
  * "progress: N ranks, C checks, F failed"; exit status 0 when all held.
  *
  * `progress deadlock`: an incorrect program, for the launcher's hint: every
- * rank receives from the next one, and nobody sends. */
+ * rank receives from the next one, and nobody sends.
+ *
+ * `progress memory MIB`: every rank Isends MIB MiB to the next and nobody
+ * receives until a Barrier and a second have passed: rank 0 prints the most
+ * any rank's resident memory grew meanwhile (what the library holds for
+ * unmatched messages; the send buffers are allocated and filled before),
+ * as "memory: N ranks, M MiB each unmatched, at most G KiB more resident". */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 
@@ -110,6 +117,44 @@ static void big_before_bcast(long long big) {
   free(b);
 }
 
+static long long resident_kib(void) {
+  FILE* f = fopen("/proc/self/status", "r");
+  char line[256];
+  long long kib = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (strncmp(line, "VmRSS:", 6) == 0) kib = atoll(line + 6);
+  if (f) fclose(f);
+  return kib;
+}
+
+static void unmatched_memory(long long bytes) {
+  unsigned char* out = malloc(bytes);
+  unsigned char* in = malloc(bytes);
+  fill(out, bytes, rank);
+  memset(in, 0, bytes);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const long long before = resident_kib();
+  MPI_Request req;
+  MPI_Isend(out, (int)bytes, MPI_BYTE, (rank + 1) % size, 3, MPI_COMM_WORLD, &req);
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int i = 0; i < 10; ++i) { /* a second in MPI with the sends unmatched */
+    int flag = 0;
+    MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+    usleep(100000);
+  }
+  long long grew = resident_kib() - before, most = 0;
+  MPI_Reduce(&grew, &most, 1, MPI_LONG_LONG, MPI_MAX, 0, MPI_COMM_WORLD);
+  MPI_Recv(in, (int)bytes, MPI_BYTE, (rank + size - 1) % size, 3, MPI_COMM_WORLD,
+           MPI_STATUS_IGNORE);
+  MPI_Wait(&req, MPI_STATUS_IGNORE);
+  CHECK(!bad_bytes(in, bytes, (rank + size - 1) % size), "bytes");
+  if (rank == 0)
+    printf("memory: %d ranks, %lld MiB each unmatched, at most %lld KiB more resident\n", size,
+           bytes >> 20, most);
+  free(out);
+  free(in);
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -120,8 +165,10 @@ int main(int argc, char** argv) {
     MPI_Finalize();
     return 1;
   }
-  const long long big = (argc > 1 ? atoll(argv[1]) : 100) << 20;
-  if (size >= 2) {
+  if (argc > 2 && strcmp(argv[1], "memory") == 0) {
+    unmatched_memory(atoll(argv[2]) << 20);
+  } else if (size >= 2) {
+    const long long big = (argc > 1 ? atoll(argv[1]) : 100) << 20;
     big_before_barrier(big, 0, 0, 10);
     many_small_before_barrier();
     big_before_bcast(big);

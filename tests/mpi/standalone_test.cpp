@@ -226,6 +226,23 @@ TEST(MpiStandalone, NonBlockingCollectivesOnEveryJobSize) {
   EXPECT_NE(alone.out().find("ibcast: 1 ranks, "), std::string::npos) << alone.out();
 }
 
+// Large sends nobody has matched yet hold no memory at the receiver: each of
+// 8 ranks has 64 MiB outstanding to the next for a second, and no rank's
+// resident memory grows by even 4 MiB (an eager push would have filled each
+// receiver's credit of 64 MiB / 7 per sender first). The 1 GiB figure is in
+// docs/MPI.md.
+TEST(MpiStandalone, UnmatchedLargeSendsHoldNoMemoryAtTheReceiver) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "resident memory is the sanitizer's, not the library's";
+#endif
+  Child c({kBin, "launch", "--", kMpiBin + "/progress_gridbcast", "memory", "64"});
+  ASSERT_EQ(c.wait(300s), 0) << c.err();
+  const auto at = c.out().find("at most ");
+  ASSERT_NE(at, std::string::npos) << c.out();
+  EXPECT_LT(std::stoll(c.out().substr(at + 8)), 4 * 1024) << c.out();
+  EXPECT_NE(c.out().find(" checks, 0 failed"), std::string::npos) << c.out();
+}
+
 // A stuck program without --timeout is named, not silent: when every rank has
 // waited in MPI with no byte moving for GRIDBCAST_STUCK_HINT_SECONDS (here 2;
 // 60 by default), the launcher says so once, with what each rank waits for,
