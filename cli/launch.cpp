@@ -64,9 +64,10 @@ struct Launch {
         ->add_option("--window", l_window,
                      "memory per rank for --file data in flight (the file may be larger)")
         ->capture_default_str();
-    launch_cmd->add_flag("--resume", l_resume,
-                         "--file: keep the chunks each copy (or a partial copy a failed run left) "
-                         "already holds, checked against the digests; move only the rest");
+    launch_cmd->add_flag(
+        "--resume", l_resume,
+        "--file: keep the chunks each copy (or the partial copy an interrupted run "
+        "left) already holds, checked against the digests; move only the rest");
     launch_cmd->add_option("--root,-r", l_root, "root rank")->capture_default_str();
     launch_cmd
         ->add_option("--algorithm,-a", l_algorithm,
@@ -182,6 +183,11 @@ struct Launch {
     if (line_shown) std::cerr << "\r" << std::string(100, ' ') << "\r" << std::flush;
     if (result.status != 0) {
       cli::print_failure(std::cerr, std::cout, "launch", result, l_json);
+      if (!l_files.empty())
+        lanes::log::notice(
+            "gridbcast launch: ranks that had received part of the file keep it beside their "
+            "copy as .NAME.gridbcast-partial (private); the same command with --resume moves "
+            "only what they lack");
       return result.status;
     }
     if (result.broadcast) {

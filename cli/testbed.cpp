@@ -22,8 +22,10 @@ using namespace gridbcast::testbed;
 struct Testbed {
   CLI::App* cmd = nullptr;
   CLI::App *up = nullptr, *down = nullptr, *status = nullptr, *run = nullptr, *exec = nullptr,
-           *compose = nullptr, *delayline = nullptr, *traffic = nullptr, *server = nullptr,
-           *client = nullptr;
+           *shape = nullptr, *compose = nullptr, *delayline = nullptr, *traffic = nullptr,
+           *server = nullptr, *client = nullptr;
+  std::string shape_bandwidth;
+  bool shape_down = false, shape_up = false, shape_reset = false;
   std::string topology, id, delay = "auto", prefix, node, output, image = "gridbcast:latest",
                             env_file = "gridbcast.env";
   bool keep = false, no_offload = false, dry_run = false;
@@ -64,6 +66,7 @@ Testbed::Testbed(CLI::App& app) {
       "  gridbcast testbed run site-configs/testbed-2x4.yaml -- gridbcast launch "
       "site-configs/testbed-2x4.yaml --size 64MiB\n"
       "  gridbcast testbed exec site-configs/testbed-2x4.yaml a1 -- ping -c 3 10.202.1.1\n"
+      "  gridbcast testbed shape site-configs/testbed-2x4.yaml b2 --bandwidth 10Mbit\n"
       "  gridbcast testbed down site-configs/testbed-2x4.yaml\n"
       "  gridbcast testbed compose site-configs/docker-default.yaml -o "
       "docker/compose.default.yaml\n"
@@ -127,6 +130,25 @@ Testbed::Testbed(CLI::App& app) {
   topology_arg(m.exec, true);
   m.exec->add_option("NODE", m.node, "node name")->required();
   m.exec->add_option("COMMAND", m.command, "after --: the command")->required();
+
+  m.shape = m.cmd->add_subcommand(
+      "shape", "Change one node's links in a running testbed (fault injection while jobs run)");
+  topology_arg(m.shape, true);
+  m.shape->add_option("NODE", m.node, "node name")->required();
+  auto* bw = m.shape->add_option("--bandwidth", m.shape_bandwidth,
+                                 "shape every NIC of the node at this rate, both ways (10Mbit)");
+  auto* dn = m.shape->add_flag(
+      "--down", m.shape_down, "cut the node off: its packets vanish silently, as with a cut cable");
+  auto* upf = m.shape->add_flag("--up", m.shape_up, "undo --down");
+  auto* rs =
+      m.shape->add_flag("--reset", m.shape_reset, "the declared NIC rates again, and the links up");
+  bw->excludes(dn, upf, rs);
+  dn->excludes(upf, rs);
+  upf->excludes(rs);
+  m.shape->footer(
+      "Example, 30 s into a broadcast:\n"
+      "  gridbcast testbed shape site-configs/testbed-8x8.yaml b3 --bandwidth 10Mbit\n"
+      "  gridbcast testbed shape site-configs/testbed-8x8.yaml b3 --down");
 
   m.compose = m.cmd->add_subcommand(
       "compose", "Write a docker compose file emulating the topology (see docker/README.md)");
@@ -213,6 +235,24 @@ int run_testbed(Testbed& m) {
   }
   if (m.run->parsed()) return testbed::run(m.grid(), m.up_options(), m.keep, m.command, std::cerr);
   if (m.exec->parsed()) return exec_in_node(m.grid(), m.id, m.node, m.command);
+  if (m.shape->parsed()) {
+    ShapeOptions o;
+    if (!m.shape_bandwidth.empty()) {
+      try {
+        o.bandwidth_bps = topology::parse_bandwidth(m.shape_bandwidth);
+      } catch (const std::exception& e) {
+        throw CLI::ValidationError("--bandwidth", e.what());
+      }
+      if (o.bandwidth_bps <= 0) throw CLI::ValidationError("--bandwidth", "must be above 0");
+    }
+    o.down = m.shape_down;
+    o.up = m.shape_up;
+    o.reset = m.shape_reset;
+    if ((o.bandwidth_bps > 0) + o.down + o.up + o.reset != 1)
+      throw CLI::ValidationError("shape", "say one of --bandwidth RATE, --down, --up or --reset");
+    std::cout << shape(m.grid(), m.id, m.node, o) << "\n";
+    return 0;
+  }
   if (m.compose->parsed()) {
     const topology::Grid grid = m.grid();
     ComposeOptions o;

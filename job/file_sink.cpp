@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -225,7 +226,6 @@ FileSink FileSink::open_in(UniqueFd dir, const std::string& dir_path, const std:
   s.name_ = name;
   s.final_path_ = dir_path == "/" ? "/" + name : dir_path + "/" + name;
   s.meta_ = meta;
-  s.resume_ = options.resume;
   if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
     throw std::runtime_error(s.final_path_ + ": not a file name");
 
@@ -260,29 +260,37 @@ FileSink FileSink::open_in(UniqueFd dir, const std::string& dir_path, const std:
     }
   }
 
-  if (options.resume) {
-    s.temp_name_ = partial_name(s.name_);
-    s.fd_ = ::openat(s.dir_fd_, s.temp_name_.c_str(), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    if (s.fd_ >= 0) {
-      // A partial of an earlier run: ours, a regular file with no other name.
-      struct stat pst {};
-      if (::fstat(s.fd_, &pst) != 0) throw file_error(s.temp_path(), "cannot stat");
-      if (!S_ISREG(pst.st_mode) || pst.st_uid != ::geteuid() || pst.st_nlink != 1)
-        throw std::runtime_error(s.temp_path() +
-                                 ": refused: not a regular file of this user with one link; "
-                                 "remove it to start over");
+  // The copy in progress always has the fixed name DIR/.NAME.gridbcast-partial
+  // and outlives a failure once it holds something, so a rerun with resume
+  // keeps what it holds; without resume a rerun starts it over.
+  s.temp_name_ = partial_name(s.name_);
+  s.fd_ = ::openat(s.dir_fd_, s.temp_name_.c_str(), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (s.fd_ >= 0) {
+    // A partial of an earlier run: ours, a regular file with no other name.
+    struct stat pst {};
+    if (::fstat(s.fd_, &pst) != 0) throw file_error(s.temp_path(), "cannot stat");
+    if (!S_ISREG(pst.st_mode) || pst.st_uid != ::geteuid() || pst.st_nlink != 1)
+      throw std::runtime_error(s.temp_path() +
+                               ": refused: not a regular file of this user with one link; "
+                               "remove it to start over");
+    s.lock_partial();
+    if (options.resume) {
       s.reused_partial_ = true;
-    } else if (errno != ENOENT) {
-      throw file_error(s.temp_path(), "cannot open the partial copy");
+    } else if (::ftruncate(s.fd_, 0) != 0) {
+      throw file_error(s.temp_path(), "cannot start the partial copy of an earlier run over");
     }
-  }
-  if (s.fd_ < 0) {
-    if (!options.resume) s.temp_name_ = "." + s.name_ + ".gridbcast-" + random_suffix();
+    s.held_ = true;  // it was kept before; it stays kept whatever happens now
+  } else if (errno != ENOENT) {
+    throw file_error(s.temp_path(), "cannot open the partial copy");
+  } else {
     s.fd_ = ::openat(s.dir_fd_, s.temp_name_.c_str(),
                      O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (s.fd_ < 0) throw file_error(s.temp_path(), "cannot create the temporary file");
+    s.lock_partial();
+    // Until its first byte lands it holds nothing worth keeping: a failure or
+    // a signal before then removes it.
+    s.cleanup_slot_ = register_cleanup(s.temp_path());
   }
-  if (!options.resume) s.cleanup_slot_ = register_cleanup(s.temp_path());
 
   // The whole size reserved now: a full disk fails before any data moves.
   if (meta.size > 0) {
@@ -315,9 +323,9 @@ FileSink::FileSink(FileSink&& o) noexcept
       name_(std::move(o.name_)),
       temp_name_(std::move(o.temp_name_)),
       meta_(o.meta_),
-      resume_(o.resume_),
       reused_partial_(o.reused_partial_),
       committed_(o.committed_),
+      held_(o.held_),
       dir_fd_(std::exchange(o.dir_fd_, -1)),
       fd_(std::exchange(o.fd_, -1)),
       existing_fd_(std::exchange(o.existing_fd_, -1)),
@@ -332,9 +340,9 @@ FileSink& FileSink::operator=(FileSink&& o) noexcept {
     name_ = std::move(o.name_);
     temp_name_ = std::move(o.temp_name_);
     meta_ = o.meta_;
-    resume_ = o.resume_;
     reused_partial_ = o.reused_partial_;
     committed_ = o.committed_;
+    held_ = o.held_;
     dir_fd_ = std::exchange(o.dir_fd_, -1);
     fd_ = std::exchange(o.fd_, -1);
     existing_fd_ = std::exchange(o.existing_fd_, -1);
@@ -348,11 +356,29 @@ FileSink::~FileSink() {
   release();
 }
 
+void FileSink::lock_partial() {
+  // Two jobs writing one copy would mix their bytes after each verified its
+  // own: the second is refused. The lock goes with the process (a killed
+  // rank's partial is free for the next run).
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int e = errno;
+    ::close(fd_);
+    fd_ = -1;
+    if (e == EWOULDBLOCK)
+      throw std::runtime_error(temp_path() +
+                               ": refused: another gridbcast job is writing this copy now "
+                               "(its partial copy is locked)");
+    errno = e;
+    throw file_error(temp_path(), "cannot lock the partial copy");
+  }
+}
+
 void FileSink::release() {
   if (direct_fd_ >= 0) ::close(direct_fd_);
   if (fd_ >= 0) {
+    // Removed before the lock goes with the descriptor: nobody else's by then.
+    if (!committed_ && !held_) ::unlinkat(dir_fd_, temp_name_.c_str(), 0);
     ::close(fd_);
-    if (!committed_ && !resume_) ::unlinkat(dir_fd_, temp_name_.c_str(), 0);
   }
   release_cleanup(cleanup_slot_);
   if (existing_fd_ >= 0) ::close(existing_fd_);
@@ -361,6 +387,12 @@ void FileSink::release() {
 }
 
 void FileSink::write(std::uint64_t offset, const std::byte* data, std::uint64_t bytes) {
+  if (!held_) {
+    // From its first byte on, the partial copy is kept on failure and signals.
+    held_ = true;
+    release_cleanup(cleanup_slot_);
+    cleanup_slot_ = -1;
+  }
   const bool aligned = offset % kDirectAlign == 0 && bytes % kDirectAlign == 0 &&
                        reinterpret_cast<std::uintptr_t>(data) % kDirectAlign == 0;
   pwrite_full(direct_fd_ >= 0 && aligned ? direct_fd_ : fd_, temp_path(), data, bytes, offset);

@@ -7,11 +7,13 @@
 //        v
 //   DIR/NAME                           renamed into place, then DIR fsynced
 //
-// Failure, destruction without commit() or SIGINT/SIGTERM/SIGHUP (with
-// install_signal_cleanup()) removes the temporary file and leaves an existing
-// DIR/NAME untouched. With resume, the temporary file has the fixed name
-// DIR/.NAME.gridbcast-partial and is kept on failure (never under the final
-// name), so a rerun keeps the chunks it holds.
+// The temporary file has the fixed name DIR/.NAME.gridbcast-partial, is
+// locked (flock) while a job writes it, and is kept by a failure, by
+// destruction without commit() and by SIGINT/SIGTERM/SIGHUP once it holds a
+// byte (never under the final name; an existing DIR/NAME stays untouched), so
+// a rerun with resume keeps the chunks it holds; a rerun without resume starts
+// it over. Before its first byte (a failure while opening, a full disk) it is
+// removed, by install_signal_cleanup()'s handler too.
 //
 // Directories on the way to the output root (the path the user named) are
 // walked from "/" one component at a time without following symlinks, except
@@ -38,7 +40,7 @@ inline constexpr std::uint64_t kDirectAlign = 4096;
 
 struct SinkOptions {
   std::uint32_t dir_mode = 0700;  // for directories this sink creates
-  bool resume = false;            // keep DIR/.NAME.gridbcast-partial across runs
+  bool resume = false;            // reuse what DIR/.NAME.gridbcast-partial and DIR/NAME hold
   // The source on the root's host: a destination with the same device and
   // inode is the source (this rank is on the root's host, or the file system
   // is shared) and is refused. Both 0: unknown, not checked.
@@ -90,7 +92,7 @@ class FileSink {
   FileSink() = default;
   FileSink(FileSink&& other) noexcept;
   FileSink& operator=(FileSink&& other) noexcept;
-  ~FileSink();  // without commit(): removes the temporary file (kept with resume)
+  ~FileSink();  // without commit(): keeps the partial copy if it holds a byte
 
   // Writes bytes at offset. Where the file system takes direct I/O (O_DIRECT)
   // and offset, length and address are multiples of kDirectAlign, the bytes
@@ -114,11 +116,12 @@ class FileSink {
 
  private:
   void release();
+  void lock_partial();
   std::string final_path_, dir_path_, name_, temp_name_;
   FileMeta meta_;
-  bool resume_ = false;
   bool reused_partial_ = false;
   bool committed_ = false;
+  bool held_ = false;  // holds bytes of this run or an earlier one: kept on failure
   int dir_fd_ = -1;
   int fd_ = -1;
   int existing_fd_ = -1;

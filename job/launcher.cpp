@@ -588,11 +588,14 @@ asio::awaitable<void> Launcher::rendezvous() {
   for (auto& st : ranks_) st.last_heard = Clock::now();
 }
 
-// Tells every rank to exit and waits for them to do so on their own.
+// Tells every rank to exit and waits for them to do so on their own: a
+// gridbcast rank for up to 10 s; a program for as long as it runs (it may
+// work on after MPI_Finalize, and its exit status is the job's, as with
+// mpiexec).
 asio::awaitable<void> Launcher::finish() {
   finishing_ = true;
   send_all(control::Exit{});
-  const auto deadline = Clock::now() + 10s;
+  const auto deadline = o_.params.program() ? Clock::time_point::max() : Clock::now() + 10s;
   asio::steady_timer t(io_);
   // Exit is written before anything ends (external ranks have nothing else to go by).
   const auto writing = [this] {

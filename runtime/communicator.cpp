@@ -114,7 +114,7 @@ struct Communicator::Impl {
   };
   struct Group {
     std::vector<int> members;  // world ranks in group rank order
-    std::vector<int> sorted;  // ascending: index in `grid` -> world rank
+    std::vector<int> sorted;   // ascending: index in `grid` -> world rank
     // The topology restricted to the members; shared with its broadcasts in flight.
     std::shared_ptr<const topology::Grid> grid;
     std::uint64_t seq = 0;
@@ -367,8 +367,9 @@ struct Communicator::Impl {
   Started started(topology::Plan plan, std::uint64_t sequence, void* buffer,
                   std::shared_ptr<const topology::Grid> group_grid, int me,
                   std::uint64_t communicator) {
-    return Started{std::move(plan), sequence,   static_cast<std::byte*>(buffer),
-                   std::move(group_grid), me, communicator, bcast_tickets++};
+    return Started{std::move(plan),       sequence, static_cast<std::byte*>(buffer),
+                   std::move(group_grid), me,       communicator,
+                   bcast_tickets++};
   }
 
   // A started broadcast of the world, or of a group (plan over the group's

@@ -132,6 +132,15 @@ std::string bfifo(double rate_bps, double seconds) {
   return "bfifo limit " + num(std::max(rate_bps / 8 * seconds, 131072.0));
 }
 
+NicShaping nic_shaping(const Layout& l, const NodePlan& n, const NicPlan& nic, double rate_bps) {
+  // The NIC addresses of every node but this one: the peers whose flows it shares.
+  std::vector<Ipv4> peers;
+  for (const auto& m : l.nodes)
+    if (m.rank != n.rank)
+      for (const auto& other : m.nics) peers.push_back(other.address);
+  return {fair_htb(nic.device, rate_bps, "dst", peers), fair_htb(nic.port, rate_bps, "src", peers)};
+}
+
 std::vector<std::string> fair_htb(const std::string& dev, double rate_bps, std::string_view key,
                                   const std::vector<Ipv4>& peers) {
   const bool per_peer = peers.size() <= kFairPeers;
@@ -331,29 +340,17 @@ std::vector<Step> build_script(const topology::Grid& grid, const Layout& l,
   }
   // 8. Shaping: HTB on both ends of every NIC, fair among its flows, and on
   // every WAN end (a router's FIFO).
-  // The NIC addresses of every node but one: the peers whose flows a NIC shares.
-  auto peers_of = [&](const NodePlan& n) {
-    std::vector<Ipv4> peers;
-    for (const auto& m : l.nodes)
-      if (m.rank != n.rank)
-        for (const auto& nic : m.nics) peers.push_back(nic.address);
-    return peers;
-  };
   for (const auto& n : l.nodes) {
     lines.clear();
-    const auto peers = peers_of(n);
-    for (const auto& nic : n.nics)
-      append(lines, fair_htb(nic.device, nic.bandwidth_bps, "dst", peers));
+    for (const auto& nic : n.nics) append(lines, nic_shaping(l, n, nic, nic.bandwidth_bps).node);
     script.tc(n.ns, lines, "shaping the NICs of node " + quoted(n.name));
   }
   for (const auto& r : l.routers) {
     lines.clear();
     for (const auto& n : l.nodes)
-      if (n.site == r.site) {
-        const auto peers = peers_of(n);
+      if (n.site == r.site)
         for (const auto& nic : n.nics)
-          append(lines, fair_htb(nic.port, nic.bandwidth_bps, "src", peers));
-      }
+          append(lines, nic_shaping(l, n, nic, nic.bandwidth_bps).router);
     for (const auto& w : r.wan) {
       const std::string leaf = latency == Latency::kNetem
                                    ? netem_leaf(w)

@@ -111,4 +111,13 @@ inline constexpr int kFairBuckets = 32;
 std::vector<std::string> fair_htb(const std::string& dev, double rate_bps, std::string_view key,
                                   const std::vector<Ipv4>& peers);
 
+// One NIC of node `n` shaped at `rate_bps` (fair_htb among the other nodes'
+// addresses): the lines for the node's namespace (egress from the node) and
+// for its site router's (the bridge port's egress toward the node). What `up`
+// runs, and what `testbed shape` runs again with another rate.
+struct NicShaping {
+  std::vector<std::string> node, router;
+};
+NicShaping nic_shaping(const Layout& l, const NodePlan& n, const NicPlan& nic, double rate_bps);
+
 }  // namespace gridbcast::testbed

@@ -524,6 +524,58 @@ int exec_in_node(const topology::Grid& grid, const std::string& id, const std::s
   throw TestbedError(std::string("cannot execute ") + argv[0] + ": " + std::strerror(errno));
 }
 
+std::string shape(const topology::Grid& grid, const std::string& id, const std::string& node,
+                  const ShapeOptions& o) {
+  if ((o.bandwidth_bps > 0) + o.down + o.up + o.reset != 1)
+    throw TestbedError("shape: say one of --bandwidth RATE, --down, --up or --reset");
+  const std::string prefix = testbed_prefix(grid.name, id);
+  const std::string dir = state_dir(prefix);
+  if (!state_exists(dir))
+    throw TestbedError("testbed " + prefix + " is not up; run `gridbcast testbed up` first");
+  const State s = load_state(dir);
+  if (s.status != "up")
+    throw TestbedError("testbed " + prefix + " is not up (status \"" + s.status + "\")");
+  // The layout `up` built: the same topology and id, and the management block
+  // the state records.
+  std::optional<Layout> l;
+  for (int block = 0; block < kManagementBlocks && !l; ++block) {
+    Layout candidate = plan_layout(grid, id, block);
+    if (candidate.mgmt_net.str() == s.mgmt_net) l = std::move(candidate);
+  }
+  if (!l) throw TestbedError("testbed " + prefix + " was not built from this topology");
+  const auto it = std::find_if(l->nodes.begin(), l->nodes.end(),
+                               [&](const NodePlan& n) { return n.name == node; });
+  if (it == l->nodes.end()) throw TestbedError("no node \"" + node + "\" in testbed " + prefix);
+  const NodePlan& n = *it;
+  const std::string& router = l->routers.at(static_cast<size_t>(n.site)).ns;
+  const std::string what = "shaping node \"" + n.name + "\"";
+  std::vector<std::string> links;
+  if (o.down || o.up || o.reset) {
+    for (const auto& nic : n.nics)
+      links.push_back("link set dev " + nic.port + (o.down ? " down" : " up"));
+    run_batch("ip", router, links, what);
+    if (o.down)
+      return "node " + n.name + " cut off: the switch ports of its " +
+             std::to_string(n.nics.size()) + " NIC(s) are down";
+  }
+  std::vector<std::string> node_lines, router_lines;
+  std::string rates;
+  for (const auto& nic : n.nics) {
+    const double rate = o.reset ? nic.bandwidth_bps : o.bandwidth_bps;
+    const NicShaping shaping = nic_shaping(*l, n, nic, rate);
+    node_lines.push_back("qdisc del dev " + nic.device + " root");
+    node_lines.insert(node_lines.end(), shaping.node.begin(), shaping.node.end());
+    router_lines.push_back("qdisc del dev " + nic.port + " root");
+    router_lines.insert(router_lines.end(), shaping.router.begin(), shaping.router.end());
+    rates +=
+        (rates.empty() ? "" : ", ") + nic.address.str() + " " + topology::format_bandwidth(rate);
+  }
+  if (o.up) return "node " + n.name + " back: the switch ports of its NIC(s) are up";
+  run_batch("tc", n.ns, node_lines, what);
+  run_batch("tc", router, router_lines, what);
+  return "node " + n.name + (o.reset ? " at its declared rates: " : " shaped: ") + rates;
+}
+
 NetnsLaunch make_netns_launch(const topology::Grid& grid, std::vector<std::string> command) {
   std::string dir;
   if (const char* d = std::getenv("GRIDBCAST_TESTBED"); d && *d) {

@@ -56,6 +56,22 @@ std::vector<std::string> list_testbeds();
 // Returns the command's exit status.
 int run(const topology::Grid& grid, const UpOptions& o, bool keep,
         const std::vector<std::string>& command, std::ostream& log);
+// `testbed shape`: changes one node's links in a running testbed while jobs
+// run (fault injection). `bandwidth_bps` > 0: every NIC of the node shaped at
+// that rate both ways (as `up` shapes at the declared one; in-flight queues
+// are dropped once); `down`: the switch ports of its NICs go down, so its
+// packets vanish silently, as with a cut cable; `up`: they come back;
+// `reset`: the declared rates and the ports up. Returns a line saying what
+// was done. Throws TestbedError when the testbed is not up or the node unknown.
+struct ShapeOptions {
+  double bandwidth_bps = 0;
+  bool down = false;
+  bool up = false;
+  bool reset = false;
+};
+std::string shape(const topology::Grid& grid, const std::string& id, const std::string& node,
+                  const ShapeOptions& o);
+
 // Replaces this process by `command` inside the namespace of node `node`.
 int exec_in_node(const topology::Grid& grid, const std::string& id, const std::string& node,
                  const std::vector<std::string>& command);

@@ -54,11 +54,10 @@ struct PmpiBroadcast::Impl {
     const Segment& s = link.segments[link.next];
     const int peer = comm_of_grid.at(static_cast<size_t>(link.peer));
     MPI_Request r;
-    const int rc =
-        receive ? PMPI_Irecv(buffer + s.offset, static_cast<int>(s.length), MPI_BYTE, peer,
-                             static_cast<int>(s.index), options.comm, &r)
-                : PMPI_Isend(buffer + s.offset, static_cast<int>(s.length), MPI_BYTE, peer,
-                             static_cast<int>(s.index), options.comm, &r);
+    const int rc = receive ? PMPI_Irecv(buffer + s.offset, static_cast<int>(s.length), MPI_BYTE,
+                                        peer, static_cast<int>(s.index), options.comm, &r)
+                           : PMPI_Isend(buffer + s.offset, static_cast<int>(s.length), MPI_BYTE,
+                                        peer, static_cast<int>(s.index), options.comm, &r);
     if (rc != MPI_SUCCESS)
       throw std::runtime_error(std::string(receive ? "PMPI_Irecv from" : "PMPI_Isend to") +
                                " rank " + std::to_string(peer) + " failed: " + mpi_error(rc));
@@ -100,10 +99,9 @@ struct PmpiBroadcast::Impl {
     statuses.resize(requests.size());
     int completed = 0;
     const int n = static_cast<int>(requests.size());
-    const int rc = block ? PMPI_Waitsome(n, requests.data(), &completed, indices.data(),
-                                         statuses.data())
-                         : PMPI_Testsome(n, requests.data(), &completed, indices.data(),
-                                         statuses.data());
+    const int rc =
+        block ? PMPI_Waitsome(n, requests.data(), &completed, indices.data(), statuses.data())
+              : PMPI_Testsome(n, requests.data(), &completed, indices.data(), statuses.data());
     if (rc != MPI_SUCCESS) {
       std::string why = mpi_error(rc);
       if (rc == MPI_ERR_IN_STATUS)
@@ -185,7 +183,8 @@ bool PmpiBroadcast::step(bool block) {
   auto& im = *impl_;
   if (done()) return true;
   if (im.requests.empty())
-    throw std::logic_error("gridbcast MPI transport: nothing in flight but the broadcast is not done");
+    throw std::logic_error(
+        "gridbcast MPI transport: nothing in flight but the broadcast is not done");
   im.complete(block);
   im.post();
   return done();

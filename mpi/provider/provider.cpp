@@ -37,6 +37,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -44,11 +45,10 @@
 #include <cstring>
 #include <deque>
 #include <map>
-#include <set>
 #include <memory>
 #include <mutex>
-#include <atomic>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -695,7 +695,7 @@ std::recursive_mutex& ibcast_mutex() {
   static std::recursive_mutex m;
   return m;
 }
-std::atomic<int> g_ibcasts{0};  // started and not complete
+std::atomic<int> g_ibcasts{0};         // started and not complete
 std::set<CommState*>& busy_states() {  // communicators with MPI_Ibcasts queued
   static std::set<CommState*> s;
   return s;
@@ -735,9 +735,9 @@ void start_ibcast(Ibcast& b) {
   o.tag_ub = s.tag_ub;
   o.segment_bytes =
       topology::resolve_segment_bytes(s.placement.grid, b.bytes, b.config->segment_bytes);
-  b.pmpi = std::make_unique<PmpiBroadcast>(
-      plan, s.placement.grid_of_comm[static_cast<size_t>(s.rank)], s.placement.comm_of_grid,
-      b.data, o);
+  b.pmpi =
+      std::make_unique<PmpiBroadcast>(plan, s.placement.grid_of_comm[static_cast<size_t>(s.rank)],
+                                      s.placement.comm_of_grid, b.data, o);
 }
 
 // Moves the communicator's first MPI_Ibcast without blocking; completes it
@@ -936,7 +936,8 @@ GRIDBCAST_EXPORT int MPI_Ibcast(void* buffer, int count, MPI_Datatype datatype, 
       b->type = datatype;
       b->type_size = type_size;
       b->extent = extent;
-      if (s.rank == root) pack(buffer, count, datatype, type_size, extent, b->packed.data(), comm, true);
+      if (s.rank == root)
+        pack(buffer, count, datatype, type_size, extent, b->packed.data(), comm, true);
     }
     check(PMPI_Grequest_start(query_ibcast, free_ibcast, cancel_ibcast, b.get(), &b->request),
           "PMPI_Grequest_start");
@@ -999,8 +1000,8 @@ GRIDBCAST_EXPORT int MPI_Waitany(int count, MPI_Request requests[], int* index,
   });
 }
 
-GRIDBCAST_EXPORT int MPI_Waitsome(int incount, MPI_Request requests[], int* outcount,
-                                  int indices[], MPI_Status statuses[]) {
+GRIDBCAST_EXPORT int MPI_Waitsome(int incount, MPI_Request requests[], int* outcount, int indices[],
+                                  MPI_Status statuses[]) {
   if (ibcasts_in_flight() == 0)
     return PMPI_Waitsome(incount, requests, outcount, indices, statuses);
   return wait_moving_ibcasts([&](bool& finished) {
@@ -1027,8 +1028,8 @@ GRIDBCAST_EXPORT int MPI_Testany(int count, MPI_Request requests[], int* index, 
   return PMPI_Testany(count, requests, index, flag, status);
 }
 
-GRIDBCAST_EXPORT int MPI_Testsome(int incount, MPI_Request requests[], int* outcount,
-                                  int indices[], MPI_Status statuses[]) {
+GRIDBCAST_EXPORT int MPI_Testsome(int incount, MPI_Request requests[], int* outcount, int indices[],
+                                  MPI_Status statuses[]) {
   if (ibcasts_in_flight() > 0) progress_ibcasts();
   return PMPI_Testsome(incount, requests, outcount, indices, statuses);
 }
@@ -1070,28 +1071,27 @@ GRIDBCAST_EXPORT int MPI_Finalize(void) {
         ialgos += (ialgos.empty() ? "" : ", ") + name + " " + std::to_string(n);
       }
       const char* transport = env("GRIDBCAST_TRANSPORT") == "lanes" ? "lanes" : "mpi";
-      std::fprintf(stderr,
-                   "gridbcast provider (%s, transport %s) rank %d: %llu MPI_Bcast: %llu gridbcast "
-                   "(%s%s%llu packed, %llu hierarchical), "
-                   "%llu PMPI_Bcast (%llu below %llu bytes, %llu intercommunicator/one "
-                   "rank/invalid, %llu after a failed set-up); %llu MPI_Ibcast: %llu gridbcast "
-                   "(%s), %llu PMPI_Ibcast (%llu below the threshold, %llu hierarchical, %llu "
-                   "other)\n",
-                   GRIDBCAST_MPI_FLAVOUR, transport, rank, static_cast<unsigned long long>(s.calls),
-                   static_cast<unsigned long long>(ours), algos.c_str(), algos.empty() ? "" : "; ",
-                   static_cast<unsigned long long>(s.packed),
-                   static_cast<unsigned long long>(s.hierarchical),
-                   static_cast<unsigned long long>(s.small + s.trivial + s.fallback),
-                   static_cast<unsigned long long>(s.small),
-                   static_cast<unsigned long long>(config ? config->min_bytes : 65536),
-                   static_cast<unsigned long long>(s.trivial),
-                   static_cast<unsigned long long>(s.fallback),
-                   static_cast<unsigned long long>(s.icalls),
-                   static_cast<unsigned long long>(iours), ialgos.c_str(),
-                   static_cast<unsigned long long>(s.ismall + s.ihierarchical + s.iother),
-                   static_cast<unsigned long long>(s.ismall),
-                   static_cast<unsigned long long>(s.ihierarchical),
-                   static_cast<unsigned long long>(s.iother));
+      std::fprintf(
+          stderr,
+          "gridbcast provider (%s, transport %s) rank %d: %llu MPI_Bcast: %llu gridbcast "
+          "(%s%s%llu packed, %llu hierarchical), "
+          "%llu PMPI_Bcast (%llu below %llu bytes, %llu intercommunicator/one "
+          "rank/invalid, %llu after a failed set-up); %llu MPI_Ibcast: %llu gridbcast "
+          "(%s), %llu PMPI_Ibcast (%llu below the threshold, %llu hierarchical, %llu "
+          "other)\n",
+          GRIDBCAST_MPI_FLAVOUR, transport, rank, static_cast<unsigned long long>(s.calls),
+          static_cast<unsigned long long>(ours), algos.c_str(), algos.empty() ? "" : "; ",
+          static_cast<unsigned long long>(s.packed),
+          static_cast<unsigned long long>(s.hierarchical),
+          static_cast<unsigned long long>(s.small + s.trivial + s.fallback),
+          static_cast<unsigned long long>(s.small),
+          static_cast<unsigned long long>(config ? config->min_bytes : 65536),
+          static_cast<unsigned long long>(s.trivial), static_cast<unsigned long long>(s.fallback),
+          static_cast<unsigned long long>(s.icalls), static_cast<unsigned long long>(iours),
+          ialgos.c_str(), static_cast<unsigned long long>(s.ismall + s.ihierarchical + s.iother),
+          static_cast<unsigned long long>(s.ismall),
+          static_cast<unsigned long long>(s.ihierarchical),
+          static_cast<unsigned long long>(s.iother));
     }
     // Release every communicator's state (MPI_COMM_WORLD's attributes are not
     // deleted by MPI_Finalize), then the duplicates.

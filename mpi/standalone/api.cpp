@@ -376,6 +376,10 @@ GRIDBCAST_EXPORT int PMPI_Finalize(void) {
     flush_sends();  // MPI_Request_free'd sends included
     // Collective: nobody closes its connections while a peer still needs them.
     barrier(st.comms.at(MPI_COMM_WORLD));
+    // What the program printed is out before the launcher can call the job
+    // done (a rank stopped after that would lose its buffered output).
+    std::fflush(stdout);
+    std::fflush(stderr);
     if (st.session) {
       st.session->send(gridbcast::job::control::Finished{});
       st.session->close();

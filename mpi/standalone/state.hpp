@@ -44,8 +44,8 @@ struct Comm {
   int rank = 0;                // this process
   std::uint64_t context = 0;   // point-to-point; context + 1 for collectives
   MPI_Errhandler errhandler = MPI_ERRORS_ARE_FATAL;
-  std::uint64_t children = 0;  // communicators made from this one (context ids)
-  std::uint64_t bcasts = 0;    // broadcasts so far (GRIDBCAST_ALGORITHM=random)
+  std::uint64_t children = 0;   // communicators made from this one (context ids)
+  std::uint64_t bcasts = 0;     // broadcasts so far (GRIDBCAST_ALGORITHM=random)
   std::uint64_t ibarriers = 0;  // non-blocking barriers so far: each has its own tags
   bool is_world = false;
   bool group = false;  // defined as a runtime group (size > 1, not world)
@@ -58,7 +58,7 @@ struct Comm {
 struct Request {
   bool is_receive = false;
   bool collective = false;  // MPI_Ibcast, MPI_Ibarrier
-  runtime::P2pRequest op;  // null: complete at once (MPI_PROC_NULL)
+  runtime::P2pRequest op;   // null: complete at once (MPI_PROC_NULL)
   MPI_Comm comm = MPI_COMM_NULL;
   int peer = MPI_PROC_NULL;    // destination or source, a rank of the communicator
   std::vector<int> members;    // a receive from MPI_ANY_SOURCE: the ranks, to map the sender

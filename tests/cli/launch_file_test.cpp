@@ -210,8 +210,11 @@ TEST(LaunchFile, AFullDestinationFailsEveryRankNamingPathAndErrno) {
 }
 
 // SIGINT to the launcher while the copies are being written: the ranks are
-// stopped (SIGTERM), each removes its temporary file, the previous copies stay.
-TEST(LaunchFile, SigintMidTransferLeavesNoPartialFileAndThePreviousCopies) {
+// stopped (SIGTERM), the previous copies stay, and each partial copy that
+// holds bytes stays too, private, so the rerun with --resume sends fewer
+// chunks than the file has and leaves nothing but the copies (issue 27: the
+// first run had no --resume).
+TEST(LaunchFile, SigintMidTransferKeepsThePartialCopiesForAResume) {
   TempDir dir;
   write_file(dir / "data.bin", pattern(150 << 20, 4));
   for (const auto& n : kNonRoot) {
@@ -231,8 +234,25 @@ TEST(LaunchFile, SigintMidTransferLeavesNoPartialFileAndThePreviousCopies) {
   const int status = c.wait(60s);
   EXPECT_NE(status, 0);
   EXPECT_NE(status, -1);
-  EXPECT_TRUE(temporaries(dir.path()).empty());
   for (const auto& n : kNonRoot) EXPECT_EQ(slurp((dir / n / "copy").string()), "previous") << n;
+  const auto kept = temporaries(dir.path());
+  EXPECT_FALSE(kept.empty());
+  for (const auto& t : kept) {
+    EXPECT_EQ(fs::path(t).filename().string(), ".copy.gridbcast-partial") << t;
+    EXPECT_EQ(fs::status(t).permissions(), fs::perms(0600)) << t;
+  }
+  Child again({kBin, "launch", "--file", (dir / "data.bin").string(), "--output",
+               (dir / "{node}" / "copy").string(), "--window", "1MiB", "--resume"},
+              dir.path().string());
+  ASSERT_EQ(again.wait(120s), 0) << again.err();
+  const auto at = again.err().find("resume: sent ");
+  ASSERT_NE(at, std::string::npos) << again.err();
+  const std::uint64_t sent = std::stoull(again.err().substr(at + 13));
+  const std::uint64_t of = std::stoull(again.err().substr(again.err().find(" of ", at) + 4));
+  EXPECT_LT(sent, of) << again.err();
+  const std::string data = slurp((dir / "data.bin").string());
+  for (const auto& n : kNonRoot) EXPECT_EQ(slurp((dir / n / "copy").string()), data) << n;
+  EXPECT_TRUE(temporaries(dir.path()).empty());
 }
 
 // --resume: a rank SIGKILLed mid-transfer; the rerun sends only the chunks
@@ -243,11 +263,13 @@ TEST(LaunchFile, ResumeAfterAKilledRankMovesOnlyTheMissingChunks) {
   const std::uint64_t chunk = 512 << 10;  // half of the 1 MiB window
   const std::string data = pattern(60 << 20, 5);
   write_file(dir / "data.bin", data);
+  // The first run has no --resume: partial copies are kept all the same.
   const std::vector<std::string> first_args = {kBin,       "launch",
                                                "--file",   (dir / "data.bin").string(),
                                                "--output", (dir / "{node}" / "copy").string(),
-                                               "--window", "1MiB",
-                                               "--resume"};
+                                               "--window", "1MiB"};
+  std::vector<std::string> resume_args = first_args;
+  resume_args.push_back("--resume");
   {
     Child c(first_args, dir.path().string());
     pid_t victim = -1;
@@ -286,7 +308,7 @@ TEST(LaunchFile, ResumeAfterAKilledRankMovesOnlyTheMissingChunks) {
     }
   }
   ASSERT_LT(missing.size(), chunks) << "the first run moved something";
-  Child again(first_args, dir.path().string());
+  Child again(resume_args, dir.path().string());
   ASSERT_EQ(again.wait(120s), 0) << again.err();
   const std::string said = "resume: sent " + std::to_string(missing.size()) + " of " +
                            std::to_string(chunks) + " chunks";

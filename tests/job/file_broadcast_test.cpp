@@ -456,9 +456,10 @@ TEST(FileBroadcast, ResumeOverAnOlderCopyMovesOnlyTheChangedChunks) {
 
 // A real SIGTERM in a real process while the broadcast runs: the child runs
 // three ranks (threads) with a pause after every window; the parent waits
-// until the temporary files exist and signals it. No partial file under the
-// final name, no temporary file left, the previous copies as they were.
-TEST(FileBroadcast, SigtermMidTransferLeavesNoPartialFileAndThePreviousCopy) {
+// until the temporary files exist and signals it. Nothing partial under the
+// final name, the previous copies as they were, and the partial copies kept
+// (private) for a rerun with resume.
+TEST(FileBroadcast, SigtermMidTransferKeepsThePartialCopiesBesideThePreviousOnes) {
   TempDir dir;
   const std::string data = pattern_bytes(4 << 20, 17);
   write_file(dir / "src", data);
@@ -495,9 +496,18 @@ TEST(FileBroadcast, SigtermMidTransferLeavesNoPartialFileAndThePreviousCopy) {
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM)
       << "the child was not stopped mid-transfer (status " << status << ")";
-  EXPECT_TRUE(temporaries(dir.path()).empty());
-  for (int r = 1; r < 3; ++r)
-    EXPECT_EQ(slurp((dir / ("n" + std::to_string(r)) / "copy").string()), "previous version");
+  // The partial copies stay for a rerun with resume (issue 27), private, and
+  // hold the source's bytes so far; the previous copies are untouched.
+  for (int r = 1; r < 3; ++r) {
+    const fs::path n = dir / ("n" + std::to_string(r));
+    EXPECT_EQ(slurp((n / "copy").string()), "previous version");
+    const fs::path partial = n / partial_name("copy");
+    ASSERT_TRUE(fs::exists(partial)) << partial;
+    EXPECT_EQ(fs::status(partial).permissions(), fs::perms(0600));
+    const std::string held = slurp(partial.string());
+    EXPECT_EQ(held.compare(0, kChunk, data, 0, kChunk), 0) << "its first chunk";
+  }
+  EXPECT_EQ(temporaries(dir.path()).size(), 2u);
 }
 
 // A hostile root (or a stream injected into a job without TLS) sends the header
@@ -661,7 +671,10 @@ TEST(FileBroadcast, AChunkDamagedInFlightIsCaughtAsItLands) {
   EXPECT_NE(e.find("chunk "), std::string::npos) << e;
   EXPECT_NE(e.find("the root's "), std::string::npos) << e;
   EXPECT_FALSE(fs::exists(dir / "n2" / "copy"));
-  EXPECT_TRUE(temporaries(dir.path()).empty());
+  // What is left for a rerun is partial copies only (a rerun with resume
+  // checks each of their chunks against the root's digests).
+  for (const auto& t : temporaries(dir.path()))
+    EXPECT_EQ(fs::path(t).filename().string(), partial_name("copy"));
   // Whatever the others did, none holds a copy that differs from the source.
   for (int r = 1; r < 4; ++r) {
     const fs::path copy = dir / ("n" + std::to_string(r)) / "copy";

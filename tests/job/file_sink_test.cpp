@@ -137,16 +137,62 @@ TEST(FileSink, AlignedWritesBypassThePageCacheAndTheRestDoesNotAndTheCopyIsExact
   EXPECT_EQ(slurp(dest.string()), data);
 }
 
-TEST(FileSink, WithoutCommitTheTemporaryGoesAndAnExistingCopyStays) {
+// A failure (destruction without commit) keeps the partial copy once it holds
+// a byte, private and beside the untouched previous copy, with or without
+// resume: a rerun with resume keeps its chunks (issue 27). One that never got
+// a byte goes.
+TEST(FileSink, WithoutCommitAPartialWithBytesStaysAndAnExistingCopyStays) {
   TempDir dir;
   const fs::path dest = dir / "copy.bin";
   write_text(dest, "previous version");
+  { FileSink sink = FileSink::open(dest.string(), meta_for(100), {}); }  // nothing written
+  EXPECT_TRUE(temporaries(dir.path()).empty());
   {
     FileSink sink = FileSink::open(dest.string(), meta_for(100), {});
     sink.write(0, bytes_of(std::string(100, 'x')), 100);
   }  // a failure: destroyed without commit
   EXPECT_EQ(slurp(dest.string()), "previous version");
+  ASSERT_EQ(temporaries(dir.path()), std::vector<std::string>{partial_name("copy.bin")});
+  struct stat st {};
+  ASSERT_EQ(::stat((dir / partial_name("copy.bin")).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  // A rerun without resume starts it over (none of its bytes are read) ...
+  {
+    FileSink again = FileSink::open(dest.string(), meta_for(4), {});
+    EXPECT_FALSE(again.reused_partial());
+    std::string got(4, '\0');
+    EXPECT_EQ(again.read_partial(0, reinterpret_cast<std::byte*>(got.data()), 4), 4u);
+    EXPECT_EQ(got, std::string(4, '\0'));
+    again.write(0, bytes_of(std::string("abcd")), 4);
+    again.commit();
+  }
+  // ... and success leaves nothing but the copy.
+  EXPECT_EQ(slurp(dest.string()), "abcd");
   EXPECT_TRUE(temporaries(dir.path()).empty());
+}
+
+// Two jobs writing one copy would mix their bytes after each verified its own:
+// while one holds the partial copy, another is refused naming it; once the
+// first is gone (a killed rank), the next one takes it.
+TEST(FileSink, ASecondJobWritingTheSameCopyIsRefused) {
+  TempDir dir;
+  const fs::path dest = dir / "copy.bin";
+  auto first = std::make_unique<FileSink>(FileSink::open(dest.string(), meta_for(8), {}));
+  first->write(0, bytes_of(std::string("mine")), 4);
+  for (const bool resume : {false, true}) {
+    SinkOptions o;
+    o.resume = resume;
+    expect_error([&] { FileSink::open(dest.string(), meta_for(8), o); },
+                 {partial_name("copy.bin"), "another gridbcast job is writing this copy now"});
+  }
+  std::string got(4, '\0');
+  EXPECT_EQ(first->read_partial(0, reinterpret_cast<std::byte*>(got.data()), 4), 4u);
+  EXPECT_EQ(got, "mine") << "the refused job touched nothing";
+  first.reset();
+  SinkOptions o;
+  o.resume = true;
+  FileSink next = FileSink::open(dest.string(), meta_for(8), o);
+  EXPECT_TRUE(next.reused_partial());
 }
 
 TEST(FileSink, SetUidBitsAreNotCopied) {
@@ -320,33 +366,42 @@ TEST(FileSink, ResumeRefusesAPipeAtTheDestinationOrThePartialWithoutWaiting) {
 }
 
 // A real signal in a real process: the child opens a sink, writes and waits;
-// SIGTERM must leave no temporary file and the previous copy as it was.
-TEST(FileSink, SigtermRemovesTheTemporaryFile) {
-  TempDir dir;
-  const fs::path dest = dir / "copy.bin";
-  write_text(dest, "previous");
-  int ready[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    install_signal_cleanup();
-    FileSink sink = FileSink::open(dest.string(), meta_for(1 << 20), {});
-    sink.write(0, bytes_of(std::string(1 << 20, 'n')), 1 << 20);
-    (void)!::write(ready[1], "r", 1);
-    for (;;) ::pause();
+// SIGTERM (the launcher's, when another rank failed) keeps the partial copy
+// for a rerun with resume and the previous copy as it was; a sink that has
+// not written yet leaves nothing.
+TEST(FileSink, SigtermKeepsAPartialWithBytesAndRemovesAnEmptyOne) {
+  for (const bool wrote : {false, true}) {
+    SCOPED_TRACE(wrote ? "wrote" : "empty");
+    TempDir dir;
+    const fs::path dest = dir / "copy.bin";
+    write_text(dest, "previous");
+    int ready[2];
+    ASSERT_EQ(::pipe(ready), 0);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      install_signal_cleanup();
+      FileSink sink = FileSink::open(dest.string(), meta_for(1 << 20), {});
+      if (wrote) sink.write(0, bytes_of(std::string(1 << 20, 'n')), 1 << 20);
+      (void)!::write(ready[1], "r", 1);
+      for (;;) ::pause();
+    }
+    ::close(ready[1]);
+    char c = 0;
+    ASSERT_EQ(::read(ready[0], &c, 1), 1);
+    ::close(ready[0]);
+    EXPECT_EQ(temporaries(dir.path()).size(), 1u);
+    ::kill(pid, SIGTERM);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "status " << status;
+    EXPECT_EQ(temporaries(dir.path()).size(), wrote ? 1u : 0u);
+    if (wrote) {
+      EXPECT_EQ(slurp((dir / partial_name("copy.bin")).string()), std::string(1 << 20, 'n'));
+    }
+    EXPECT_EQ(slurp(dest.string()), "previous");
+    std::filesystem::remove(dir / partial_name("copy.bin"));
   }
-  ::close(ready[1]);
-  char c = 0;
-  ASSERT_EQ(::read(ready[0], &c, 1), 1);
-  ::close(ready[0]);
-  EXPECT_EQ(temporaries(dir.path()).size(), 1u);
-  ::kill(pid, SIGTERM);
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "status " << status;
-  EXPECT_TRUE(temporaries(dir.path()).empty());
-  EXPECT_EQ(slurp(dest.string()), "previous");
 }
 
 }  // namespace

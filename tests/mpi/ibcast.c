@@ -83,9 +83,18 @@ static void several_in_flight(void) {
   unsigned char* b = malloc(n);
   unsigned char* c = malloc(n);
   const int ra = 0, rb = size - 1, rc = size / 2;
-  if (rank == ra) fill(a, n, 101); else memset(a, 0, n);
-  if (rank == rb) fill(b, n, 102); else memset(b, 0, n);
-  if (rank == rc) fill(c, n, 103); else memset(c, 0, n);
+  if (rank == ra)
+    fill(a, n, 101);
+  else
+    memset(a, 0, n);
+  if (rank == rb)
+    fill(b, n, 102);
+  else
+    memset(b, 0, n);
+  if (rank == rc)
+    fill(c, n, 103);
+  else
+    memset(c, 0, n);
   MPI_Request req[3];
   MPI_Ibcast(a, (int)n, MPI_BYTE, ra, MPI_COMM_WORLD, &req[0]);
   MPI_Ibarrier(MPI_COMM_WORLD, &req[1]);
@@ -109,7 +118,10 @@ static void send_while_broadcasting(long long big) {
   const long long n = 4 * 1000 * 1000;
   unsigned char* buf = malloc(n);
   unsigned char* msg = malloc(big);
-  if (rank == 0) fill(buf, n, 7); else memset(buf, 0, n);
+  if (rank == 0)
+    fill(buf, n, 7);
+  else
+    memset(buf, 0, n);
   MPI_Request req = MPI_REQUEST_NULL;
   if (rank == 0) {
     MPI_Ibcast(buf, (int)n, MPI_BYTE, 0, MPI_COMM_WORLD, &req);
@@ -117,8 +129,7 @@ static void send_while_broadcasting(long long big) {
     CHECK(MPI_Send(msg, (int)big, MPI_BYTE, 1, 9, MPI_COMM_WORLD) == MPI_SUCCESS, "Send");
   } else if (rank == 1) {
     memset(msg, 0, big);
-    CHECK(MPI_Recv(msg, (int)big, MPI_BYTE, 0, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE) ==
-              MPI_SUCCESS,
+    CHECK(MPI_Recv(msg, (int)big, MPI_BYTE, 0, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE) == MPI_SUCCESS,
           "Recv");
     CHECK(!bad_bytes(msg, big, 8), "message");
     MPI_Ibcast(buf, (int)n, MPI_BYTE, 0, MPI_COMM_WORLD, &req);
@@ -141,7 +152,10 @@ static void on_a_subcommunicator(void) {
   const long long n = 1000 * 1000;
   unsigned char* buf = malloc(n);
   const int root = hsize - 1;
-  if (hrank == root) fill(buf, n, 40 + rank % 2); else memset(buf, 0, n);
+  if (hrank == root)
+    fill(buf, n, 40 + rank % 2);
+  else
+    memset(buf, 0, n);
   MPI_Request req;
   CHECK(MPI_Ibcast(buf, (int)n, MPI_BYTE, root, half, &req) == MPI_SUCCESS, "Ibcast");
   CHECK(MPI_Comm_free(&half) == MPI_SUCCESS, "Comm_free with an Ibcast in flight");
@@ -182,7 +196,10 @@ static void ibarrier_waits_for_everyone(void) {
 
 static void overlap(long long bytes) {
   unsigned char* buf = malloc(bytes);
-  if (rank == 0) fill(buf, bytes, 3); else memset(buf, 0, bytes);
+  if (rank == 0)
+    fill(buf, bytes, 3);
+  else
+    memset(buf, 0, bytes);
   MPI_Barrier(MPI_COMM_WORLD);
   double t = MPI_Wtime();
   MPI_Bcast(buf, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
@@ -206,9 +223,10 @@ static void overlap(long long bytes) {
   const double to = MPI_Wtime() - t;
   CHECK(!bad_bytes(buf, bytes, 3), "Ibcast");
   if (rank == 0)
-    printf("overlap: %d ranks, %lld bytes: Bcast %.3f s, computation %.3f s, Ibcast + computation "
-           "%.3f s = %.2f x the sum\n",
-           size, bytes, tb, tc, to, to / (tb + tc));
+    printf(
+        "overlap: %d ranks, %lld bytes: Bcast %.3f s, computation %.3f s, Ibcast + computation "
+        "%.3f s = %.2f x the sum\n",
+        size, bytes, tb, tc, to, to / (tb + tc));
   free(buf);
 }
 

@@ -192,8 +192,14 @@ TEST(MpiStandalone, ALargeIsendBeforeABarrierCompletesOnEveryJobSize) {
     cmd.insert(cmd.end(), where.begin(), where.end());
     for (const auto& a : {std::string("--"), kMpiBin + "/progress_gridbcast"}) cmd.push_back(a);
     Child c(cmd);
+    const auto start = std::chrono::steady_clock::now();
     EXPECT_EQ(c.wait(300s), 0) << c.err();
-    EXPECT_NE(c.out().find(" checks, 0 failed"), std::string::npos) << c.out();
+    EXPECT_NE(c.out().find(" checks, 0 failed"), std::string::npos)
+        << "after "
+        << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()
+        << " s; out:\n"
+        << c.out() << "\nerr:\n"
+        << c.err();
   }
   std::filesystem::remove(four);
 }
@@ -209,10 +215,9 @@ TEST(MpiStandalone, NonBlockingCollectivesOnEveryJobSize) {
   std::ofstream(four) << "name: four\ndefaults:\n  nic_bandwidth: 10 Gbit\nsites:\n  - name: s\n   "
                          " nodes:\n      - name: q[1-4]\n"
                          "        nics:\n          - address: 127.0.9.[11-14]\n";
-  for (const std::vector<std::string>& where :
-       {std::vector<std::string>{"--algorithm", "random"},
-        {kSrc + "/site-configs/loopback-pair.yaml"},
-        {four.string()}}) {
+  for (const std::vector<std::string>& where : {std::vector<std::string>{"--algorithm", "random"},
+                                                {kSrc + "/site-configs/loopback-pair.yaml"},
+                                                {four.string()}}) {
     std::vector<std::string> cmd = {kBin, "launch"};
     cmd.insert(cmd.end(), where.begin(), where.end());
     for (const auto& a : {std::string("--"), kMpiBin + "/ibcast_gridbcast"}) cmd.push_back(a);

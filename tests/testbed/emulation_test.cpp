@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <thread>
@@ -327,6 +328,46 @@ void expect_even_split(const TestbedGuard& g, const Flow& a, const Flow& b,
 }
 
 // The sender's side: a host's fair-queueing qdisc.
+// `testbed shape` changes a node's links while the testbed runs (issue 27's
+// fault injection): 10 Mbit/s both ways, then cut off (packets vanish, as
+// with a cut cable), back, and the declared rate again. Always reset at the end.
+TEST_F(TestbedEmulation, ShapeSlowsANodeCutsItOffAndResetsIt) {
+  if (testbed::ping_path().empty())
+    GTEST_SKIP() << "needs ping (Debian package iputils-ping; scripts/setup.sh installs it)";
+  const auto& g = *guard_;
+  auto shape = [&](std::vector<std::string> how) {
+    std::vector<std::string> argv = {kBin, "testbed", "shape", g.file(), "a2", "--id", g.id()};
+    argv.insert(argv.end(), how.begin(), how.end());
+    TbChild c(argv);
+    EXPECT_EQ(c.wait(60s), 0) << c.err();
+    return c.out();
+  };
+  struct Reset {
+    std::function<void()> fn;
+    ~Reset() { fn(); }
+  } reset{[&] { shape({"--reset"}); }};
+
+  EXPECT_NE(shape({"--bandwidth", "10Mbit"}).find("node a2 shaped: 10.211.1.2 10 Mbit/s"),
+            std::string::npos);
+  for (const auto& [client, from, server, to] : {Flow{"a1", "10.211.1.1", "a2", "10.211.1.2"},
+                                                 Flow{"a2", "10.211.2.2", "a1", "10.211.2.1"}}) {
+    const auto r = measure(g, client, from, server, to, 1, 3);
+    EXPECT_LE(r.bits_per_second(), 10.5e6) << r.json();
+    EXPECT_GE(r.bits_per_second(), 0.8 * kPayloadShare * 10e6) << r.json();
+  }
+  EXPECT_NE(shape({"--down"}).find("cut off"), std::string::npos);
+  TbChild lost(g.in("a1", {testbed::ping_path(), "-n", "-c", "3", "-i", "0.2", "-W", "1", "-I",
+                           "10.211.1.1", "10.211.1.2"}));
+  EXPECT_NE(lost.wait(30s), 0) << lost.out();
+  EXPECT_NE(lost.out().find(" 0 received"), std::string::npos) << lost.out();
+  shape({"--up"});
+  EXPECT_EQ(ping(g, "a1", "10.211.1.1", "10.211.1.2", 3).size(), 3u);
+  EXPECT_NE(shape({"--reset"}).find("at its declared rates: 10.211.1.2 100 Mbit/s"),
+            std::string::npos);
+  const auto back = measure(g, "a1", "10.211.1.1", "a2", "10.211.1.2", 1, 3);
+  EXPECT_GE(back.bits_per_second(), 40e6) << back.json();
+}
+
 TEST_F(TestbedEmulation, TwoFlowsFromOneNicShareItEvenly) {
   expect_even_split(*guard_, {"a1", "10.211.1.1", "a2", "10.211.1.2"},
                     {"a1", "10.211.1.1", "b1", "10.212.1.1"}, "out");
