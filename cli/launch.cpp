@@ -1,6 +1,8 @@
 // gridbcast launch: start one rank per node and broadcast, or run a program on every rank.
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -10,11 +12,13 @@
 #include "cli/common.hpp"
 #include "cli/file_job.hpp"
 #include "cli/launch_report.hpp"
+#include "cli/usage.hpp"
 #include "job/file_sink.hpp"
 #include "job/file_source.hpp"
 #include "job/file_tree.hpp"
 #include "job/launcher.hpp"
 #include "lanes/log.hpp"
+#include "runtime/subgrid.hpp"
 #include "topology/units.hpp"
 
 namespace gridbcast::cli {
@@ -33,6 +37,7 @@ struct Launch {
   std::string l_progress;
   std::string l_window = "64 MiB";
   bool l_resume = false;
+  std::string l_require = "1";
   std::vector<std::string> l_program;
   bool l_program_given = false;
 
@@ -68,6 +73,13 @@ struct Launch {
         "--resume", l_resume,
         "--file: keep the chunks each copy (or the partial copy an interrupted run "
         "left) already holds, checked against the digests; move only the rest");
+    launch_cmd
+        ->add_option("--require", l_require,
+                     "broadcasts (--size, --file): how many nodes, the root included, must end "
+                     "with a verified copy: all, a count, or a percentage (90%); a node lost "
+                     "mid-job (died, silent) is healed around while at least that many remain "
+                     "(exit status 3), else the job fails")
+        ->capture_default_str();
     launch_cmd->add_option("--root,-r", l_root, "root rank")->capture_default_str();
     launch_cmd
         ->add_option("--algorithm,-a", l_algorithm,
@@ -126,6 +138,9 @@ struct Launch {
     if (l_program_given) {
       if (l_program.empty())
         throw CLI::ValidationError("--", "name the program every rank runs after --");
+      if (launch_cmd->count("--require"))
+        throw CLI::ValidationError(
+            "--require", "applies to broadcasts: an MPI program ends when a rank is lost");
       o.params.kind = job::JobKind::kProgram;
       o.program = l_program;
     }
@@ -178,10 +193,72 @@ struct Launch {
     // An MPI program waits as long as its peers compute: no progress deadline
     // unless asked (a rank that stops or dies is still noticed: heartbeats).
     if (o.params.program() && !launch_cmd->count("--timeout")) o.params.timeout_ms = 0;
-    const job::LaunchResult result = job::launch(o, *backend, std::cerr);
+    const int required = required_nodes(o.grid.size());
+    job::LaunchResult result = job::launch(o, *backend, std::cerr);
     backend->drain_output(std::chrono::seconds(2));  // ranks' last lines before the summary
+    // Healing (broadcasts, not programs): while the first cause of a failure
+    // is ranks lost (died, silent) and the root is not among them, the
+    // survivors run the job again from what they hold (--file: the partial
+    // copies, with --resume, so only what some survivor lacks moves; --size:
+    // the broadcast starts over), numbered anew; {rank} keeps its first-run
+    // meaning. docs/FILES.md, "When a node is lost".
+    std::vector<job::BroadcastSummary::Missing> missing;
+    const topology::Grid full_grid = o.grid;  // every heal restricts it afresh
+    std::vector<std::int32_t> labels(static_cast<size_t>(o.grid.size()));
+    for (size_t r = 0; r < labels.size(); ++r) labels[r] = static_cast<std::int32_t>(r);
+    while (result.status != 0 && !o.params.program() && o.params.kind == job::JobKind::kBroadcast &&
+           !o.params.random_roots && result.lost_first && !result.lost.empty()) {
+      std::vector<bool> gone(static_cast<size_t>(o.grid.size()), false);
+      for (const auto& lost : result.lost) gone.at(static_cast<size_t>(lost.rank)) = true;
+      std::vector<int> survivors;
+      for (int r = 0; r < o.grid.size(); ++r)
+        if (!gone[static_cast<size_t>(r)]) survivors.push_back(r);
+      const int root_label = labels.at(static_cast<size_t>(o.params.root));
+      auto node_of = [&](int r) { return o.grid.nodes.at(static_cast<size_t>(r)).name; };
+      std::string lost_text;
+      for (const auto& lost : result.lost) {
+        // The cause names the rank as this run numbered it: said with its first-run number.
+        const int label = labels.at(static_cast<size_t>(lost.rank));
+        const std::string named =
+            "rank " + std::to_string(lost.rank) + " (" + node_of(lost.rank) + ") ";
+        std::string cause = lost.cause;
+        if (cause.rfind(named, 0) == 0) cause.erase(0, named.size());
+        missing.push_back({label, node_of(lost.rank), cause});
+        lost_text += (lost_text.empty() ? "" : "; ") +
+                     ("rank " + std::to_string(label) + " (" + node_of(lost.rank) + "): " + cause);
+      }
+      if (gone[static_cast<size_t>(o.params.root)]) {
+        lanes::log::notice("gridbcast launch: the root (rank " + std::to_string(root_label) +
+                           ") was lost: nothing to heal from");
+        break;
+      }
+      if (static_cast<int>(survivors.size()) < std::max(required, 2)) {
+        lanes::log::notice("gridbcast launch: " + std::to_string(survivors.size()) +
+                           " nodes remain, --require asks for " + std::to_string(required) +
+                           ": not healing");
+        break;
+      }
+      lanes::log::notice("gridbcast launch: lost " + lost_text + "; healing: the " +
+                         std::to_string(survivors.size()) + " others go on from what they hold" +
+                         (l_files.empty() ? " (the broadcast starts over)" : ""));
+      std::vector<std::int32_t> next_labels;
+      for (int r : survivors) next_labels.push_back(labels[static_cast<size_t>(r)]);
+      o.params.root = static_cast<int>(
+          std::find(survivors.begin(), survivors.end(), o.params.root) - survivors.begin());
+      o.grid = runtime::restrict_grid(full_grid,
+                                      std::vector<int>(next_labels.begin(), next_labels.end()));
+      labels = std::move(next_labels);
+      o.params.rank_labels = labels;
+      if (!l_files.empty()) o.params.resume = true;
+      backend = make_backend(launch_cmd, l_run, o, l_program);
+      result = job::launch(o, *backend, std::cerr);
+      backend->drain_output(std::chrono::seconds(2));
+    }
     if (line_shown) std::cerr << "\r" << std::string(100, ' ') << "\r" << std::flush;
     if (result.status != 0) {
+      for (const auto& m : missing)
+        lanes::log::notice("gridbcast launch: lost rank " + std::to_string(m.rank) + " (" + m.node +
+                           ") before: " + m.cause);
       cli::print_failure(std::cerr, std::cout, "launch", result, l_json);
       if (!l_files.empty())
         lanes::log::notice(
@@ -191,12 +268,48 @@ struct Launch {
       return result.status;
     }
     if (result.broadcast) {
+      job::BroadcastSummary& b = *result.broadcast;
+      if (!missing.empty()) {
+        // The survivors' ranks as the first run numbered them.
+        auto label = [&](int r) { return labels.at(static_cast<size_t>(r)); };
+        b.root = label(b.root);
+        for (auto& c : b.copies) c.rank = label(c.rank);
+        for (auto& sl : b.slowest_per_site) sl.rank = label(sl.rank);
+        for (auto& it : b.iterations) it.root = label(it.root);
+        b.missing = missing;
+      }
       if (l_json)
-        cli::print_broadcast_json(std::cout, *result.broadcast);
+        cli::print_broadcast_json(std::cout, b);
       else
-        cli::print_broadcast_text(std::cout, *result.broadcast);
+        cli::print_broadcast_text(std::cout, b);
     }
-    return 0;
+    return missing.empty() ? 0 : cli::kExitCompletedOnSurvivors;
+  }
+
+  // --require as a count of nodes out of `nodes`.
+  int required_nodes(int nodes) const {
+    const std::string& r = l_require;
+    if (r == "all") return nodes;
+    try {
+      size_t used = 0;
+      if (!r.empty() && r.back() == '%') {
+        const double pct = std::stod(r.substr(0, r.size() - 1), &used);
+        if (used + 1 == r.size() && pct > 0 && pct <= 100)
+          return std::max(1, static_cast<int>(std::ceil(pct / 100 * nodes - 1e-9)));
+      } else {
+        const long n = std::stol(r, &used);
+        if (used == r.size() && n >= 1) {
+          if (n > nodes)
+            throw CLI::ValidationError(
+                "--require",
+                std::to_string(n) + " nodes, but the topology has " + std::to_string(nodes));
+          return static_cast<int>(n);
+        }
+      }
+    } catch (const std::logic_error&) {
+    }
+    throw CLI::ValidationError("--require",
+                               "\"" + r + "\" is not all, a count of nodes or a percentage (90%)");
   }
 };
 

@@ -74,11 +74,13 @@ void print_broadcast_text(std::ostream& out, const job::BroadcastSummary& s) {
         << fmt_seconds(sl.seconds) << " s";
   }
   out << "\n";
+  const std::string all = s.missing.empty() ? "all " + std::to_string(s.ranks) + " ranks"
+                                            : "the " + std::to_string(s.ranks) + " surviving ranks";
   if (s.verified && s.copies.empty())
-    out << "  verified: all " << s.ranks << " ranks hold the root's SHA-256 " << s.sha256 << "\n";
+    out << "  verified: " << all << " hold the root's SHA-256 " << s.sha256 << "\n";
   else if (s.verified)  // --file: checked chunk by chunk as it landed (docs/FILES.md)
-    out << "  verified: all " << s.ranks
-        << " ranks hold the root's chunk digest (SHA-256 over each chunk's SHA-256) " << s.sha256
+    out << "  verified: " << all
+        << " hold the root's chunk digest (SHA-256 over each chunk's SHA-256) " << s.sha256
         << "\n";
   if (!s.copies.empty()) {
     out << "  copies: " << s.copies.size() << " (";
@@ -101,6 +103,12 @@ void print_broadcast_text(std::ostream& out, const job::BroadcastSummary& s) {
     }
     if (s.files.size() > kListed)
       out << "    ... and " << s.files.size() - kListed << " more; --json lists all\n";
+  }
+  if (!s.missing.empty()) {
+    out << "  missing: " << s.missing.size() << (s.missing.size() == 1 ? " node" : " nodes")
+        << " lost during the job, without a verified copy:\n";
+    for (const auto& m : s.missing)
+      out << "    rank " << m.rank << " (" << m.node << "): " << m.cause << "\n";
   }
   out << "  largest rank resident set: " << topology::format_bytes(s.peak_rss_bytes) << "\n";
   if (s.rejected_connections > 0)
@@ -144,6 +152,10 @@ void print_broadcast_json(std::ostream& out, const job::BroadcastSummary& s) {
   Json& copies = j["copies"] = Json::array();
   for (const auto& c : s.copies)
     copies.push_back({{"rank", c.rank}, {"node", c.node}, {"path", c.path}});
+  j["complete"] = s.missing.empty();
+  Json& missing = j["missing"] = Json::array();
+  for (const auto& m : s.missing)
+    missing.push_back({{"rank", m.rank}, {"node", m.node}, {"cause", m.cause}});
   Json& files = j["files"] = Json::array();
   for (const auto& f : s.files)
     files.push_back({{"path", f.path},

@@ -5,7 +5,9 @@ namespace gridbcast::cli {
 const char* const kExitStatusHelp =
     "Exit status: 0 success; 1 a failure (a rank, the network, a file); 2 a usage error (an\n"
     "unknown option or command, a missing argument, a bad value, conflicting options) or a\n"
-    "topology that does not load. launch -- PROGRAM exits with the first failing rank's status.";
+    "topology that does not load; 3 launch completed on the survivors of a lost node (the\n"
+    "summary names the nodes without a copy). launch -- PROGRAM exits with the first failing\n"
+    "rank's status.";
 
 std::string unknown_command(const CLI::App& app, const std::vector<std::string>& args) {
   const CLI::App* command = &app;

@@ -13,6 +13,9 @@ namespace gridbcast::cli {
 inline constexpr int kExitSuccess = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
+// launch: the broadcast completed on the survivors of a loss; some nodes
+// hold no copy (the summary names them and why).
+inline constexpr int kExitCompletedOnSurvivors = 3;
 
 // The --help footer's paragraph on these statuses.
 extern const char* const kExitStatusHelp;

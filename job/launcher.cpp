@@ -51,6 +51,7 @@ struct Failure {
   Cause cause;
   std::string what;
   Clock::time_point when;
+  int rank = -1;  // kDeath, kSilence: the rank that died or went silent
 };
 
 // Thrown inside the drivers to unwind once the job has failed.
@@ -141,8 +142,8 @@ class Launcher {
     const auto& n = o_.grid.nodes[static_cast<size_t>(r)];
     return "rank " + std::to_string(r) + " (" + n.name + ")";
   }
-  void fail(Cause c, const std::string& what) {
-    failures_.push_back({c, what, Clock::now()});
+  void fail(Cause c, const std::string& what, int about = -1) {
+    failures_.push_back({c, what, Clock::now(), about});
     ev_.notify_all();
   }
   void check() const {
@@ -394,9 +395,9 @@ asio::awaitable<void> Launcher::read_loop(int r) {
     }
     if (finishing_ || !failures_.empty()) co_return;
     if (st.exited_ok && o_.params.program())
-      fail(Cause::kDeath, who(r) + " exited with status 0 without calling MPI_Finalize");
+      fail(Cause::kDeath, who(r) + " exited with status 0 without calling MPI_Finalize", r);
     else if (!st.exited)
-      fail(Cause::kDeath, who(r) + " closed its control connection: " + error);
+      fail(Cause::kDeath, who(r) + " closed its control connection: " + error, r);
     co_return;
   }
 }
@@ -420,18 +421,20 @@ asio::awaitable<void> Launcher::watch_signals() {
              who(e.rank) + " " + e.status + " before joining the job" +
                  (o_.params.program() ? " (a program under 'gridbcast launch --' must call "
                                         "MPI_Init; was it built with gridbcast-cc?)"
-                                      : ""));
+                                      : ""),
+             e.rank);
         continue;
       }
       if (e.success) {
         st.exited_ok = Clock::now();
         if (!o_.params.program() && !finishing_)
-          fail(Cause::kDeath, who(e.rank) + " " + e.status + " before the job ended");
+          fail(Cause::kDeath, who(e.rank) + " " + e.status + " before the job ended", e.rank);
         continue;
       }
       if (o_.params.program()) set_exit_code(e.code > 0 ? e.code : 1);
       if (!finishing_ || !e.success)
-        fail(st.reported_error ? Cause::kOther : Cause::kDeath, who(e.rank) + " " + e.status);
+        fail(st.reported_error ? Cause::kOther : Cause::kDeath, who(e.rank) + " " + e.status,
+             e.rank);
     }
     ev_.notify_all();
   }
@@ -465,9 +468,11 @@ asio::awaitable<void> Launcher::watchdog() {
       auto& st = rank(r);
       if (!st.channel || st.exited || st.finished || st.reported_error) continue;
       if (now - st.last_heard > limit) {
-        fail(Cause::kSilence, who(r) + " sent nothing for " + seconds_text(limit) +
-                                  " s (heartbeats are due every " + seconds_text(heartbeat_) +
-                                  " s): stopped, overloaded, or its host or network is down");
+        fail(Cause::kSilence,
+             who(r) + " sent nothing for " + seconds_text(limit) + " s (heartbeats are due every " +
+                 seconds_text(heartbeat_) +
+                 " s): stopped, overloaded, or its host or network is down",
+             r);
         st.last_heard = now;  // once
       }
     }
@@ -894,7 +899,8 @@ LaunchResult Launcher::run() {
                  seconds_text(
                      std::chrono::duration_cast<std::chrono::milliseconds>(now - st.last_heard)) +
                  " s before the job failed: stopped, overloaded, or its host "
-                 "or network is down");
+                 "or network is down",
+             r);
     }
     finishing_ = true;
     stop_ranks();
@@ -905,6 +911,17 @@ LaunchResult Launcher::run() {
     result.failure = sorted.front().what;
     for (const auto& f : failures_)
       if (f.what != result.failure && result.then.size() < 5) result.then.push_back(f.what);
+    // The ranks lost (died or silent), each once with its first cause, when a
+    // loss is the most telling cause: what healing needs to know.
+    result.lost_first =
+        sorted.front().cause == Cause::kSilence || sorted.front().cause == Cause::kDeath;
+    for (const auto& f : failures_) {
+      if ((f.cause != Cause::kSilence && f.cause != Cause::kDeath) || f.rank < 0) continue;
+      const bool known =
+          std::any_of(result.lost.begin(), result.lost.end(),
+                      [&](const LaunchResult::LostRank& l) { return l.rank == f.rank; });
+      if (!known) result.lost.push_back({f.rank, f.what});
+    }
     result.status = o_.params.program() && exit_code_ != 0 ? exit_code_ : 1;
     result.broadcast.reset();
     result.bench.reset();

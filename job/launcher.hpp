@@ -105,6 +105,15 @@ struct BroadcastSummary {
   std::vector<Copy> copies;
   // --file: each regular file the root sent in the last iteration, in order.
   std::vector<control::FileRecord> files;
+  // A job that healed: the nodes lost on the way, which hold no verified
+  // copy, each with its first run's rank and why it was lost. The summary
+  // above is of the survivors' run (its ranks given as first-run numbers).
+  struct Missing {
+    int rank;
+    std::string node;
+    std::string cause;
+  };
+  std::vector<Missing> missing;
 };
 
 struct BenchOutcome {
@@ -120,6 +129,15 @@ struct LaunchResult {
   // On failure: the first cause, then what followed (at most a few).
   std::string failure;
   std::vector<std::string> then;
+  // On failure: the ranks that died or went silent, with why; and whether
+  // such a loss is the first cause (then the others' errors most likely
+  // followed from it, and the survivors can go on without them).
+  struct LostRank {
+    int rank = -1;
+    std::string cause;
+  };
+  std::vector<LostRank> lost;
+  bool lost_first = false;
   std::optional<BroadcastSummary> broadcast;
   std::optional<BenchOutcome> bench;
 };

@@ -50,8 +50,15 @@ struct JobParams {
   // Where every rank finds its TLS certificates (`launch --cert-dir`); empty:
   // each rank's GRIDBCAST_CERT_DIR. A path, never a secret: keys stay in files.
   std::string cert_dir;
+  // A job that heals runs again over the survivors of a loss, renumbered:
+  // label[r] is rank r's number in the first run, which {rank} in `output`
+  // keeps meaning. Empty: every rank is its own label.
+  std::vector<std::int32_t> rank_labels;
 
   bool program() const { return kind == JobKind::kProgram; }
+  int label(int rank) const {
+    return rank_labels.empty() ? rank : rank_labels.at(static_cast<size_t>(rank));
+  }
 };
 
 struct Iteration {

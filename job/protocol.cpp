@@ -146,7 +146,9 @@ void write_params(Writer& w, const JobParams& p) {
       .flag(p.resume)
       .flag(p.verify)
       .text(p.bench)
-      .text(p.cert_dir);
+      .text(p.cert_dir)
+      .u32(static_cast<std::uint32_t>(p.rank_labels.size()));
+  for (const std::int32_t l : p.rank_labels) w.i32(l);
 }
 
 JobParams read_params(Reader& r) {
@@ -187,6 +189,11 @@ JobParams read_params(Reader& r) {
   p.verify = r.flag("verify");
   p.bench = r.text("bench");
   p.cert_dir = r.text("cert_dir");
+  const std::uint32_t labels = r.u32();
+  if (labels > kMaxRanks)
+    r.fail(std::to_string(labels) + " rank labels, over the limit of " + std::to_string(kMaxRanks));
+  for (std::uint32_t i = 0; i < labels; ++i)
+    p.rank_labels.push_back(r.i32(0, static_cast<std::int32_t>(kMaxRanks) - 1, "rank label"));
   return p;
 }
 

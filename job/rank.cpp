@@ -141,7 +141,7 @@ int run_file_rank(Session& session) {
     spec.sources = params.files;
   }
   if (params.output.find("{node}") != std::string::npos) check_node_name_for_path(node.name);
-  spec.output = output_path(params.output, rank, node.name);
+  spec.output = output_path(params.output, params.label(rank), node.name);
   spec.window_bytes = params.window_bytes;
   spec.resume = params.resume;
   spec.source_dev = params.source_dev;

@@ -16,6 +16,7 @@
 #include "job/rank.hpp"
 #include "lanes/log.hpp"
 #include "runtime/run_until.hpp"
+#include "runtime/subgrid.hpp"
 #include "topology/loader.hpp"
 
 namespace gridbcast::job {
@@ -332,6 +333,18 @@ void Session::join(std::istream* secret_fallback) {
                              " where Config was expected");
   im.grid = topology::load_grid_string(config->topology_yaml, config->topology_name);
   im.params = std::move(config->params);
+  if (!im.params.rank_labels.empty()) {
+    // A healed job: the survivors of the first run (their first-run ranks,
+    // ascending), on the topology restricted to them, numbered anew.
+    const auto& labels = im.params.rank_labels;
+    for (size_t i = 0; i < labels.size(); ++i)
+      if (labels[i] >= im.grid.size() || (i > 0 && labels[i] <= labels[i - 1]))
+        throw std::runtime_error(
+            "the launcher named survivors that are not ascending ranks of "
+            "the topology's " +
+            std::to_string(im.grid.size()));
+    im.grid = runtime::restrict_grid(im.grid, std::vector<int>(labels.begin(), labels.end()));
+  }
   if (im.rank >= im.grid.size())
     throw std::runtime_error("rank " + std::to_string(im.rank) + " is outside the topology's " +
                              std::to_string(im.grid.size()) + " ranks");

@@ -592,26 +592,27 @@ NetnsLaunch make_netns_launch(const topology::Grid& grid, std::vector<std::strin
   if (s.status != "up")
     throw TestbedError("--backend netns: testbed " + s.prefix + " is not up (status \"" + s.status +
                        "\")");
-  if (s.nodes.size() != grid.nodes.size())
-    throw TestbedError("--backend netns: testbed " + s.prefix + " was built from topology \"" +
-                       s.topology_name + "\" with " + std::to_string(s.nodes.size()) +
-                       " nodes, but this launch has " + std::to_string(grid.nodes.size()));
+  // Each rank's node by name, with the same addresses: the whole topology the
+  // testbed was built from, or part of it (a job healing around lost nodes
+  // runs on the survivors).
+  std::vector<std::string> ns;
   for (size_t r = 0; r < grid.nodes.size(); ++r) {
     const auto& want = grid.nodes[r];
-    const auto& have = s.nodes[r];
-    bool same = want.name == have.name && want.nics.size() == have.addresses.size();
+    const auto have = std::find_if(s.nodes.begin(), s.nodes.end(),
+                                   [&](const NodeState& n) { return n.name == want.name; });
+    bool same = have != s.nodes.end() && want.nics.size() == have->addresses.size();
     for (size_t k = 0; same && k < want.nics.size(); ++k)
-      same = want.nics[k].address == have.addresses[k];
+      same = want.nics[k].address == have->addresses[k];
     if (!same)
       throw TestbedError("--backend netns: rank " + std::to_string(r) + " is node \"" + want.name +
-                         "\" here but \"" + have.name + "\" (or has other addresses) in testbed " +
-                         s.prefix + " (topology \"" + s.topology_name +
-                         "\"); launch the topology the testbed was built from");
+                         "\", which testbed " + s.prefix + " (topology \"" + s.topology_name +
+                         "\") " +
+                         (have == s.nodes.end() ? "does not have" : "has with other addresses") +
+                         "; launch the topology the testbed was built from");
+    ns.push_back(have->ns);
   }
   const std::string ip = ip_path();
   if (ip.empty()) throw TestbedError("--backend netns needs the `ip` command (iproute2)");
-  std::vector<std::string> ns;
-  for (const auto& n : s.nodes) ns.push_back(n.ns);
   NetnsLaunch out;
   out.state_dir = dir;
   out.listen_address = s.mgmt_gateway;

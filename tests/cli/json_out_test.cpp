@@ -212,6 +212,8 @@ const std::vector<std::pair<std::string, T>> kLaunchFields = {
     {"slowest_per_site", T::array},
     {"per_iteration", T::array},
     {"copies", T::array},
+    {"complete", T::boolean},
+    {"missing", T::array},
     {"files", T::array}};
 
 TEST(JsonSchema, LaunchAndItsProgressRecords) {
@@ -240,6 +242,8 @@ TEST(JsonSchema, LaunchAndItsProgressRecords) {
                                            {"node", T::string},
                                            {"seconds", T::number_float}});
   EXPECT_TRUE(j["copies"].empty());
+  EXPECT_EQ(j["complete"], true);
+  EXPECT_TRUE(j["missing"].empty());
   EXPECT_TRUE(j["files"].empty());
   // Progress records, if the broadcast lasted long enough for one: one a line.
   std::ifstream in(progress);

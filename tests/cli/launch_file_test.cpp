@@ -318,6 +318,107 @@ TEST(LaunchFile, ResumeAfterAKilledRankMovesOnlyTheMissingChunks) {
   EXPECT_TRUE(temporaries(dir.path()).empty());
 }
 
+// Healing (issue 27): a node killed mid-file costs the others nothing. The
+// WAN gateway of the second site (rank 4, b1) is SIGKILLed once its partial
+// copy holds a chunk; the launcher runs the job again over the 7 others,
+// which keep what they hold (--resume on their partial copies, fewer chunks
+// sent than the file has), every other copy verifies, the summary names b1
+// and why, and the exit status is 3. With --require all the same loss fails
+// the job (1) without healing; losing the root cannot be healed.
+struct KilledMidFile {
+  int status = -1;
+  std::string out, err;
+};
+KilledMidFile kill_mid_file(const TempDir& dir, const std::string& data, const std::string& victim,
+                            const std::string& victim_node, std::vector<std::string> extra) {
+  std::vector<std::string> args = {kBin,       "launch",
+                                   "--file",   (dir / "data.bin").string(),
+                                   "--output", (dir / "{node}" / "copy").string(),
+                                   "--window", "1MiB"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  Child c(args, dir.path().string());
+  const std::uint64_t chunk = 512 << 10;
+  const fs::path watched =
+      dir / (victim_node == "a1" ? "a2" : victim_node) / ".copy.gridbcast-partial";
+  pid_t pid = -1;
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    for (auto [p, rank] : children_of(c.pid(), "GRIDBCAST_RANK"))
+      if (rank == victim) pid = p;
+    std::ifstream in(watched, std::ios::binary);
+    std::string held(chunk, '\0');
+    in.read(held.data(), static_cast<std::streamsize>(chunk));
+    if (pid > 0 && in.gcount() == static_cast<std::streamsize>(chunk) &&
+        held.compare(0, chunk, data, 0, chunk) == 0)
+      break;
+    std::this_thread::sleep_for(2ms);
+  }
+  KilledMidFile k;
+  if (pid <= 0) return k;
+  ::kill(pid, SIGKILL);
+  k.status = c.wait(180s);
+  k.out = c.out();
+  k.err = c.err();
+  return k;
+}
+
+TEST(LaunchFile, AGatewayKilledMidFileIsHealedAroundAndTheOthersHoldVerifiedCopies) {
+  TempDir dir;
+  const std::string data = pattern(60 << 20, 9);
+  write_file(dir / "data.bin", data);
+  const auto k = kill_mid_file(dir, data, "4", "b1", {});
+  ASSERT_EQ(k.status, 3) << k.out << k.err;
+  EXPECT_NE(k.err.find("gridbcast launch: lost rank 4 (b1): was killed by signal 9"),
+            std::string::npos)
+      << k.err;
+  EXPECT_NE(k.err.find("healing: the 7 others go on from what they hold"), std::string::npos)
+      << k.err;
+  const auto at = k.err.find("resume: sent ");
+  ASSERT_NE(at, std::string::npos) << k.err;
+  const std::uint64_t sent = std::stoull(k.err.substr(at + 13));
+  const std::uint64_t of = std::stoull(k.err.substr(k.err.find(" of ", at) + 4));
+  EXPECT_LT(sent, of) << "the survivors kept what they held: " << k.err;
+  std::cout << "healed: resume sent " << sent << " of " << of << " chunks\n";
+  EXPECT_NE(k.out.find("verified: the 7 surviving ranks hold"), std::string::npos) << k.out;
+  EXPECT_NE(k.out.find("missing: 1 node lost during the job, without a verified copy:\n"
+                       "    rank 4 (b1): was killed by signal 9"),
+            std::string::npos)
+      << k.out;
+  for (const auto& n : kNonRoot) {
+    if (n == "b1") continue;
+    EXPECT_EQ(slurp((dir / n / "copy").string()), data) << n;
+  }
+  EXPECT_FALSE(fs::exists(dir / "b1" / "copy"));
+  // What is left is b1's partial copy, for a later --resume of that node.
+  for (const auto& t : temporaries(dir.path()))
+    EXPECT_EQ(t, (dir / "b1" / ".copy.gridbcast-partial").string());
+}
+
+TEST(LaunchFile, WithRequireAllALossFailsTheJobAndTheRootCannotBeHealed) {
+  {
+    TempDir dir;
+    const std::string data = pattern(60 << 20, 10);
+    write_file(dir / "data.bin", data);
+    const auto k = kill_mid_file(dir, data, "5", "b2", {"--require", "all"});
+    EXPECT_EQ(k.status, 1) << k.out << k.err;
+    EXPECT_EQ(k.err.find("healing:"), std::string::npos) << k.err;
+    EXPECT_NE(k.err.find("7 nodes remain, --require asks for 8: not healing"), std::string::npos)
+        << k.err;
+  }
+  {
+    TempDir dir;
+    const std::string data = pattern(60 << 20, 11);
+    write_file(dir / "data.bin", data);
+    const auto k = kill_mid_file(dir, data, "0", "a1", {});
+    EXPECT_EQ(k.status, 1) << k.out << k.err;
+    EXPECT_NE(k.err.find("the root (rank 0) was lost: nothing to heal from"), std::string::npos)
+        << k.err;
+  }
+  Child bad({kBin, "launch", "--require", "9"});
+  EXPECT_EQ(bad.wait(30s), 2);
+  EXPECT_NE(bad.err().find("--require"), std::string::npos) << bad.err();
+}
+
 // --file -: standard input is spooled (its size is unknown in advance), sent,
 // and the spool file removed.
 TEST(LaunchFile, StandardInputIsSpooledAndDistributed) {

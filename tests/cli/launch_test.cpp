@@ -161,8 +161,11 @@ TEST(Launch, DistributesAFileToEveryNode) {
   std::filesystem::remove_all(dir);
 }
 
+// With --require all a loss is fatal: the job fails naming the rank (without
+// it the others heal around the loss: the next test).
 TEST(Launch, AKilledRankFailsTheJobInBoundedTimeAndNamesIt) {
-  Child c({kBin, "launch", "--size", "256MiB", "--iterations", "50", "--timeout", "10"});
+  Child c({kBin, "launch", "--size", "256MiB", "--iterations", "50", "--timeout", "10", "--require",
+           "all"});
   // Wait until all 8 ranks run, then kill rank 5 mid-job.
   pid_t victim = -1;
   std::vector<pid_t> ranks;
@@ -192,7 +195,8 @@ TEST(Launch, AKilledRankFailsTheJobInBoundedTimeAndNamesIt) {
 }
 
 TEST(Launch, AStoppedRankFailsTheJobWithinTheTimeout) {
-  Child c({kBin, "launch", "--size", "64MiB", "--iterations", "1000", "--timeout", "2"});
+  Child c({kBin, "launch", "--size", "64MiB", "--iterations", "1000", "--timeout", "2", "--require",
+           "all"});
   pid_t victim = -1;
   for (int i = 0; i < 200 && victim < 0; ++i) {
     std::this_thread::sleep_for(50ms);
@@ -206,6 +210,33 @@ TEST(Launch, AStoppedRankFailsTheJobWithinTheTimeout) {
   ::kill(victim, SIGCONT);
   EXPECT_GT(status, 0) << "the launcher did not fail in time";
   EXPECT_NE(c.err().find("rank 3 (a4"), std::string::npos) << c.err();
+}
+
+// Healing a --size job (issue 27): rank 6 (b3) killed mid-job; the 7 others
+// run the job again among themselves, every copy verifies, and the JSON
+// summary says the job is not complete and which node is missing, and why.
+TEST(Launch, AKilledRankIsHealedAroundAndTheSummaryNamesIt) {
+  Child c({kBin, "launch", "--size", "64MiB", "--iterations", "20", "--json"});
+  pid_t victim = -1;
+  for (int i = 0; i < 200 && victim < 0; ++i) {
+    std::this_thread::sleep_for(50ms);
+    for (auto [pid, rank] : children_of(c.pid(), "GRIDBCAST_RANK"))
+      if (rank == "6") victim = pid;
+  }
+  ASSERT_GT(victim, 0);
+  std::this_thread::sleep_for(1000ms);
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  ASSERT_EQ(c.wait(120s), 3) << c.out() << c.err();
+  EXPECT_NE(c.err().find("lost rank 6 (b3): was killed by signal 9"), std::string::npos) << c.err();
+  const auto j = last_json(c.out());
+  EXPECT_EQ(j["verified"], true) << c.out();
+  EXPECT_EQ(j["complete"], false) << c.out();
+  EXPECT_EQ(j["ranks"], 7) << c.out();
+  ASSERT_EQ(j["missing"].size(), 1u) << c.out();
+  EXPECT_EQ(j["missing"][0]["rank"], 6);
+  EXPECT_EQ(j["missing"][0]["node"], "b3");
+  EXPECT_NE(j["missing"][0]["cause"].get<std::string>().find("killed by signal 9"),
+            std::string::npos);
 }
 
 // Hostile connections to the ranks' lane ports while a job runs: each is

@@ -33,6 +33,7 @@ TEST(ControlProtocol, EveryMessageRoundTrips) {
   p.verify = false;
   p.bench = "spec";
   p.cert_dir = "/certs";
+  p.rank_labels = {0, 2, 5, 7};
   const auto back = std::get<Config>(decode_to_rank(encode_body(Config{"t.yaml", "yaml", p})));
   EXPECT_EQ(back.topology_name, "t.yaml");
   EXPECT_EQ(back.topology_yaml, "yaml");
@@ -49,6 +50,8 @@ TEST(ControlProtocol, EveryMessageRoundTrips) {
   EXPECT_TRUE(back.params.resume);
   EXPECT_FALSE(back.params.verify);
   EXPECT_EQ(back.params.cert_dir, "/certs");
+  EXPECT_EQ(back.params.rank_labels, p.rank_labels);
+  EXPECT_EQ(back.params.label(2), 5);
 
   Table t;
   t.run_nonce = kNonce;
@@ -186,6 +189,16 @@ TEST(ControlProtocol, DecodersRefuseWhatIsOutOfRange) {
   p.iterations = 1;
   p.root = -1;
   refused_by_rank(encode_body(Config{"t", "y", p}));
+  // A rank label outside the rank range, and a label count past the limit
+  // (claimed in a message that cannot hold them).
+  p.root = 0;
+  p.rank_labels = {0, -4};
+  refused_by_rank(encode_body(Config{"t", "y", p}));
+  p.rank_labels = {0, 1};
+  std::string labels = encode_body(Config{"t", "y", p});
+  const size_t count_at = labels.size() - 12;  // the count, then two i32 labels
+  labels[count_at] = '\x7f';
+  refused_by_rank(labels);
 }
 
 struct Frame {

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 
+#include "support/json.hpp"
 #include "testbed_support.hpp"
 
 namespace gridbcast::testing {
@@ -36,11 +37,26 @@ class TestbedFaults : public ::testing::Test {
   }
   void TearDown() override { ::unsetenv("GRIDBCAST_TESTBED"); }
 
-  // A long job: 16 MiB at 100 Mbit/s takes about a second per iteration.
-  std::unique_ptr<TbChild> start_job() {
-    return std::make_unique<TbChild>(std::vector<std::string>{
-        kBin, "launch", guard_->file(), "--backend", "netns", "--size", "16MiB", "--iterations",
-        "30", "--timeout", std::to_string(kTimeoutSeconds), "--no-verify"});
+  // A long job: 16 MiB at 100 Mbit/s takes about a second per iteration. A
+  // loss fails it (--require all) unless `heal`.
+  std::unique_ptr<TbChild> start_job(bool heal = false) {
+    std::vector<std::string> argv = {kBin,
+                                     "launch",
+                                     guard_->file(),
+                                     "--backend",
+                                     "netns",
+                                     "--size",
+                                     "16MiB",
+                                     "--iterations",
+                                     heal ? "4" : "30",
+                                     "--timeout",
+                                     std::to_string(kTimeoutSeconds)};
+    if (heal) {
+      argv.push_back("--json");
+    } else {
+      argv.insert(argv.end(), {"--no-verify", "--require", "all"});
+    }
+    return std::make_unique<TbChild>(argv);
   }
 
   // The rank processes of a launcher (`ip netns exec` becomes the rank), by rank.
@@ -86,6 +102,25 @@ TEST_F(TestbedFaults, KilledRankFailsTheJobAndNamesIt) {
   ASSERT_EQ(::kill(ranks.at(5), SIGKILL), 0);
   expect_failure_naming(*job, "rank 5 (b2)");
   expect_a_new_launch_works();
+}
+
+// Without --require all, the 7 others heal around a killed rank: they run
+// the job again among themselves (the second site's plan re-routed without
+// b2), verify, and the summary names b2 as missing (exit status 3).
+TEST_F(TestbedFaults, KilledRankIsHealedAroundOnTheEmulatedGrid) {
+  auto job = start_job(true);
+  auto ranks = ranks_of(*job);
+  ASSERT_EQ(ranks.size(), 8u) << job->err();
+  std::this_thread::sleep_for(1500ms);
+  ASSERT_EQ(::kill(ranks.at(5), SIGKILL), 0);
+  ASSERT_EQ(job->wait(120s), 3) << job->out() << job->err();
+  const auto j = last_json(job->out());
+  EXPECT_EQ(j["verified"], true) << job->out();
+  EXPECT_EQ(j["ranks"], 7) << job->out();
+  ASSERT_EQ(j["missing"].size(), 1u) << job->out();
+  EXPECT_EQ(j["missing"][0]["node"], "b2");
+  for (const auto& n : guard_->state().nodes)
+    EXPECT_TRUE(testbed::processes_in_netns(n.ns).empty()) << "left behind in " << n.ns;
 }
 
 TEST_F(TestbedFaults, KilledRootFailsTheJobAndNamesIt) {
