@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Healing benchmark (docs/PERFORMANCE.md, "A node lost mid-file"): in the
+emulated grid, `gridbcast launch --file` undisturbed, then the same with one
+node's rank killed (SIGKILL) at a fraction of the undisturbed time. Prints
+both times, their ratio, what the healed run sent again, and whether every
+surviving copy verified (and the exit status, 3: completed on the survivors).
+Needs root. Brings its own testbed up and down; removes the source and the
+copies at the end, also on failure.
+
+  scripts/bench_heal.py [TOPOLOGY] [--size 512MiB] [--victim w3] [--at 0.3] [--dir /var/tmp]
+"""
+import argparse, json, os, shutil, signal, subprocess, sys, tempfile, time
+
+from common import BIN, ROOT, SKIP, emulated_grid_unavailable, parse_size, require_binary
+
+
+def rank_pids(launcher_pid):
+    """{GRIDBCAST_RANK: pid} of the launcher's children (ip netns exec becomes the rank)."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid != launcher_pid:
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+        except (OSError, IndexError, ValueError):
+            continue
+        if b"GRIDBCAST_RANK" in env:
+            out[int(env[b"GRIDBCAST_RANK"])] = int(entry)
+    return out
+
+
+def launch(args, src, out_dir, env, victim=None, at=None, timeout=3600):
+    cmd = [BIN, "launch", args.topology, "--backend", "netns", "--file", src,
+           "--output", os.path.join(out_dir, "{node}", "copy"), "--json"]
+    t0 = time.monotonic()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    killed = None
+    if victim is not None:
+        while time.monotonic() - t0 < at and p.poll() is None:
+            time.sleep(0.01)
+        pid = rank_pids(p.pid).get(victim)
+        if pid is None:
+            p.kill()
+            sys.exit(f"bench_heal: rank {victim} not found under the launcher")
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic() - t0
+    out, err = p.communicate(timeout=timeout)
+    wall = time.monotonic() - t0
+    summary = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+    return p.returncode, wall, killed, summary, err
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("topology", nargs="?", default=os.path.join(ROOT, "site-configs", "testbed-8x8.yaml"))
+    ap.add_argument("--size", default="512MiB")
+    ap.add_argument("--victim", default="w3", help="the node whose rank is killed")
+    ap.add_argument("--at", type=float, default=0.3, help="when, as a fraction of the undisturbed time")
+    ap.add_argument("--dir", default="/var/tmp")
+    args = ap.parse_args()
+    require_binary("bench_heal")
+    if emulated_grid_unavailable("bench_heal"):
+        return SKIP
+    names = subprocess.run([BIN, "plan", args.topology, "--format", "json"], capture_output=True, text=True)
+    nodes = [n["name"] for n in json.loads(names.stdout)["nodes"]] if names.returncode == 0 else []
+    if args.victim not in nodes:
+        sys.exit(f"bench_heal: no node {args.victim} in {args.topology}")
+    victim = nodes.index(args.victim)
+    tb_id = f"heal{os.getpid()}"
+    env = dict(os.environ, GRIDBCAST_TESTBED_ID=tb_id)
+    work = tempfile.mkdtemp(prefix="gridbcast-bench-heal-", dir=args.dir)
+    up = subprocess.run([BIN, "testbed", "up", args.topology, "--id", tb_id], capture_output=True, text=True)
+    try:
+        if up.returncode != 0:
+            sys.exit(f"bench_heal: testbed up failed:\n{up.stderr}")
+        src = os.path.join(work, "source.bin")
+        with open(src, "wb") as f:
+            left = parse_size(args.size)
+            while left > 0:
+                n = min(left, 8 << 20)
+                f.write(os.urandom(n))
+                left -= n
+        rc, base, _, s0, err = launch(args, src, os.path.join(work, "undisturbed"), env)
+        if rc != 0:
+            sys.exit(f"bench_heal: the undisturbed run failed ({rc}):\n{err[-3000:]}")
+        print(f"undisturbed: {base:.2f} s, {s0.get('ranks')} ranks, verified {s0.get('verified')}")
+        rc, healed, killed, s1, err = launch(args, src, os.path.join(work, "healed"), env,
+                                             victim, args.at * base)
+        resent = next((l.split("resume: ", 1)[1] for l in err.splitlines() if "resume: sent" in l), "?")
+        missing = [m["node"] for m in s1.get("missing", [])]
+        print(f"{args.victim} (rank {victim}) killed at {killed:.2f} s: exit status {rc}, "
+              f"{healed:.2f} s in all = {healed / base:.2f} x the undisturbed time; "
+              f"{s1.get('ranks')} surviving ranks verified {s1.get('verified')}, missing {missing}; "
+              f"the healed run {resent}")
+        return 0 if rc == 3 and s1.get("verified") else 1
+    finally:
+        subprocess.run([BIN, "testbed", "down", args.topology, "--id", tb_id], capture_output=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
