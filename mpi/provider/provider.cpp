@@ -257,7 +257,7 @@ struct Stats {
   std::uint64_t icalls = 0;
   std::map<std::string, std::uint64_t> igridbcast;
   std::uint64_t ismall = 0;
-  std::uint64_t ihierarchical = 0;  // hierarchical communicators: PMPI_Ibcast (docs/MPI.md)
+  std::uint64_t ihierarchical = 0;  // of the gridbcast ones: through the nodes' leaders
   std::uint64_t iother = 0;         // intercommunicator, one rank, invalid, failed set-up
 };
 
@@ -687,7 +687,12 @@ struct Ibcast {
   MPI_Count extent = 0;
   std::unique_ptr<PmpiBroadcast> pmpi;  // started, over PMPI
   runtime::P2pRequest lanes;            // started, over lanes
-  bool started = false;
+  // Its stages: 0 not started; 1 the hand-off to the root's node leader
+  // (hierarchical lanes); 2 between the nodes (or, flat, the ranks); 3 within
+  // each node (hierarchical); 4 done. `host`: the host MPI's requests of the
+  // current stage.
+  int stage = 0;
+  std::vector<MPI_Request> host;
   std::string error;
 };
 
@@ -722,22 +727,100 @@ int cancel_ibcast(void*, int) {
   return MPI_SUCCESS;  // a broadcast cannot be taken back; it completes
 }
 
-void start_ibcast(Ibcast& b) {
+// Whether the host requests of the current stage have all completed.
+bool host_done(Ibcast& b) {
+  if (b.host.empty()) return true;
+  int flag = 0;
+  check(PMPI_Testall(static_cast<int>(b.host.size()), b.host.data(), &flag, MPI_STATUSES_IGNORE),
+        "PMPI_Testall");
+  if (flag) b.host.clear();
+  return flag != 0;
+}
+
+// Moves one MPI_Ibcast on as far as it can without blocking, through the
+// stages of MPI_Bcast's path (broadcast_hierarchical, run_over_pmpi): the
+// same hand-off, plan and node phase, each started when the one before is
+// complete on this rank. True when this rank's part is done; throws on error.
+bool step_ibcast(Ibcast& b) {
   CommState& s = *b.state;
+  const bool lanes = b.config->transport == Transport::kLanes;
   const int root_grid = s.placement.grid_of_comm[static_cast<size_t>(b.root)];
-  if (s.lanes) {
-    b.lanes = s.lanes->ibcast(b.data, b.bytes, root_grid, b.algo);
-    return;
+  const int me_grid = s.placement.grid_of_comm[static_cast<size_t>(s.rank)];
+  const int root_leader = s.hierarchical ? s.leader_of[static_cast<size_t>(b.root)] : b.root;
+  const bool leader = !s.hierarchical || s.leader_of[static_cast<size_t>(s.rank)] == s.rank;
+  for (;;) {
+    switch (b.stage) {
+      case 0:
+        b.stage = 1;
+        // Lanes between nodes are the leaders': a root that is not its node's
+        // leader hands the bytes to it first.
+        if (s.hierarchical && lanes && s.placement.grid.size() > 1 && b.root != root_leader &&
+            (s.rank == b.root || s.rank == root_leader))
+          for (std::uint64_t at = 0; at < b.bytes; at += kMaxPiece) {
+            const int n = static_cast<int>(std::min(kMaxPiece, b.bytes - at));
+            MPI_Request r;
+            if (s.rank == b.root)
+              check(PMPI_Isend(b.data + at, n, MPI_BYTE, root_leader, 0, s.priv, &r), "PMPI_Isend");
+            else
+              check(PMPI_Irecv(b.data + at, n, MPI_BYTE, b.root, 0, s.priv, &r), "PMPI_Irecv");
+            b.host.push_back(r);
+          }
+        break;
+      case 1:
+        if (!host_done(b)) return false;
+        b.stage = 2;
+        if (s.hierarchical && s.placement.grid.size() <= 1) break;
+        if (lanes) {
+          if (leader) b.lanes = s.lanes->ibcast(b.data, b.bytes, root_grid, b.algo);
+        } else if (!s.hierarchical || (root_grid == me_grid ? s.rank == b.root : leader)) {
+          // Over PMPI the root stands in for its node's leader (no extra hop).
+          std::vector<int> comm_of_grid = s.placement.comm_of_grid;
+          comm_of_grid[static_cast<size_t>(root_grid)] = b.root;
+          const topology::Plan plan =
+              topology::build_plan(s.placement.grid, b.algo, root_grid, b.bytes);
+          PmpiOptions o;
+          o.comm = s.priv;
+          o.tag_ub = s.tag_ub;
+          o.segment_bytes =
+              topology::resolve_segment_bytes(s.placement.grid, b.bytes, b.config->segment_bytes);
+          b.pmpi =
+              std::make_unique<PmpiBroadcast>(plan, me_grid, std::move(comm_of_grid), b.data, o);
+        }
+        break;
+      case 2:
+        if (b.pmpi && !b.pmpi->step(false)) return false;
+        if (b.lanes) {
+          s.lanes->poll();
+          const runtime::P2pState st = s.lanes->state(b.lanes);
+          if (!st.error.empty()) throw std::runtime_error(st.error);
+          if (!st.complete) return false;
+        }
+        b.stage = 3;
+        if (s.hierarchical) {
+          int node_size = 0;
+          check(PMPI_Comm_size(s.node, &node_size), "PMPI_Comm_size");
+          if (node_size > 1) {
+            const int local_root = s.leader_of[static_cast<size_t>(s.rank)] == root_leader
+                                       ? s.local_rank_of[static_cast<size_t>(b.root)]
+                                       : 0;
+            for (std::uint64_t at = 0; at < b.bytes; at += kMaxPiece) {
+              MPI_Request r;
+              check(PMPI_Ibcast(b.data + at, static_cast<int>(std::min(kMaxPiece, b.bytes - at)),
+                                MPI_BYTE, local_root, s.node, &r),
+                    "PMPI_Ibcast");
+              b.host.push_back(r);
+            }
+          }
+        }
+        break;
+      case 3:
+        if (!host_done(b)) return false;
+        b.stage = 4;
+        break;
+      default:
+        return true;
+    }
   }
-  const topology::Plan plan = topology::build_plan(s.placement.grid, b.algo, root_grid, b.bytes);
-  PmpiOptions o;
-  o.comm = s.priv;
-  o.tag_ub = s.tag_ub;
-  o.segment_bytes =
-      topology::resolve_segment_bytes(s.placement.grid, b.bytes, b.config->segment_bytes);
-  b.pmpi =
-      std::make_unique<PmpiBroadcast>(plan, s.placement.grid_of_comm[static_cast<size_t>(s.rank)],
-                                      s.placement.comm_of_grid, b.data, o);
 }
 
 // Moves the communicator's first MPI_Ibcast without blocking; completes it
@@ -747,18 +830,7 @@ void advance(CommState& s) {
     Ibcast& b = *s.ibcasts.front();
     bool done = false;
     try {
-      if (!b.started) {
-        b.started = true;
-        start_ibcast(b);
-      }
-      if (b.pmpi) {
-        done = b.pmpi->step(false);
-      } else {
-        s.lanes->poll();
-        const runtime::P2pState st = s.lanes->state(b.lanes);
-        done = st.complete;
-        b.error = st.error;
-      }
+      done = step_ibcast(b);
     } catch (const std::exception& e) {
       b.error = e.what();
       done = true;
@@ -916,8 +988,6 @@ GRIDBCAST_EXPORT int MPI_Ibcast(void* buffer, int count, MPI_Datatype datatype, 
     free_retired(provider());
     CommState& s = state_of(comm, *config);
     if (!s.fallback.empty()) return pmpi(&Stats::iother);
-    // Between nodes and then within them: not in steps yet (docs/MPI.md).
-    if (s.hierarchical) return pmpi(&Stats::ihierarchical);
     auto b = std::make_unique<Ibcast>();
     b->state = &s;
     b->config = config;
@@ -947,6 +1017,7 @@ GRIDBCAST_EXPORT int MPI_Ibcast(void* buffer, int count, MPI_Datatype datatype, 
       std::lock_guard lock(p.mutex);
       ++p.stats.icalls;
       ++p.stats.igridbcast[std::string(gridbcast::topology::algorithm_name(b->algo))];
+      if (s.hierarchical) ++p.stats.ihierarchical;
     }
     std::lock_guard lock(ibcast_mutex());
     s.ibcasts.push_back(b.release());
@@ -1077,7 +1148,7 @@ GRIDBCAST_EXPORT int MPI_Finalize(void) {
           "(%s%s%llu packed, %llu hierarchical), "
           "%llu PMPI_Bcast (%llu below %llu bytes, %llu intercommunicator/one "
           "rank/invalid, %llu after a failed set-up); %llu MPI_Ibcast: %llu gridbcast "
-          "(%s), %llu PMPI_Ibcast (%llu below the threshold, %llu hierarchical, %llu "
+          "(%s%s%llu hierarchical), %llu PMPI_Ibcast (%llu below the threshold, %llu "
           "other)\n",
           GRIDBCAST_MPI_FLAVOUR, transport, rank, static_cast<unsigned long long>(s.calls),
           static_cast<unsigned long long>(ours), algos.c_str(), algos.empty() ? "" : "; ",
@@ -1088,10 +1159,10 @@ GRIDBCAST_EXPORT int MPI_Finalize(void) {
           static_cast<unsigned long long>(config ? config->min_bytes : 65536),
           static_cast<unsigned long long>(s.trivial), static_cast<unsigned long long>(s.fallback),
           static_cast<unsigned long long>(s.icalls), static_cast<unsigned long long>(iours),
-          ialgos.c_str(), static_cast<unsigned long long>(s.ismall + s.ihierarchical + s.iother),
-          static_cast<unsigned long long>(s.ismall),
+          ialgos.c_str(), ialgos.empty() ? "" : "; ",
           static_cast<unsigned long long>(s.ihierarchical),
-          static_cast<unsigned long long>(s.iother));
+          static_cast<unsigned long long>(s.ismall + s.iother),
+          static_cast<unsigned long long>(s.ismall), static_cast<unsigned long long>(s.iother));
     }
     // Release every communicator's state (MPI_COMM_WORLD's attributes are not
     // deleted by MPI_Finalize), then the duplicates.

@@ -275,6 +275,24 @@ TEST_P(Hierarchy, TheBenchmarkFromANonLeaderRootGoesHierarchical) {
   EXPECT_EQ(hierarchical_count(r.err, flavour_, transport_), 3) << r.err;
 }
 
+// MPI_Ibcast on several ranks per host goes through the nodes' leaders too,
+// in steps (the hand-off to the root's leader, the plan between nodes, the
+// host's MPI_Ibcast within each node), moved by MPI_Wait and MPI_Test:
+// tests/mpi/ibcast.c verifies every copy, and the statistics count them.
+TEST_P(Hierarchy, NonBlockingBroadcastsGoThroughTheLeaders) {
+  const Outcome r =
+      run_on_hosts({{"GRIDBCAST_MIN_BYTES", "1000"}, {"GRIDBCAST_ALGORITHM", "random"}},
+                   {flavour_.program("ibcast"), "4"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find(" checks, 0 failed"), std::string::npos) << r.out;
+  const auto at = r.err.find(" MPI_Ibcast: ");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const auto hier = r.err.find(" hierarchical), ", at);
+  ASSERT_NE(hier, std::string::npos) << r.err;
+  const auto start = r.err.rfind(' ', hier - 1);
+  EXPECT_GE(std::stoll(r.err.substr(start + 1, hier - start - 1)), 10) << r.err;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Mpi, Hierarchy,
     ::testing::Combine(::testing::Values("openmpi", "mpich"), ::testing::Values("mpi", "lanes"),
