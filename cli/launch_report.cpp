@@ -80,8 +80,7 @@ void print_broadcast_text(std::ostream& out, const job::BroadcastSummary& s) {
     out << "  verified: " << all << " hold the root's SHA-256 " << s.sha256 << "\n";
   else if (s.verified)  // --file: checked chunk by chunk as it landed (docs/FILES.md)
     out << "  verified: " << all
-        << " hold the root's chunk digest (SHA-256 over each chunk's SHA-256) " << s.sha256
-        << "\n";
+        << " hold the root's chunk digest (SHA-256 over each chunk's SHA-256) " << s.sha256 << "\n";
   if (!s.copies.empty()) {
     out << "  copies: " << s.copies.size() << " (";
     for (size_t i = 0; i < s.copies.size() && i < 3; ++i)

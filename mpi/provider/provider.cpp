@@ -636,10 +636,11 @@ void pack(void* buffer, int count, MPI_Datatype type, MPI_Count size, MPI_Count 
   }
 }
 
-void tally(std::uint64_t Stats::*field) {
+// One call counted (`calls`: MPI_Bcast's or MPI_Ibcast's) under the path it took.
+void tally(std::uint64_t Stats::*calls, std::uint64_t Stats::*field) {
   Provider& p = provider();
   std::lock_guard lock(p.mutex);
-  ++p.stats.calls;
+  ++(p.stats.*calls);
   ++(p.stats.*field);
 }
 
@@ -880,6 +881,64 @@ int wait_moving_ibcasts(Test test) {
   }
 }
 
+// What a broadcast call (MPI_Bcast, MPI_Ibcast) asks of the provider: which
+// path it takes and the datatype's geometry. Every rank decides the same from
+// what the ranks agree on (the byte count, the communicator, the environment).
+struct Call {
+  enum Path {
+    kHost,       // PMPI's: its own argument errors, intercommunicators, one rank
+    kSmall,      // PMPI's: below GRIDBCAST_MIN_BYTES
+    kGridbcast,  // ours
+    kNoConfig,   // the environment is wrong: the job was aborted
+  } path = kHost;
+  const Config* config = nullptr;
+  std::uint64_t bytes = 0;
+  MPI_Count type_size = 0, extent = 0, true_lb = 0;
+  bool contiguous = true;
+};
+
+Call classify(int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
+  Call c;
+  int initialized = 0, finalized = 0;
+  PMPI_Initialized(&initialized);
+  PMPI_Finalized(&finalized);
+  if (!initialized || finalized || comm == MPI_COMM_NULL || count < 0 ||
+      datatype == MPI_DATATYPE_NULL)
+    return c;
+  c.config = config_or_abort();
+  if (!c.config) {
+    c.path = Call::kNoConfig;
+    return c;
+  }
+  int inter = 0, size = 0;
+  if (PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter) return c;
+  if (PMPI_Comm_size(comm, &size) != MPI_SUCCESS || size <= 1 || root < 0 || root >= size) return c;
+  MPI_Count lb = 0, true_extent = 0;
+  if (PMPI_Type_size_x(datatype, &c.type_size) != MPI_SUCCESS || c.type_size == MPI_UNDEFINED ||
+      PMPI_Type_get_extent_x(datatype, &lb, &c.extent) != MPI_SUCCESS ||
+      PMPI_Type_get_true_extent_x(datatype, &c.true_lb, &true_extent) != MPI_SUCCESS)
+    return c;
+  c.bytes = static_cast<std::uint64_t>(c.type_size) * static_cast<std::uint64_t>(count);
+  c.contiguous = (count == 1 || c.extent == c.type_size) && true_extent == c.type_size;
+  c.path = c.bytes < c.config->min_bytes ? Call::kSmall : Call::kGridbcast;
+  return c;
+}
+
+// A failed broadcast call: said on standard error, then the communicator's
+// error handler (by default it aborts the job).
+int fail_call(MPI_Comm comm, const char* function, const std::exception& e) {
+  int rank = -1;
+  PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::fprintf(stderr, "gridbcast provider: %s failed on rank %d (of MPI_COMM_WORLD): %s\n",
+               function, rank, e.what());
+  // The default error handler aborts the job; MPICH's launcher may tear its
+  // output forwarding down before it has read this line (1 run in 15 lost
+  // it), so give it a moment. Only on this failure path.
+  std::this_thread::sleep_for(kErrorDrain);
+  PMPI_Comm_call_errhandler(comm, MPI_ERR_OTHER);
+  return MPI_ERR_OTHER;
+}
+
 }  // namespace
 }  // namespace gridbcast::mpi::provider
 
@@ -889,125 +948,76 @@ using namespace gridbcast::mpi::provider;  // NOLINT: the C entry points below
 
 GRIDBCAST_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root,
                                MPI_Comm comm) {
-  int initialized = 0, finalized = 0;
-  PMPI_Initialized(&initialized);
-  PMPI_Finalized(&finalized);
-  // What PMPI_Bcast must see: its own argument errors, intercommunicators, one rank.
   auto pmpi = [&](std::uint64_t Stats::*field) {
-    if (field) tally(field);
+    tally(&Stats::calls, field);
     return PMPI_Bcast(buffer, count, datatype, root, comm);
   };
-  if (!initialized || finalized || comm == MPI_COMM_NULL || count < 0 ||
-      datatype == MPI_DATATYPE_NULL)
-    return pmpi(&Stats::trivial);
-  const Config* config = config_or_abort();
-  if (!config) return MPI_ERR_OTHER;
-  int inter = 0, size = 0;
-  if (PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter) return pmpi(&Stats::trivial);
-  if (PMPI_Comm_size(comm, &size) != MPI_SUCCESS || size <= 1 || root < 0 || root >= size)
-    return pmpi(&Stats::trivial);
-  MPI_Count type_size = 0, lb = 0, extent = 0, true_lb = 0, true_extent = 0;
-  if (PMPI_Type_size_x(datatype, &type_size) != MPI_SUCCESS || type_size == MPI_UNDEFINED ||
-      PMPI_Type_get_extent_x(datatype, &lb, &extent) != MPI_SUCCESS ||
-      PMPI_Type_get_true_extent_x(datatype, &true_lb, &true_extent) != MPI_SUCCESS)
-    return pmpi(&Stats::trivial);
-  const auto bytes = static_cast<std::uint64_t>(type_size) * static_cast<std::uint64_t>(count);
-  if (bytes < config->min_bytes) return pmpi(&Stats::small);
-  const bool contiguous = (count == 1 || extent == type_size) && true_extent == type_size;
-
+  const Call c = classify(count, datatype, root, comm);
+  if (c.path == Call::kNoConfig) return MPI_ERR_OTHER;
+  if (c.path == Call::kHost) return pmpi(&Stats::trivial);
+  if (c.path == Call::kSmall) return pmpi(&Stats::small);
   try {
     free_retired(provider());
-    CommState& s = state_of(comm, *config);
+    CommState& s = state_of(comm, *c.config);
     if (!s.fallback.empty()) return pmpi(&Stats::fallback);
     drain(s);  // this communicator's MPI_Ibcasts started before this call go first
-    const int rank = s.rank;
     gridbcast::topology::Algorithm algo;
-    if (contiguous) {
-      algo = broadcast(s, *config, static_cast<std::byte*>(buffer) + true_lb, bytes, root);
+    if (c.contiguous) {
+      algo = broadcast(s, *c.config, static_cast<std::byte*>(buffer) + c.true_lb, c.bytes, root);
     } else {
-      std::vector<std::byte> packed(bytes);
-      if (rank == root) pack(buffer, count, datatype, type_size, extent, packed.data(), comm, true);
-      algo = broadcast(s, *config, packed.data(), bytes, root);
-      if (rank != root)
-        pack(buffer, count, datatype, type_size, extent, packed.data(), comm, false);
+      std::vector<std::byte> packed(c.bytes);
+      if (s.rank == root)
+        pack(buffer, count, datatype, c.type_size, c.extent, packed.data(), comm, true);
+      algo = broadcast(s, *c.config, packed.data(), c.bytes, root);
+      if (s.rank != root)
+        pack(buffer, count, datatype, c.type_size, c.extent, packed.data(), comm, false);
     }
     Provider& p = provider();
     std::lock_guard lock(p.mutex);
     ++p.stats.calls;
     ++p.stats.gridbcast[std::string(gridbcast::topology::algorithm_name(algo))];
-    if (!contiguous) ++p.stats.packed;
+    if (!c.contiguous) ++p.stats.packed;
     if (s.hierarchical) ++p.stats.hierarchical;
     return MPI_SUCCESS;
   } catch (const std::exception& e) {
-    int rank = -1;
-    PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    std::fprintf(stderr,
-                 "gridbcast provider: MPI_Bcast failed on rank %d (of MPI_COMM_WORLD): %s\n", rank,
-                 e.what());
-    // The default error handler aborts the job; MPICH's launcher may tear its
-    // output forwarding down before it has read this line (1 run in 15 lost
-    // it), so give it a moment. Only on this failure path.
-    std::this_thread::sleep_for(kErrorDrain);
-    PMPI_Comm_call_errhandler(comm, MPI_ERR_OTHER);
-    return MPI_ERR_OTHER;
+    return fail_call(comm, "MPI_Bcast", e);
   }
 }
 
 GRIDBCAST_EXPORT int MPI_Ibcast(void* buffer, int count, MPI_Datatype datatype, int root,
                                 MPI_Comm comm, MPI_Request* request) {
-  int initialized = 0, finalized = 0;
-  PMPI_Initialized(&initialized);
-  PMPI_Finalized(&finalized);
   auto pmpi = [&](std::uint64_t Stats::*field) {
-    {
-      Provider& p = provider();
-      std::lock_guard lock(p.mutex);
-      ++p.stats.icalls;
-      ++(p.stats.*field);
-    }
+    tally(&Stats::icalls, field);
     return PMPI_Ibcast(buffer, count, datatype, root, comm, request);
   };
-  if (!initialized || finalized || comm == MPI_COMM_NULL || count < 0 ||
-      datatype == MPI_DATATYPE_NULL || !request)
-    return pmpi(&Stats::iother);
-  const Config* config = config_or_abort();
-  if (!config) return MPI_ERR_OTHER;
-  int inter = 0, size = 0;
-  if (PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter) return pmpi(&Stats::iother);
-  if (PMPI_Comm_size(comm, &size) != MPI_SUCCESS || size <= 1 || root < 0 || root >= size)
-    return pmpi(&Stats::iother);
-  MPI_Count type_size = 0, lb = 0, extent = 0, true_lb = 0, true_extent = 0;
-  if (PMPI_Type_size_x(datatype, &type_size) != MPI_SUCCESS || type_size == MPI_UNDEFINED ||
-      PMPI_Type_get_extent_x(datatype, &lb, &extent) != MPI_SUCCESS ||
-      PMPI_Type_get_true_extent_x(datatype, &true_lb, &true_extent) != MPI_SUCCESS)
-    return pmpi(&Stats::iother);
-  const auto bytes = static_cast<std::uint64_t>(type_size) * static_cast<std::uint64_t>(count);
-  if (bytes < config->min_bytes) return pmpi(&Stats::ismall);
-  const bool contiguous = (count == 1 || extent == type_size) && true_extent == type_size;
+  const Call c = request ? classify(count, datatype, root, comm) : Call{};
+  if (c.path == Call::kNoConfig) return MPI_ERR_OTHER;
+  if (c.path == Call::kHost) return pmpi(&Stats::iother);
+  if (c.path == Call::kSmall) return pmpi(&Stats::ismall);
   try {
     free_retired(provider());
-    CommState& s = state_of(comm, *config);
+    CommState& s = state_of(comm, *c.config);
     if (!s.fallback.empty()) return pmpi(&Stats::iother);
     auto b = std::make_unique<Ibcast>();
     b->state = &s;
-    b->config = config;
+    b->config = c.config;
     b->comm = comm;
     b->root = root;
-    b->bytes = bytes;
-    b->algo = choose(*config, s, bytes);
+    b->bytes = c.bytes;
+    b->algo = choose(*c.config, s, c.bytes);
     ++s.bcasts;
-    if (contiguous) {
-      b->data = static_cast<std::byte*>(buffer) + true_lb;
+    if (c.contiguous) {
+      b->data = static_cast<std::byte*>(buffer) + c.true_lb;
     } else {
-      b->packed.resize(bytes);
+      b->packed.resize(c.bytes);
       b->data = b->packed.data();
       b->user = buffer;
       b->count = count;
       b->type = datatype;
-      b->type_size = type_size;
-      b->extent = extent;
+      b->type_size = c.type_size;
+      b->extent = c.extent;
       if (s.rank == root)
-        pack(buffer, count, datatype, type_size, extent, b->packed.data(), comm, true);
+        pack(buffer, count, datatype, c.type_size, c.extent, b->packed.data(), comm, true);
     }
     check(PMPI_Grequest_start(query_ibcast, free_ibcast, cancel_ibcast, b.get(), &b->request),
           "PMPI_Grequest_start");
@@ -1026,14 +1036,7 @@ GRIDBCAST_EXPORT int MPI_Ibcast(void* buffer, int count, MPI_Datatype datatype, 
     advance(s);  // starts it now if it is the communicator's first
     return MPI_SUCCESS;
   } catch (const std::exception& e) {
-    int rank = -1;
-    PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    std::fprintf(stderr,
-                 "gridbcast provider: MPI_Ibcast failed on rank %d (of MPI_COMM_WORLD): %s\n", rank,
-                 e.what());
-    std::this_thread::sleep_for(kErrorDrain);
-    PMPI_Comm_call_errhandler(comm, MPI_ERR_OTHER);
-    return MPI_ERR_OTHER;
+    return fail_call(comm, "MPI_Ibcast", e);
   }
 }
 

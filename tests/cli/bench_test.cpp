@@ -87,12 +87,7 @@ TEST(BenchCommand, AStoppedRootFailsTheJobWithinABoundAndIsNamed) {
   Child c({kBin, "bench", "--sizes", "1KiB", "--algorithms", "binomial", "--method", "rounds",
            "--rounds", "1", "--target-stdev", "0.0001%", "--max-iterations", "1000000",
            "--max-time", "100000", "--timeout", "2"});
-  pid_t root = -1;
-  for (int i = 0; i < 200 && root < 0; ++i) {
-    std::this_thread::sleep_for(50ms);
-    for (auto [pid, rank] : children_of(c.pid(), "GRIDBCAST_RANK"))
-      if (rank == "0") root = pid;
-  }
+  const pid_t root = rank_process(c.pid(), 0);
   ASSERT_GT(root, 0);
   std::this_thread::sleep_for(1500ms);
   ASSERT_EQ(::kill(root, SIGSTOP), 0);

@@ -197,12 +197,7 @@ TEST(Launch, AKilledRankFailsTheJobInBoundedTimeAndNamesIt) {
 TEST(Launch, AStoppedRankFailsTheJobWithinTheTimeout) {
   Child c({kBin, "launch", "--size", "64MiB", "--iterations", "1000", "--timeout", "2", "--require",
            "all"});
-  pid_t victim = -1;
-  for (int i = 0; i < 200 && victim < 0; ++i) {
-    std::this_thread::sleep_for(50ms);
-    for (auto [pid, rank] : children_of(c.pid(), "GRIDBCAST_RANK"))
-      if (rank == "3") victim = pid;
-  }
+  const pid_t victim = rank_process(c.pid(), 3);
   ASSERT_GT(victim, 0);
   std::this_thread::sleep_for(1000ms);
   ASSERT_EQ(::kill(victim, SIGSTOP), 0);
@@ -217,12 +212,7 @@ TEST(Launch, AStoppedRankFailsTheJobWithinTheTimeout) {
 // summary says the job is not complete and which node is missing, and why.
 TEST(Launch, AKilledRankIsHealedAroundAndTheSummaryNamesIt) {
   Child c({kBin, "launch", "--size", "64MiB", "--iterations", "20", "--json"});
-  pid_t victim = -1;
-  for (int i = 0; i < 200 && victim < 0; ++i) {
-    std::this_thread::sleep_for(50ms);
-    for (auto [pid, rank] : children_of(c.pid(), "GRIDBCAST_RANK"))
-      if (rank == "6") victim = pid;
-  }
+  const pid_t victim = rank_process(c.pid(), 6);
   ASSERT_GT(victim, 0);
   std::this_thread::sleep_for(1000ms);
   ASSERT_EQ(::kill(victim, SIGKILL), 0);

@@ -10,12 +10,9 @@
 #include <string.h>
 
 #include "check.h"
+#include "pattern.h"
 
 static int rank, size, checks, failures;
-
-static unsigned char pattern(long long i, int seed) {
-  return (unsigned char)((i * 131 + seed * 7 + (i >> 9)) & 0xff);
-}
 
 /* Every root, several sizes and types, on one communicator. */
 static void bcasts_everywhere(MPI_Comm comm, const char* what, int seed) {
@@ -31,7 +28,8 @@ static void bcasts_everywhere(MPI_Comm comm, const char* what, int seed) {
       int rc = MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, comm);
       int bad = 0;
       for (long long i = 0; i < bytes; ++i) bad |= buf[i] != pattern(i, seed + root);
-      CHECK(rc == MPI_SUCCESS && !bad, "%s: MPI_Bcast of %lld bytes from root %d", what, bytes, root);
+      CHECK(rc == MPI_SUCCESS && !bad, "%s: MPI_Bcast of %lld bytes from root %d", what, bytes,
+            root);
     }
     /* Typed: ints and doubles. */
     int ints[1000];
@@ -50,42 +48,49 @@ static void bcasts_everywhere(MPI_Comm comm, const char* what, int seed) {
 
 /* MPI_SUM, MPI_PROD, MPI_MIN, MPI_MAX over a type, by MPI_Reduce (every root,
  * with and without MPI_IN_PLACE) and MPI_Allreduce (with and without). */
-#define REDUCTIONS(T, DT)                                                                      \
-  static int same_##T(const T* a, const T* b) { return a[0] == b[0] && a[1] == b[1] && a[2] == b[2]; } \
-  static void reductions_##T(MPI_Comm comm) {                                                  \
-    int r, n;                                                                                  \
-    MPI_Comm_rank(comm, &r);                                                                   \
-    MPI_Comm_size(comm, &n);                                                                   \
-    const MPI_Op ops[] = {MPI_SUM, MPI_PROD, MPI_MIN, MPI_MAX};                               \
-    const char* names[] = {"sum", "prod", "min", "max"};                                       \
-    for (int o = 0; o < 4; ++o) {                                                              \
-      T mine[3], want[3], got[3];                                                              \
-      for (int k = 0; k < 3; ++k) {                                                            \
-        mine[k] = (T)((r + 1 + k) % 3 + 1);                                                    \
-        for (int q = 0; q < n; ++q) {                                                          \
-          T v = (T)((q + 1 + k) % 3 + 1);                                                      \
-          if (q == 0) want[k] = v;                                                             \
-          else if (o == 0) want[k] = (T)(want[k] + v);                                         \
-          else if (o == 1) want[k] = (T)(want[k] * v);                                         \
-          else if (o == 2) want[k] = v < want[k] ? v : want[k];                                \
-          else want[k] = v > want[k] ? v : want[k];                                            \
-        }                                                                                      \
-      }                                                                                        \
-      for (int root = 0; root < n; ++root) {                                                   \
-        got[0] = got[1] = got[2] = 0;                                                          \
-        MPI_Reduce(mine, got, 3, DT, ops[o], root, comm);                                      \
-        if (r == root) CHECK(same_##T(got, want), "reduce %s " #T, names[o]);  \
-        memcpy(got, mine, sizeof got);                                                         \
-        MPI_Reduce(r == root ? MPI_IN_PLACE : mine, got, 3, DT, ops[o], root, comm);          \
+#define REDUCTIONS(T, DT)                                                              \
+  static int same_##T(const T* a, const T* b) {                                        \
+    return a[0] == b[0] && a[1] == b[1] && a[2] == b[2];                               \
+  }                                                                                    \
+  static void reductions_##T(MPI_Comm comm) {                                          \
+    int r, n;                                                                          \
+    MPI_Comm_rank(comm, &r);                                                           \
+    MPI_Comm_size(comm, &n);                                                           \
+    const MPI_Op ops[] = {MPI_SUM, MPI_PROD, MPI_MIN, MPI_MAX};                        \
+    const char* names[] = {"sum", "prod", "min", "max"};                               \
+    for (int o = 0; o < 4; ++o) {                                                      \
+      T mine[3], want[3], got[3];                                                      \
+      for (int k = 0; k < 3; ++k) {                                                    \
+        mine[k] = (T)((r + 1 + k) % 3 + 1);                                            \
+        for (int q = 0; q < n; ++q) {                                                  \
+          T v = (T)((q + 1 + k) % 3 + 1);                                              \
+          if (q == 0)                                                                  \
+            want[k] = v;                                                               \
+          else if (o == 0)                                                             \
+            want[k] = (T)(want[k] + v);                                                \
+          else if (o == 1)                                                             \
+            want[k] = (T)(want[k] * v);                                                \
+          else if (o == 2)                                                             \
+            want[k] = v < want[k] ? v : want[k];                                       \
+          else                                                                         \
+            want[k] = v > want[k] ? v : want[k];                                       \
+        }                                                                              \
+      }                                                                                \
+      for (int root = 0; root < n; ++root) {                                           \
+        got[0] = got[1] = got[2] = 0;                                                  \
+        MPI_Reduce(mine, got, 3, DT, ops[o], root, comm);                              \
+        if (r == root) CHECK(same_##T(got, want), "reduce %s " #T, names[o]);          \
+        memcpy(got, mine, sizeof got);                                                 \
+        MPI_Reduce(r == root ? MPI_IN_PLACE : mine, got, 3, DT, ops[o], root, comm);   \
         if (r == root) CHECK(same_##T(got, want), "in-place reduce %s " #T, names[o]); \
-      }                                                                                        \
-      got[0] = got[1] = got[2] = 0;                                                            \
-      MPI_Allreduce(mine, got, 3, DT, ops[o], comm);                                           \
-      CHECK(same_##T(got, want), "allreduce %s " #T, names[o]);                 \
-      memcpy(got, mine, sizeof got);                                                           \
-      MPI_Allreduce(MPI_IN_PLACE, got, 3, DT, ops[o], comm);                                   \
-      CHECK(same_##T(got, want), "in-place allreduce %s " #T, names[o]);        \
-    }                                                                                          \
+      }                                                                                \
+      got[0] = got[1] = got[2] = 0;                                                    \
+      MPI_Allreduce(mine, got, 3, DT, ops[o], comm);                                   \
+      CHECK(same_##T(got, want), "allreduce %s " #T, names[o]);                        \
+      memcpy(got, mine, sizeof got);                                                   \
+      MPI_Allreduce(MPI_IN_PLACE, got, 3, DT, ops[o], comm);                           \
+      CHECK(same_##T(got, want), "in-place allreduce %s " #T, names[o]);               \
+    }                                                                                  \
   }
 
 typedef signed char schar;
@@ -182,8 +187,9 @@ static void point_to_point(void) {
   }
   int count = -1;
   MPI_Get_count(&st, MPI_INT, &count);
-  CHECK(in[0] == prev && in[3] == prev + 3 && st.MPI_SOURCE == prev && st.MPI_TAG == 5 && count == 4,
-        "ring: got %d from %d tag %d count %d", in[0], st.MPI_SOURCE, st.MPI_TAG, count);
+  CHECK(
+      in[0] == prev && in[3] == prev + 3 && st.MPI_SOURCE == prev && st.MPI_TAG == 5 && count == 4,
+      "ring: got %d from %d tag %d count %d", in[0], st.MPI_SOURCE, st.MPI_TAG, count);
   if (rank != 0) {
     double v = rank * 1.5;
     MPI_Send(&v, 1, MPI_DOUBLE, 0, 100 + rank, MPI_COMM_WORLD);
@@ -212,7 +218,8 @@ static void point_to_point(void) {
     CHECK(in_order, "messages from one sender arrive in order");
   }
   /* MPI_PROC_NULL is a no-op. */
-  CHECK(MPI_Send(out, 4, MPI_INT, MPI_PROC_NULL, 1, MPI_COMM_WORLD) == MPI_SUCCESS, "send to MPI_PROC_NULL");
+  CHECK(MPI_Send(out, 4, MPI_INT, MPI_PROC_NULL, 1, MPI_COMM_WORLD) == MPI_SUCCESS,
+        "send to MPI_PROC_NULL");
   CHECK(MPI_Recv(in, 4, MPI_INT, MPI_PROC_NULL, 1, MPI_COMM_WORLD, &st) == MPI_SUCCESS &&
             st.MPI_SOURCE == MPI_PROC_NULL,
         "receive from MPI_PROC_NULL");
@@ -232,16 +239,60 @@ static void point_to_point(void) {
 }
 
 static void datatypes(void) {
-  const MPI_Datatype types[] = {MPI_CHAR, MPI_SIGNED_CHAR, MPI_UNSIGNED_CHAR, MPI_BYTE, MPI_SHORT,
-                                MPI_UNSIGNED_SHORT, MPI_INT, MPI_UNSIGNED, MPI_LONG, MPI_UNSIGNED_LONG,
-                                MPI_LONG_LONG_INT, MPI_LONG_LONG, MPI_UNSIGNED_LONG_LONG, MPI_FLOAT,
-                                MPI_DOUBLE, MPI_LONG_DOUBLE, MPI_INT8_T, MPI_INT16_T, MPI_INT32_T,
-                                MPI_INT64_T, MPI_UINT8_T, MPI_UINT16_T, MPI_UINT32_T, MPI_UINT64_T,
-                                MPI_WCHAR, MPI_C_BOOL, MPI_AINT};
-  const int sizes[] = {1, 1, 1, 1, sizeof(short), sizeof(short), sizeof(int), sizeof(int),
-                       sizeof(long), sizeof(long), sizeof(long long), sizeof(long long),
-                       sizeof(long long), sizeof(float), sizeof(double), sizeof(long double),
-                       1, 2, 4, 8, 1, 2, 4, 8, sizeof(wchar_t), sizeof(_Bool), sizeof(MPI_Aint)};
+  const MPI_Datatype types[] = {MPI_CHAR,
+                                MPI_SIGNED_CHAR,
+                                MPI_UNSIGNED_CHAR,
+                                MPI_BYTE,
+                                MPI_SHORT,
+                                MPI_UNSIGNED_SHORT,
+                                MPI_INT,
+                                MPI_UNSIGNED,
+                                MPI_LONG,
+                                MPI_UNSIGNED_LONG,
+                                MPI_LONG_LONG_INT,
+                                MPI_LONG_LONG,
+                                MPI_UNSIGNED_LONG_LONG,
+                                MPI_FLOAT,
+                                MPI_DOUBLE,
+                                MPI_LONG_DOUBLE,
+                                MPI_INT8_T,
+                                MPI_INT16_T,
+                                MPI_INT32_T,
+                                MPI_INT64_T,
+                                MPI_UINT8_T,
+                                MPI_UINT16_T,
+                                MPI_UINT32_T,
+                                MPI_UINT64_T,
+                                MPI_WCHAR,
+                                MPI_C_BOOL,
+                                MPI_AINT};
+  const int sizes[] = {1,
+                       1,
+                       1,
+                       1,
+                       sizeof(short),
+                       sizeof(short),
+                       sizeof(int),
+                       sizeof(int),
+                       sizeof(long),
+                       sizeof(long),
+                       sizeof(long long),
+                       sizeof(long long),
+                       sizeof(long long),
+                       sizeof(float),
+                       sizeof(double),
+                       sizeof(long double),
+                       1,
+                       2,
+                       4,
+                       8,
+                       1,
+                       2,
+                       4,
+                       8,
+                       sizeof(wchar_t),
+                       sizeof(_Bool),
+                       sizeof(MPI_Aint)};
   int bad = 0;
   for (size_t i = 0; i < sizeof types / sizeof types[0]; ++i) {
     int s = -1;
@@ -295,7 +346,8 @@ static void errors(void) {
   MPI_Errhandler_free(&h);
   int x[4] = {0};
   int rc = MPI_Send(x, 1, MPI_INT, size + 3, 0, comm);
-  CHECK(error_class_of(rc) == MPI_ERR_RANK, "send to rank %d: class %d", size + 3, error_class_of(rc));
+  CHECK(error_class_of(rc) == MPI_ERR_RANK, "send to rank %d: class %d", size + 3,
+        error_class_of(rc));
   rc = MPI_Send(x, -1, MPI_INT, 0, 0, comm);
   CHECK(error_class_of(rc) == MPI_ERR_COUNT, "negative count: class %d", error_class_of(rc));
   rc = MPI_Send(x, 1, MPI_INT, 0, -5, comm);
@@ -317,7 +369,8 @@ static void errors(void) {
   MPI_Type_contiguous(2, MPI_INT, &pair);
   MPI_Type_commit(&pair);
   rc = MPI_Allreduce(x, x + 2, 1, pair, MPI_SUM, comm);
-  CHECK(error_class_of(rc) == MPI_ERR_OP, "MPI_SUM over a derived datatype: class %d", error_class_of(rc));
+  CHECK(error_class_of(rc) == MPI_ERR_OP, "MPI_SUM over a derived datatype: class %d",
+        error_class_of(rc));
   MPI_Type_free(&pair);
   MPI_Comm world = MPI_COMM_WORLD;
   rc = MPI_Comm_free(&world);
@@ -353,7 +406,8 @@ int main(int argc, char** argv) {
   CHECK(flag == 0, "MPI_Finalized before MPI_Finalize");
   int queried = -1;
   MPI_Query_thread(&queried);
-  CHECK(provided >= MPI_THREAD_FUNNELED && queried == provided, "thread level %d %d", provided, queried);
+  CHECK(provided >= MPI_THREAD_FUNNELED && queried == provided, "thread level %d %d", provided,
+        queried);
   int version = 0, subversion = -1;
   MPI_Get_version(&version, &subversion);
   CHECK(version >= 3 && subversion >= 0, "MPI_Get_version %d.%d", version, subversion);
@@ -379,7 +433,8 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(halves, &hr);
   MPI_Comm_size(halves, &hs);
   MPI_Comm_rank(reversed, &rr);
-  CHECK(hr == rank / 2 && hs == (size + 1 - rank % 2) / 2, "split by parity: rank %d of %d", hr, hs);
+  CHECK(hr == rank / 2 && hs == (size + 1 - rank % 2) / 2, "split by parity: rank %d of %d", hr,
+        hs);
   CHECK(rr == size - 1 - rank, "split with reversed keys: rank %d", rr);
   CHECK((rank < size / 2) == (quarter != MPI_COMM_NULL), "MPI_UNDEFINED gives MPI_COMM_NULL");
   bcasts_everywhere(dup, "dup", 2);

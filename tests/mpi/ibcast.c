@@ -26,22 +26,9 @@
 #include <time.h>
 
 #include "check.h"
+#include "pattern.h"
 
 static int rank, size, checks, failures;
-
-static unsigned char pattern(long long i, int seed) {
-  return (unsigned char)((i * 151 + seed * 13 + (i >> 11)) & 0xff);
-}
-
-static void fill(unsigned char* b, long long n, int seed) {
-  for (long long i = 0; i < n; ++i) b[i] = pattern(i, seed);
-}
-
-static int bad_bytes(const unsigned char* b, long long n, int seed) {
-  for (long long i = 0; i < n; ++i)
-    if (b[i] != pattern(i, seed)) return 1;
-  return 0;
-}
 
 static void sleep_ms(int ms) {
   struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};

@@ -26,22 +26,9 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "pattern.h"
 
 static int rank, size, checks, failures;
-
-static unsigned char pattern(long long i, int seed) {
-  return (unsigned char)((i * 131 + seed * 7 + (i >> 13)) & 0xff);
-}
-
-static void fill(unsigned char* b, long long n, int seed) {
-  for (long long i = 0; i < n; ++i) b[i] = pattern(i, seed);
-}
-
-static int bad_bytes(const unsigned char* b, long long n, int seed) {
-  for (long long i = 0; i < n; ++i)
-    if (b[i] != pattern(i, seed)) return 1;
-  return 0;
-}
 
 /* 1, 4 and 5: a big Isend ahead of a Barrier, one way or both. */
 static void big_before_barrier(long long big, int both, int any_source, int seed) {

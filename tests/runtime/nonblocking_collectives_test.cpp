@@ -15,13 +15,8 @@ namespace gridbcast::runtime {
 namespace {
 
 using testing::make_grid;
+using testing::pattern;
 using testing::Ranks;
-
-std::vector<std::byte> pattern(std::uint64_t size, std::uint64_t seed) {
-  std::vector<std::byte> v(size);
-  fill_pattern(v.data(), size, seed);
-  return v;
-}
 
 // Every algorithm: three broadcasts started at once (different roots, the
 // world and a group), a blocking one behind them, then messages both ways

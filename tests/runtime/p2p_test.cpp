@@ -20,13 +20,8 @@ namespace gridbcast::runtime {
 namespace {
 
 using testing::make_grid;
+using testing::pattern;
 using testing::Ranks;
-
-std::vector<std::byte> pattern(std::uint64_t size, std::uint64_t seed) {
-  std::vector<std::byte> v(size);
-  fill_pattern(v.data(), size, seed);
-  return v;
-}
 
 TEST(Messages, TagsContextsWildcardsAndOrderPerSender) {
   const auto grid = make_grid({3, 2});

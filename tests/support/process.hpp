@@ -112,6 +112,19 @@ inline std::vector<std::pair<pid_t, std::string>> children_of(pid_t parent,
   return out;
 }
 
+// The launcher `launcher`'s rank `rank` (its child with GRIDBCAST_RANK=rank),
+// waited for up to 10 s (a child between fork and exec still has the
+// launcher's environment); -1 if none showed.
+inline pid_t rank_process(pid_t launcher, int rank) {
+  const std::string want = std::to_string(rank);
+  for (int i = 0; i < 200; ++i) {
+    for (auto [pid, value] : children_of(launcher, "GRIDBCAST_RANK"))
+      if (value == want) return pid;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return -1;
+}
+
 inline bool alive(pid_t pid) {
   return ::kill(pid, 0) == 0;
 }

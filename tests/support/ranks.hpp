@@ -80,6 +80,13 @@ class Ranks {
   runtime::EndpointTable table_;
 };
 
+// `size` bytes of runtime::fill_pattern's pattern for `seed`: what a copy must equal.
+inline std::vector<std::byte> pattern(std::uint64_t size, std::uint64_t seed) {
+  std::vector<std::byte> v(size);
+  runtime::fill_pattern(v.data(), size, seed);
+  return v;
+}
+
 // One broadcast on every rank; each non-root checks its copy against the pattern.
 inline void bcast_and_check(runtime::Communicator& c, std::vector<std::byte>& buf,
                             std::uint64_t size, int root, std::optional<topology::Algorithm> algo,
