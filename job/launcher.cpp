@@ -607,12 +607,37 @@ asio::awaitable<void> Launcher::finish() {
     return std::any_of(ranks_.begin(), ranks_.end(),
                        [](const RankState& st) { return st.writing; });
   };
+  const auto since = Clock::now();
+  bool named = false;
   while ((backend_.running() > 0 || writing()) && Clock::now() < deadline) {
     check();
     t.expires_after(50ms);
     co_await t.async_wait(lanes::kAsTuple);
-    for (const auto& e : backend_.reap())
+    for (const auto& e : backend_.reap()) {
+      rank(e.rank).exited = true;
       if (!e.success) fail(Cause::kDeath, who(e.rank) + " " + e.status + " while exiting");
+    }
+    // A program may work on after MPI_Finalize, so the job waits; but a rank
+    // that lingers is named once, as a stuck program is.
+    if (!named && stuck_hint_after_.count() > 0 && Clock::now() - since >= stuck_hint_after_ &&
+        !backend_.external()) {
+      named = true;
+      std::string line;
+      int n = 0;
+      for (int r = 0; r < p_; ++r) {
+        if (rank(r).exited) continue;
+        if (n++ == 8) {
+          line += ", ...";
+          break;
+        }
+        line += (n > 1 ? ", " : "") + who(r);
+      }
+      say(lanes::log::Level::kNotice,
+          "the job is over but " + std::to_string(backend_.running()) +
+              " rank process(es) have not exited after " +
+              std::to_string(stuck_hint_after_.count()) + " s: " + line +
+              " (the launcher waits for them, as mpiexec does)");
+    }
   }
   check();
 }

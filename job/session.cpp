@@ -122,6 +122,10 @@ struct Session::Impl {
   std::thread thread;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   std::optional<asio::steady_timer> heartbeat;
+  // On the control thread: set when stop_thread() runs there, so a beat whose
+  // timer fired just before the cancel does not arm it again (the thread
+  // would then never run out of work, and the rank never exit).
+  bool stopped = false;
 
   // Frames to write, sealed in the order they are written (one writer).
   struct Outgoing {
@@ -154,6 +158,7 @@ struct Session::Impl {
   void stop_thread() {
     if (!thread.joinable()) return;
     asio::post(io, [this] {
+      stopped = true;
       if (heartbeat) heartbeat->cancel();
       asio::error_code ignored;
       if (channel) {
@@ -227,7 +232,7 @@ struct Session::Impl {
     for (;;) {
       heartbeat->expires_after(interval);
       auto [ec] = co_await heartbeat->async_wait(lanes::kAsTuple);
-      if (ec) co_return;
+      if (ec || stopped) co_return;
       int it = -1;
       runtime::Communicator::Progress base;
       std::uint64_t worked_base = 0;

@@ -94,6 +94,23 @@ TEST(JobLiveness, RanksWaitingForALateOneToJoinAreNotCalledSilent) {
   EXPECT_EQ(c.wait(60s), 0) << c.err();
 }
 
+// A program may work on after MPI_Finalize (mpiexec waits for it, and so does
+// the launcher), but a rank process that lingers is named once on the
+// launcher's terminal, so a hang at exit is never silent.
+TEST(JobLiveness, ARankThatLingersAfterFinalizeIsWaitedForAndNamed) {
+  ::setenv("GRIDBCAST_STUCK_HINT_SECONDS", "1", 1);
+  const auto start = Clock::now();
+  Child c({kBin, "launch", "--", "/bin/sh", "-c",
+           kMpiBin + "/late_gridbcast 0 && { [ \"$GRIDBCAST_RANK\" != 2 ] || sleep 4; }"});
+  ::unsetenv("GRIDBCAST_STUCK_HINT_SECONDS");
+  EXPECT_EQ(c.wait(60s), 0) << c.err();
+  EXPECT_GE(Clock::now() - start, 4s) << "did not wait for the lingering rank";
+  const std::string err = c.err();
+  EXPECT_NE(err.find("rank process(es) have not exited after 1 s: rank 2 ("), std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("rank 1 ("), std::string::npos) << "named a rank that had exited: " << err;
+}
+
 TEST(JobLiveness, ARankThatExitsBeforeJoiningFailsTheJobAtOnce) {
   // mpiexec's smoke test: a program that never calls MPI_Init.
   const auto start = Clock::now();

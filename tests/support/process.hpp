@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -29,6 +31,70 @@ inline std::string temp_dir() {
   std::string tmpl = "/tmp/gridbcast-test-XXXXXX";
   if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
   return tmpl;
+}
+
+// The processes below `root` (children, their children, ...), from /proc.
+inline std::vector<pid_t> descendants(pid_t root) {
+  std::vector<std::pair<pid_t, pid_t>> parent_of;  // (pid, ppid)
+  if (DIR* d = ::opendir("/proc")) {
+    while (auto* e = ::readdir(d)) {
+      const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+      if (pid <= 0) continue;
+      const std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
+      const auto close = stat.rfind(')');
+      if (close == std::string::npos || close + 2 >= stat.size()) continue;
+      std::istringstream rest(stat.substr(close + 2));
+      char state;
+      pid_t ppid = 0;
+      rest >> state >> ppid;
+      parent_of.emplace_back(pid, ppid);
+    }
+    ::closedir(d);
+  }
+  std::vector<pid_t> out{root};
+  for (size_t i = 0; i < out.size() && out.size() < 256; ++i)
+    for (const auto& [pid, ppid] : parent_of)
+      if (ppid == out[i]) out.push_back(pid);
+  return out;
+}
+
+// What a hung process tree is doing, for a test's failure output: each
+// process's command line, state and kernel wait channel, and, where gdb is
+// installed, every thread's stack (bounded in time and size).
+inline std::string describe_tree(pid_t root) {
+  std::ostringstream out;
+  const bool gdb = ::access("/usr/bin/gdb", X_OK) == 0;
+  int described = 0;
+  for (const pid_t pid : descendants(root)) {
+    if (++described > 24) {
+      out << "... more processes not described\n";
+      break;
+    }
+    const std::string dir = "/proc/" + std::to_string(pid);
+    std::string cmd = slurp(dir + "/cmdline");
+    for (auto& c : cmd)
+      if (c == '\0') c = ' ';
+    const std::string stat = slurp(dir + "/stat");
+    const auto close = stat.rfind(')');
+    const char state = close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
+    out << "--- pid " << pid << " [" << state << "] wchan " << slurp(dir + "/wchan") << ": "
+        << cmd.substr(0, 300) << "\n";
+    if (!gdb || state == 'Z') continue;
+    const std::string command = "timeout 20 /usr/bin/gdb -nx -batch -p " + std::to_string(pid) +
+                                " -ex 'thread apply all bt 16' 2>&1";
+    if (FILE* f = ::popen(command.c_str(), "r")) {
+      std::string text;
+      char buf[4096];
+      size_t n;
+      while ((n = std::fread(buf, 1, sizeof buf, f)) > 0 && text.size() < 32768) text.append(buf, n);
+      ::pclose(f);
+      // Only the stack lines: gdb's banner and symbol-loading chatter say nothing.
+      std::istringstream lines(text);
+      for (std::string line; std::getline(lines, line);)
+        if (line.rfind("Thread ", 0) == 0 || line.rfind("#", 0) == 0) out << "    " << line << "\n";
+    }
+  }
+  return out.str();
 }
 
 class Child {
@@ -57,7 +123,9 @@ class Child {
     }
   }
   pid_t pid() const { return pid_; }
-  // Exit status, or -1 if still running at the deadline (then it is killed).
+  // Exit status, or -1 if still running at the deadline (then the destructor
+  // kills it); a hang is described on standard error first, so the test's
+  // failure output says where each process of the tree was stuck.
   int wait(std::chrono::milliseconds limit) {
     const auto end = std::chrono::steady_clock::now() + limit;
     while (std::chrono::steady_clock::now() < end) {
@@ -68,6 +136,7 @@ class Child {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
+    std::cerr << "still running after " << limit.count() << " ms: " << describe_tree(pid_);
     return -1;
   }
   std::string out() const { return slurp(out_path_); }
