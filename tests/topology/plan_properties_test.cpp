@@ -67,7 +67,8 @@ INSTANTIATE_TEST_SUITE_P(Plans, EveryAlgorithm,
                          ::testing::Values(Algorithm::kMultilane, Algorithm::kBinomial,
                                            Algorithm::kScatterRd, Algorithm::kScatterRing,
                                            Algorithm::kScatterRingTuned, Algorithm::kChain,
-                                           Algorithm::kBinary, Algorithm::kMulticast),
+                                           Algorithm::kBinary, Algorithm::kMulticast,
+                                           Algorithm::kCirculant),
                          [](const auto& p) { return std::string(algorithm_name(p.param)); });
 
 TEST(Multilane, LaneMatchingHoldsForEveryMemberCountInRootAndOtherSites) {
@@ -381,7 +382,7 @@ TEST(MulticastPlan, TheCheckerCatchesBadMulticasts) {
 TEST(Registry, NamesRoundTrip) {
   for (const auto& info : algorithms()) EXPECT_EQ(parse_algorithm(info.name), info.id);
   EXPECT_FALSE(parse_algorithm("ring_of_fire").has_value());
-  EXPECT_EQ(algorithms().size(), 8u);
+  EXPECT_EQ(algorithms().size(), 9u);
 }
 
 TEST(Selection, SmallMessagesGoBinomialLargeGoMultilane) {

@@ -32,6 +32,14 @@ class PlanBuilder {
   Plan plan_;
 };
 
+// Start of part i of k equal parts of `size` bytes: ceil(i * size / k), without
+// overflow. Multilane and circulant cut the message into their lanes' parts so.
+inline std::uint64_t part_begin(std::uint64_t size, int k, int i) {
+  const auto uk = static_cast<std::uint64_t>(k), ui = static_cast<std::uint64_t>(i);
+  const std::uint64_t q = size / uk, r = size % uk;
+  return ui * q + (ui * r + uk - 1) / uk;
+}
+
 // Chunking used by the scatter-allgather family: p chunks of ceil(M/p) bytes,
 // the last ones possibly short or empty.
 struct Chunks {

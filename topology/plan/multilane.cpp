@@ -163,13 +163,6 @@ class SiteTrees {
   std::array<int, 2> lanes_;
 };
 
-// Start of part i of k: ceil(i * size / k), without overflow.
-std::uint64_t part_begin(std::uint64_t size, int k, int i) {
-  const auto uk = static_cast<std::uint64_t>(k), ui = static_cast<std::uint64_t>(i);
-  const std::uint64_t q = size / uk, r = size % uk;
-  return ui * q + (ui * r + uk - 1) / uk;
-}
-
 // The lane pairs and their halves. Even k: pair j is lanes (2j, 2j+1) with
 // parts 2j and 2j+1 of k. Odd k: pair i is lanes (i, i+1 mod k) with pieces 2i
 // and 2i+1 of 2k, so each lane is in two pairs and carries two pieces (k = 1:
@@ -180,6 +173,7 @@ std::vector<SiteTrees> lane_pairs(detail::PlanBuilder& b, int k) {
   const std::uint64_t size = b.size();
   const bool odd = k % 2 == 1;
   const int pieces = odd ? 2 * k : k;
+  using detail::part_begin;
   std::vector<SiteTrees> pairs;
   for (int i = 0; i < (odd ? k : k / 2); ++i) {
     const std::uint64_t begin = part_begin(size, pieces, 2 * i);

@@ -57,6 +57,9 @@ const std::vector<AlgorithmInfo>& algorithms() {
       {Algorithm::kMulticast, "multicast",
        "IP multicast inside each site with a reliable ring behind it (Hoefler, Siebert, Rehm), "
        "sites chained; needs multicast: true on every site of two or more nodes"},
+      {Algorithm::kCirculant, "circulant",
+       "round-optimal n-block broadcast on a circulant graph (Traeff), one instance per site "
+       "and lane, sites chained block by block"},
   };
   return kRegistry;
 }
@@ -114,6 +117,8 @@ Plan build_plan(const Grid& grid, Algorithm algorithm, int root, std::uint64_t s
       return build_binary(grid, root, size);
     case Algorithm::kMulticast:
       return build_multicast(grid, root, size);
+    case Algorithm::kCirculant:
+      return build_circulant(grid, root, size);
   }
   throw std::invalid_argument("unknown algorithm");
 }

@@ -22,6 +22,7 @@ enum class Algorithm {
   kChain,             // pipelined chain
   kBinary,            // pipelined binary tree
   kMulticast,         // IP multicast inside each site, a reliable ring behind it, sites chained
+  kCirculant,         // Träff's round-optimal n-block circulant schedule per site and lane
 };
 
 struct AlgorithmInfo {
@@ -99,6 +100,8 @@ Plan build_binary(const Grid& grid, int root, std::uint64_t size);
 // Throws std::invalid_argument, naming the site, when a site of two or more
 // nodes does not carry multicast (`multicast: true` in the topology).
 Plan build_multicast(const Grid& grid, int root, std::uint64_t size);
+// Blocks and schedule tables: topology/plan/circulant.hpp.
+Plan build_circulant(const Grid& grid, int root, std::uint64_t size);
 
 // Algorithm selection by size and shape. Thresholds are named and overridable;
 // see docs/ALGORITHMS.md for the rationale.

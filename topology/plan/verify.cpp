@@ -1,10 +1,12 @@
 #include "topology/plan/verify.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <sstream>
 
 #include "topology/intervals.hpp"
+#include "topology/plan/circulant.hpp"
 
 namespace gridbcast::topology {
 namespace {
@@ -65,6 +67,121 @@ void verify_multicasts(const Grid& grid, const Plan& plan, const std::vector<Int
         errors.push_back(what + ": rank " + std::to_string(r) + " joins a second multicast");
     }
   }
+}
+
+// The circulant properties (verify.hpp): every transfer one block of its
+// lane's part, one rank per site and lane receiving nothing inside the site
+// and every other rank n blocks, no rank sending more than n - 1 + q blocks
+// on a lane, and at most n - 1 + q one-ported rounds.
+// Transfers the main pass found malformed are skipped here.
+void verify_circulant(const Grid& grid, const Plan& plan, PlanStats& st,
+                      std::vector<std::string>& errors) {
+  const auto lanes = static_cast<size_t>(plan.lanes);
+  st.circulant_rounds.assign(grid.sites.size(), std::vector<std::int64_t>(lanes, 0));
+  if (plan.size == 0) return;
+  const std::vector<CirculantPart> parts = circulant_parts(grid, plan.size);
+  const auto up = static_cast<size_t>(plan.ranks);
+  const auto at = [lanes](int rank, int lane) {
+    return static_cast<size_t>(rank) * lanes + static_cast<size_t>(lane);
+  };
+  // Per rank and lane: for each block, the first round it can be sent in
+  // (0: held before the site's first round), -1 while not held.
+  std::vector<std::vector<std::int64_t>> ready(up * lanes);
+  const auto ready_of = [&](int rank, int lane) -> std::vector<std::int64_t>& {
+    auto& v = ready[at(rank, lane)];
+    if (v.empty())
+      v.assign(parts[static_cast<size_t>(lane)].blocks.count, rank == plan.root ? 0 : -1);
+    return v;
+  };
+  // The next round in which a rank may send (receive) on a lane.
+  std::vector<std::int64_t> send_free(up * lanes, 0), receive_free(up * lanes, 0);
+  std::vector<std::uint64_t> received(up * lanes, 0), sent(up * lanes, 0);
+
+  for (size_t i = 0; i < plan.transfers.size(); ++i) {
+    const Transfer& t = plan.transfers[i];
+    if (t.from < 0 || t.from >= plan.ranks || t.to < 0 || t.to >= plan.ranks || t.from == t.to ||
+        t.length == 0 || t.offset > plan.size || t.length > plan.size - t.offset ||
+        t.lane_from < 0 || t.lane_from >= plan.lanes || t.lane_to < 0 || t.lane_to >= plan.lanes)
+      continue;
+    const int lane = t.lane_from;
+    if (t.lane_to != lane) {
+      errors.push_back(describe(i, t) + ": circulant: changes lanes (part l stays on lane l)");
+      continue;
+    }
+    const CirculantPart& part = parts[static_cast<size_t>(lane)];
+    const std::uint64_t b = part.blocks.block_bytes;
+    const std::uint64_t j = b == 0 || t.offset < part.offset ? 0 : (t.offset - part.offset) / b;
+    if (b == 0 || t.offset < part.offset || (t.offset - part.offset) % b != 0 ||
+        j >= part.blocks.count || t.length != part.block_length(j)) {
+      errors.push_back(describe(i, t) + ": circulant: not one block of lane " +
+                       std::to_string(lane) + "'s part [" + std::to_string(part.offset) + ", " +
+                       std::to_string(part.offset + part.length) + ") in blocks of " +
+                       std::to_string(b) + " bytes");
+      continue;
+    }
+    ++sent[at(t.from, lane)];
+    std::int64_t& to_ready = ready_of(t.to, lane)[j];
+    if (grid.site_of(t.from) != grid.site_of(t.to)) {
+      // Fed from another site: held before this site's rounds start.
+      if (to_ready < 0) to_ready = 0;
+      continue;
+    }
+    ++received[at(t.to, lane)];
+    const std::int64_t held = std::max<std::int64_t>(ready_of(t.from, lane)[j], 0);
+    std::int64_t& sender_free = send_free[at(t.from, lane)];
+    std::int64_t& receiver_free = receive_free[at(t.to, lane)];
+    const std::int64_t round = std::max({held, sender_free, receiver_free});
+    sender_free = receiver_free = round + 1;
+    if (to_ready < 0 || round + 1 < to_ready) to_ready = round + 1;
+    auto& rounds =
+        st.circulant_rounds[static_cast<size_t>(grid.site_of(t.from))][static_cast<size_t>(lane)];
+    rounds = std::max(rounds, round + 1);
+  }
+
+  for (size_t s = 0; s < grid.sites.size(); ++s) {
+    const Site& site = grid.sites[s];
+    if (site.ranks.empty()) continue;
+    const auto p = static_cast<unsigned>(site.ranks.size());
+    const auto q = static_cast<std::int64_t>(std::bit_width(p - 1));
+    for (const CirculantPart& part : parts) {
+      const std::uint64_t n = part.blocks.count;
+      if (n == 0) continue;
+      const std::string where =
+          "circulant: site " + site.name + " lane " + std::to_string(part.lane) + ": ";
+      // The instance's root sends n - 1 + q blocks; a lone node feeds n.
+      const std::uint64_t most = n - 1 + static_cast<std::uint64_t>(std::max<std::int64_t>(q, 1));
+      int idle = 0;
+      for (int r : site.ranks) {
+        if (sent[at(r, part.lane)] > most)
+          errors.push_back(
+              where + "rank " + std::to_string(r) + " sends " +
+              std::to_string(sent[at(r, part.lane)]) +
+              " blocks, more than its site's root must (n - 1 + q = " + std::to_string(most) + ")");
+        const std::uint64_t got = received[at(r, part.lane)];
+        if (got == 0) {
+          ++idle;
+        } else if (got != n) {
+          errors.push_back(where + "rank " + std::to_string(r) + " receives " +
+                           std::to_string(got) +
+                           " blocks inside the site, not n = " + std::to_string(n));
+        }
+      }
+      if (idle != 1)
+        errors.push_back(where + std::to_string(idle) +
+                         " ranks receive nothing inside the site; exactly one (its root) should");
+      const std::int64_t limit = p == 1 ? 0 : static_cast<std::int64_t>(n) - 1 + q;
+      const std::int64_t rounds = st.circulant_rounds[s][static_cast<size_t>(part.lane)];
+      if (rounds > limit)
+        errors.push_back(
+            where + "the transfers take " + std::to_string(rounds) +
+            " one-ported rounds in list order, more than n - 1 + q = " + std::to_string(limit) +
+            " (n = " + std::to_string(n) + " blocks, q = " + std::to_string(q) + ")");
+    }
+  }
+  const std::uint64_t want_wan = (grid.sites.size() - 1) * plan.size;
+  if (st.wan_bytes != want_wan)
+    errors.push_back("circulant: " + std::to_string(st.wan_bytes) +
+                     " bytes cross sites, expected (sites-1)*M = " + std::to_string(want_wan));
 }
 
 }  // namespace
@@ -152,6 +269,7 @@ PlanCheck verify_plan(const Grid& grid, const Plan& plan) {
   }
 
   verify_multicasts(grid, plan, holds, errors);
+  if (plan.algorithm == Algorithm::kCirculant) verify_circulant(grid, plan, st, errors);
 
   for (int r = 0; r < p; ++r) {
     const auto ur = static_cast<size_t>(r);
