@@ -26,6 +26,7 @@ Command register_plan(CLI::App& app);
 Command register_launch(CLI::App& app, std::optional<std::vector<std::string>> program);
 Command register_simulate(CLI::App& app);
 Command register_bench(CLI::App& app);
+Command register_probe(CLI::App& app);
 Command register_certs(CLI::App& app);
 Command register_testbed(CLI::App& app);
 Command register_rank(CLI::App& app);

@@ -12,6 +12,7 @@
 #include "cli/common.hpp"
 #include "cli/file_job.hpp"
 #include "cli/launch_report.hpp"
+#include "cli/probe.hpp"
 #include "cli/usage.hpp"
 #include "job/file_sink.hpp"
 #include "job/file_source.hpp"
@@ -19,6 +20,8 @@
 #include "job/launcher.hpp"
 #include "lanes/log.hpp"
 #include "runtime/subgrid.hpp"
+#include "topology/bound.hpp"
+#include "topology/emit.hpp"
 #include "topology/units.hpp"
 
 namespace gridbcast::cli {
@@ -40,6 +43,8 @@ struct Launch {
   std::string l_require = "1";
   std::vector<std::string> l_program;
   bool l_program_given = false;
+  bool l_probe = false, l_no_probe = false;
+  double l_probe_max_age = 0;
 
   Launch(CLI::App& app, std::optional<std::vector<std::string>> program)
       : l_program(program.value_or(std::vector<std::string>{})),
@@ -80,6 +85,16 @@ struct Launch {
                      "mid-job (died, silent) is healed around while at least that many remain "
                      "(exit status 3), else the job fails")
         ->capture_default_str();
+    launch_cmd->add_flag("--probe", l_probe,
+                         "measure the network first (gridbcast probe: a few seconds of traffic "
+                         "between the nodes), then plan, pace and report against what was "
+                         "measured; the topology's defaults.probe: true does the same");
+    launch_cmd->add_flag("--no-probe", l_no_probe, "do not probe, whatever the topology says");
+    launch_cmd
+        ->add_option("--probe-max-age", l_probe_max_age,
+                     "with --probe: reuse the last probe's result (TOPOLOGY.probe.yaml beside "
+                     "the file) if it is at most this many seconds old")
+        ->check(CLI::NonNegativeNumber);
     launch_cmd->add_option("--root,-r", l_root, "root rank")->capture_default_str();
     launch_cmd
         ->add_option("--algorithm,-a", l_algorithm,
@@ -164,6 +179,43 @@ struct Launch {
       for (const char* opt : {"--output", "--window", "--resume"})
         if (launch_cmd->count(opt)) throw CLI::ValidationError(opt, "only applies to --file");
       o.params.size = parse_size_option(l_size, "--size");
+    }
+    // --probe: plan from the measured network (topology/probe.hpp).
+    std::optional<Probed> probed;
+    const topology::Grid declared = l.grid;
+    if ((l_probe || l.grid.probe) && !l_no_probe) {
+      if (o.params.program())
+        throw CLI::ValidationError("--probe", "applies to broadcasts, not to -- PROGRAM");
+      const std::string cache = probe_cache_path(l_topology_options, declared);
+      if (launch_cmd->count("--probe-max-age"))
+        probed = load_cached_probe(cache, declared, l_probe_max_age);
+      if (probed) {
+        lanes::log::notice("gridbcast launch: planning from the probe of " +
+                           topology::format_duration(probed->age_s) + " ago (" + cache + ")");
+      } else {
+        lanes::log::notice(
+            "gridbcast launch: probing the network first (a few seconds of "
+            "traffic between the nodes; --no-probe skips it)");
+        job::LaunchResult failure;
+        probed = run_probe(launch_cmd, l_run, declared, topology::ProbeSettings{}, failure);
+        if (!probed) {
+          print_failure(std::cerr, std::cout, "launch", failure, l_json);
+          return failure.status;
+        }
+        lanes::log::notice("gridbcast launch: probed in " +
+                           topology::format_duration(probed->seconds) + "; " +
+                           std::to_string(probed->estimate.flagged) +
+                           " figure(s) more than 25 % off the topology's (gridbcast probe "
+                           "lists them)");
+        try {
+          write_file_atomically(cache, probed->yaml);
+        } catch (const std::exception& e) {
+          lanes::log::notice(std::string("gridbcast launch: cannot keep the probe's result: ") +
+                             e.what());
+        }
+      }
+      l.grid = probed->estimate.measured;
+      l.yaml = topology::grid_to_yaml(l.grid);
     }
     o.grid = std::move(l.grid);
     o.yaml_text = std::move(l.yaml);
@@ -277,6 +329,14 @@ struct Launch {
         for (auto& sl : b.slowest_per_site) sl.rank = label(sl.rank);
         for (auto& it : b.iterations) it.root = label(it.root);
         b.missing = missing;
+      }
+      if (probed) {
+        b.declared_max_flow_bound_seconds = topology::max_flow_bound_seconds(
+            declared, b.root, b.iterations.empty() ? 0 : b.iterations.back().bytes);
+        b.measured = probed->cached.empty()
+                         ? "measured by --probe just before"
+                         : "measured by a probe " + topology::format_duration(probed->age_s) +
+                               " before (" + probed->cached + ")";
       }
       if (l_json)
         cli::print_broadcast_json(std::cout, b);

@@ -54,14 +54,22 @@ void print_broadcast_text(std::ostream& out, const job::BroadcastSummary& s) {
     out << " (median; min " << fmt_seconds(t.min) << ", max " << fmt_seconds(t.max) << ")";
   out << "\n  effective bandwidth: " << topology::format_bandwidth(bw * 8) << " (" << std::fixed
       << std::setprecision(1) << bw / (1 << 20) << " MiB/s)\n";
-  out << "  lower bound from the topology: max-flow " << fmt_seconds(s.max_flow_bound_seconds)
-      << " s";
+  out << (s.measured.empty() ? "  lower bound from the topology: max-flow "
+                             : "  lower bound from the measured network: max-flow ")
+      << fmt_seconds(s.max_flow_bound_seconds) << " s";
   if (s.max_flow_bound_seconds > 0)
     out << ", ratio " << std::setprecision(2) << t.median / s.max_flow_bound_seconds;
   out << " (simple bound " << fmt_seconds(s.lower_bound_seconds) << " s";
   if (s.lower_bound_seconds > 0)
     out << ", ratio " << std::setprecision(2) << t.median / s.lower_bound_seconds;
   out << ")";
+  if (!s.measured.empty()) {
+    out << "\n  figures " << s.measured << "; on the topology's declared figures the bound is "
+        << fmt_seconds(s.declared_max_flow_bound_seconds) << " s";
+    if (s.declared_max_flow_bound_seconds > 0)
+      out << " (ratio " << std::setprecision(2) << t.median / s.declared_max_flow_bound_seconds
+          << ")";
+  }
   if (s.loopback_nic_bps > 0)
     out << "\n  note: all " << s.ranks << " ranks share this host over loopback; the bound "
         << "assumes the topology's NICs (" << topology::format_bandwidth(s.loopback_nic_bps)
@@ -133,6 +141,10 @@ void print_broadcast_json(std::ostream& out, const job::BroadcastSummary& s) {
   j["max_flow_bound_seconds"] = number(s.max_flow_bound_seconds);
   j["ratio_to_max_flow_bound"] =
       number(s.max_flow_bound_seconds > 0 ? t.median / s.max_flow_bound_seconds : 0);
+  // launch --probe: the bound above is the measured network's.
+  j["measured"] = s.measured.empty() ? Json(nullptr) : Json(s.measured);
+  j["declared_max_flow_bound_seconds"] =
+      s.measured.empty() ? Json(nullptr) : number(s.declared_max_flow_bound_seconds);
   j["verified"] = s.verified;
   j["sha256"] = s.sha256;
   j["rejected_connections"] = s.rejected_connections;

@@ -28,8 +28,8 @@ int main(int argc, char** argv) {
   const std::vector<cli::Command> commands = {
       cli::register_plan(app),     cli::register_launch(app, std::move(program)),
       cli::register_simulate(app), cli::register_bench(app),
-      cli::register_certs(app),    cli::register_testbed(app),
-      cli::register_rank(app)};
+      cli::register_probe(app),    cli::register_certs(app),
+      cli::register_testbed(app),  cli::register_rank(app)};
   const cli::LogFlags log_flags = cli::add_log_flags(commands);
 
   // With --json (plan: --format json), a failure is also an error object on

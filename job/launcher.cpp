@@ -18,6 +18,7 @@
 #include "runtime/run_until.hpp"
 #include "topology/bound.hpp"
 #include "topology/simulate.hpp"
+#include "topology/units.hpp"
 
 namespace gridbcast::job {
 
@@ -100,7 +101,10 @@ struct BenchDriver {
 struct ProgramDriver {
   asio::awaitable<void> run(Launcher& l);
 };
-using Driver = std::variant<BroadcastDriver, BenchDriver, ProgramDriver>;
+struct ProbeDriver {
+  asio::awaitable<void> run(Launcher& l);
+};
+using Driver = std::variant<BroadcastDriver, BenchDriver, ProgramDriver, ProbeDriver>;
 
 Driver driver_for(JobKind kind) {
   switch (kind) {
@@ -108,6 +112,8 @@ Driver driver_for(JobKind kind) {
       return BenchDriver{};
     case JobKind::kProgram:
       return ProgramDriver{};
+    case JobKind::kProbe:
+      return ProbeDriver{};
     case JobKind::kBroadcast:
       break;
   }
@@ -632,11 +638,10 @@ asio::awaitable<void> Launcher::finish() {
         }
         line += (n > 1 ? ", " : "") + who(r);
       }
-      say(lanes::log::Level::kNotice,
-          "the job is over but " + std::to_string(backend_.running()) +
-              " rank process(es) have not exited after " +
-              std::to_string(stuck_hint_after_.count()) + " s: " + line +
-              " (the launcher waits for them, as mpiexec does)");
+      say(lanes::log::Level::kNotice, "the job is over but " + std::to_string(backend_.running()) +
+                                          " rank process(es) have not exited after " +
+                                          std::to_string(stuck_hint_after_.count()) + " s: " +
+                                          line + " (the launcher waits for them, as mpiexec does)");
     }
   }
   check();
@@ -760,6 +765,73 @@ asio::awaitable<void> BenchDriver::run(Launcher& l) {
   }
   co_await l.finish();
   l.result.bench = std::move(outcome);
+}
+
+// The probe's phases in lockstep: every rank Ready, Go, every rank's report
+// (checked against the schedule: only flows the rank measures, each once),
+// then the next phase.
+asio::awaitable<void> ProbeDriver::run(Launcher& l) {
+  const auto& grid = l.options().grid;
+  ProbeOutcome outcome;
+  outcome.phases = topology::probe_schedule(grid, l.params().probe);
+  outcome.samples.resize(outcome.phases.size());
+  const int n = static_cast<int>(outcome.phases.size());
+  for (int i = 0; i < n; ++i) {
+    const topology::ProbePhase& phase = outcome.phases[static_cast<size_t>(i)];
+    for (int r = 0; r < l.size(); ++r) {
+      const auto ready = co_await l.next<control::Ready>(r);
+      if (ready.iteration != i) {
+        l.fail(Cause::kOther, l.who(r) + " is ready for probe phase " +
+                                  std::to_string(ready.iteration) + " while the probe is at " +
+                                  std::to_string(i));
+        l.check();
+      }
+    }
+    std::ostringstream line;
+    line << "probe: phase " << i + 1 << "/" << n << ", " << phase.name << ": " << phase.flows.size()
+         << " flows, " << topology::format_duration(phase.seconds);
+    l.say(lanes::log::Level::kNotice, line.str());
+    l.send_all(control::Go{i});
+    std::vector<bool> seen(phase.flows.size(), false);
+    for (int r = 0; r < l.size(); ++r) {
+      auto report = co_await l.next<control::ProbeReport>(r);
+      std::string bad;
+      if (report.phase != i) bad = "a report of phase " + std::to_string(report.phase);
+      for (const auto& smp : report.samples) {
+        if (!bad.empty()) break;
+        if (smp.flow >= static_cast<int>(phase.flows.size())) {
+          bad = "a sample of flow " + std::to_string(smp.flow) + ", which phase " +
+                std::to_string(i) + " does not have";
+          break;
+        }
+        const auto& f = phase.flows[static_cast<size_t>(smp.flow)];
+        const int measurer = f.kind == topology::ProbeKind::kRate ? f.to : f.from;
+        if (measurer != r)
+          bad = "a sample of flow " + std::to_string(smp.flow) + ", which rank " +
+                std::to_string(measurer) + " measures";
+        else if (seen[static_cast<size_t>(smp.flow)])
+          bad = "flow " + std::to_string(smp.flow) + " twice";
+        else
+          seen[static_cast<size_t>(smp.flow)] = true;
+      }
+      if (!bad.empty()) {
+        l.fail(Cause::kOther, l.who(r) + " sent " + bad);
+        l.check();
+      }
+      auto& all = outcome.samples[static_cast<size_t>(i)];
+      all.insert(all.end(), report.samples.begin(), report.samples.end());
+    }
+    for (size_t f = 0; f < seen.size(); ++f)
+      if (!seen[f]) {
+        const auto& flow = phase.flows[f];
+        const int measurer = flow.kind == topology::ProbeKind::kRate ? flow.to : flow.from;
+        l.fail(Cause::kOther, l.who(measurer) + " sent no sample of probe flow " +
+                                  std::to_string(f) + " in phase \"" + phase.name + "\"");
+        l.check();
+      }
+  }
+  co_await l.finish();
+  l.result.probe = std::move(outcome);
 }
 
 // The ranks run the program: wait until every rank has called MPI_Finalize

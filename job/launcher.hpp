@@ -25,6 +25,7 @@
 #include "job/params.hpp"
 #include "job/protocol.hpp"
 #include "topology/grid.hpp"
+#include "topology/probe.hpp"
 
 namespace gridbcast::job {
 
@@ -91,6 +92,11 @@ struct BroadcastSummary {
   // memory, which the bound (from the topology's NIC bandwidths) knows nothing
   // of. 0 otherwise; else the fastest NIC's declared bandwidth.
   double loopback_nic_bps = 0;
+  // launch --probe: the bound above is the measured network's; this is the
+  // declared topology's for the same root and size, and `measured` says when
+  // and how the figures were measured. 0 and empty without --probe.
+  double declared_max_flow_bound_seconds = 0;
+  std::string measured;
   bool verified = false;
   std::string sha256;
   std::uint64_t rejected_connections = 0;  // summed over ranks
@@ -122,6 +128,12 @@ struct BenchOutcome {
   std::uint64_t peak_rss_bytes = 0;  // the largest rank's
 };
 
+// A probe job's measurements: the schedule that ran and each phase's samples.
+struct ProbeOutcome {
+  std::vector<topology::ProbePhase> phases;
+  std::vector<std::vector<topology::ProbeSample>> samples;
+};
+
 struct LaunchResult {
   // 0 on success. A failed program job exits with the failing rank's status or
   // MPI_Abort code (1 when there is none); any other failure is 1.
@@ -140,6 +152,7 @@ struct LaunchResult {
   bool lost_first = false;
   std::optional<BroadcastSummary> broadcast;
   std::optional<BenchOutcome> bench;
+  std::optional<ProbeOutcome> probe;
 };
 
 // Runs the job; `err` gets only what must be said while it runs (the

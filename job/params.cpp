@@ -24,6 +24,8 @@ std::string job_kind_name(JobKind kind) {
       return "bench";
     case JobKind::kProgram:
       return "program";
+    case JobKind::kProbe:
+      return "probe";
   }
   return "kind " + std::to_string(static_cast<int>(kind));
 }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "topology/grid.hpp"
+#include "topology/probe.hpp"
 
 namespace gridbcast::job {
 
@@ -15,6 +16,7 @@ enum class JobKind : std::uint8_t {
   kBroadcast = 0,  // `gridbcast launch`: iterations of one broadcast (data or --file)
   kBench = 1,      // `gridbcast bench`: a sweep of sizes x algorithms
   kProgram = 2,    // `gridbcast launch -- PROGRAM`: an MPI program on every rank
+  kProbe = 3,      // `gridbcast probe`: measure the network (topology/probe.hpp)
 };
 std::string job_kind_name(JobKind kind);
 
@@ -54,6 +56,9 @@ struct JobParams {
   // label[r] is rank r's number in the first run, which {rank} in `output`
   // keeps meaning. Empty: every rank is its own label.
   std::vector<std::int32_t> rank_labels;
+  // kProbe: how long each phase runs and how many pings a latency flow makes;
+  // every rank derives the same schedule from these and the topology.
+  topology::ProbeSettings probe;
 
   bool program() const { return kind == JobKind::kProgram; }
   int label(int rank) const {

@@ -5,6 +5,8 @@
 #include <openssl/hmac.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <type_traits>
 
 namespace gridbcast::job::control {
@@ -14,11 +16,12 @@ namespace {
 // A changed message takes a new number too, so a launcher and a rank of
 // different builds refuse each other's by type, not by a misread field.
 enum class Type : std::uint8_t {
-  kConfig = 1,
+  // 1: the Config before probe jobs (refused now).
   // 2: the Table without a run nonce (refused now).
   kGo = 3,
   kExit = 4,
   kTable = 5,
+  kConfig = 6,
   kEndpoints = 20,
   kReady = 21,
   kProgress = 22,
@@ -30,6 +33,7 @@ enum class Type : std::uint8_t {
   kAbort = 28,
   kFinished = 29,
   kFileList = 30,
+  kProbeReport = 31,
 };
 
 class Writer {
@@ -149,12 +153,19 @@ void write_params(Writer& w, const JobParams& p) {
       .text(p.cert_dir)
       .u32(static_cast<std::uint32_t>(p.rank_labels.size()));
   for (const std::int32_t l : p.rank_labels) w.i32(l);
+  // Probe settings in microseconds (durations) and counts.
+  const auto us = [](double s) { return static_cast<std::uint64_t>(std::llround(s * 1e6)); };
+  w.u64(us(p.probe.lan_seconds))
+      .u64(us(p.probe.wan_seconds))
+      .u64(us(p.probe.latency_seconds))
+      .i32(p.probe.pings)
+      .i32(p.probe.wan_pairs);
 }
 
 JobParams read_params(Reader& r) {
   JobParams p;
   const std::uint8_t kind = r.u8();
-  if (kind > static_cast<std::uint8_t>(JobKind::kProgram))
+  if (kind > static_cast<std::uint8_t>(JobKind::kProbe))
     r.fail("job kind " + std::to_string(kind) + " is unknown");
   p.kind = static_cast<JobKind>(kind);
   p.algorithm = r.text("algorithm");
@@ -194,6 +205,18 @@ JobParams read_params(Reader& r) {
     r.fail(std::to_string(labels) + " rank labels, over the limit of " + std::to_string(kMaxRanks));
   for (std::uint32_t i = 0; i < labels; ++i)
     p.rank_labels.push_back(r.i32(0, static_cast<std::int32_t>(kMaxRanks) - 1, "rank label"));
+  // Within what topology::probe_schedule accepts (it checks again).
+  const auto seconds = [&r](const char* field) {
+    const std::uint64_t v = r.u64();
+    if (v > 600'000'000)
+      r.fail(std::string(field) + " of " + std::to_string(v) + " us is over 600 s");
+    return static_cast<double>(v) / 1e6;
+  };
+  p.probe.lan_seconds = seconds("probe LAN phase");
+  p.probe.wan_seconds = seconds("probe WAN phase");
+  p.probe.latency_seconds = seconds("probe latency phase");
+  p.probe.pings = r.i32(2, 10000, "probe pings");
+  p.probe.wan_pairs = r.i32(1, 64, "probe WAN pairs");
   return p;
 }
 
@@ -235,7 +258,8 @@ std::string name_of(const ToLauncher& m) {
                  [](const Alive&) { return "Alive"; }, [](const Point&) { return "Point"; },
                  [](const BenchDone&) { return "BenchDone"; }, [](const Error&) { return "Error"; },
                  [](const Abort&) { return "Abort"; }, [](const Finished&) { return "Finished"; },
-                 [](const FileList&) { return "FileList"; }},
+                 [](const FileList&) { return "FileList"; },
+                 [](const ProbeReport&) { return "ProbeReport"; }},
       m);
 }
 
@@ -302,6 +326,22 @@ std::string encode_body(const ToLauncher& m) {
           },
           [](const Error& e) { return Writer(Type::kError).text(e.what).take(); },
           [](const Abort& a) { return Writer(Type::kAbort).i32(a.code).text(a.why).take(); },
+          [](const ProbeReport& p) {
+            // Durations in nanoseconds.
+            const auto ns = [](double s) {
+              return static_cast<std::uint64_t>(std::llround(s * 1e9));
+            };
+            Writer w(Type::kProbeReport);
+            w.i32(p.phase).u32(static_cast<std::uint32_t>(p.samples.size()));
+            for (const auto& smp : p.samples)
+              w.i32(smp.flow)
+                  .u64(smp.bytes)
+                  .u64(ns(smp.seconds))
+                  .u64(ns(smp.rtt_min_s))
+                  .u64(ns(smp.rtt_median_s))
+                  .i32(smp.pings);
+            return w.take();
+          },
           [](const Finished&) { return Writer(Type::kFinished).take(); },
           [](const FileList& l) {
             Writer w(Type::kFileList);
@@ -491,6 +531,38 @@ ToLauncher decode_to_launcher(const std::string& body) {
       }
       r.end();
       out = std::move(l);
+      break;
+    }
+    case Type::kProbeReport: {
+      Reader r(body, "ProbeReport");
+      ProbeReport p;
+      p.phase = r.i32(0, kMaxIterations, "phase");
+      const std::uint32_t n = r.u32();
+      if (n > kMaxProbeSamples)
+        r.fail(std::to_string(n) + " samples, over the limit of " +
+               std::to_string(kMaxProbeSamples));
+      // A phase lasts at most 600 s (and its grace): no duration of a sample is longer.
+      constexpr std::uint64_t kMaxNs = 3600ull * 1'000'000'000;
+      const auto seconds = [&r](const char* field) {
+        const std::uint64_t v = r.u64();
+        if (v > kMaxNs)
+          r.fail(std::string(field) + " of " + std::to_string(v) + " ns is over an hour");
+        return static_cast<double>(v) / 1e9;
+      };
+      p.samples.resize(n);
+      for (auto& smp : p.samples) {
+        smp.flow = r.i32(0, std::numeric_limits<std::int32_t>::max(), "flow");
+        smp.bytes = r.u64();
+        if (smp.bytes > (std::uint64_t{1} << 50))
+          r.fail("a sample of " + std::to_string(smp.bytes) + " bytes");
+        smp.seconds = seconds("window");
+        smp.rtt_min_s = seconds("least round trip");
+        smp.rtt_median_s = seconds("median round trip");
+        if (smp.rtt_min_s > smp.rtt_median_s) r.fail("the least round trip is above the median");
+        smp.pings = r.i32(0, 10000, "pings");
+      }
+      r.end();
+      out = std::move(p);
       break;
     }
     case Type::kFinished: {

@@ -9,6 +9,7 @@
 //   broadcast:  ◄─ Ready{i} ─  ─ Go{i} ─►  ◄─ Progress{i, bytes}* ─  ◄─ Done{i, ...} ─
 //   bench:      ◄─ Point{...}* / Alive* ─  ◄─ BenchDone ─
 //   program:    ◄─ Alive* ─ (heartbeat)    ◄─ Finished ─ (MPI_Finalize) / Abort
+//   probe:      ◄─ Ready{phase} ─  ─ Go{phase} ─►  ◄─ ProbeReport{phase, samples} ─  (each phase)
 //      ─── Exit ───────────────────────────────►
 //   any time:   ◄─ Error{what} ─
 //
@@ -130,10 +131,18 @@ struct Abort {  // MPI_Abort
   std::string why;
 };
 struct Finished {};  // MPI_Finalize
+// A probe phase's samples from one rank (topology::ProbeSample): the flows it
+// measured. The launcher checks each names a flow of the phase that this rank
+// measures, once.
+inline constexpr std::uint32_t kMaxProbeSamples = 1u << 16;
+struct ProbeReport {
+  std::int32_t phase = 0;
+  std::vector<topology::ProbeSample> samples;
+};
 
 using ToRank = std::variant<Config, Table, Go, Exit>;
 using ToLauncher = std::variant<Endpoints, Ready, Progress, Done, Alive, Point, BenchDone, Error,
-                                Abort, Finished, FileList>;
+                                Abort, Finished, FileList, ProbeReport>;
 
 // The message's name in errors ("Done", ...).
 std::string name_of(const ToRank& m);

@@ -228,6 +228,24 @@ int run_broadcast_rank(Session& session) {
   return 0;
 }
 
+// `gridbcast probe`: each phase of the schedule every rank derives from the
+// topology, started by the launcher's Go, reported as it ends.
+int run_probe_rank(Session& session) {
+  const auto phases = topology::probe_schedule(session.grid(), session.params().probe);
+  const int n = static_cast<int>(phases.size());
+  if (n == 0) session.expect_exit();  // nothing to measure: the launcher ends the job at once
+  for (int i = 0; i < n; ++i) {
+    (void)begin_iteration(session, i);
+    control::ProbeReport report{i, session.communicator().probe(i, phases[static_cast<size_t>(i)],
+                                                                session.params().probe.pings)};
+    session.report_progress(-1);
+    if (i + 1 == n) session.expect_exit();  // the answer may come at once
+    session.send(report);
+  }
+  (void)expect<control::Exit>(session);
+  return 0;
+}
+
 }  // namespace
 
 int run_rank(std::istream& secret_in, std::ostream& err) {
@@ -239,6 +257,8 @@ int run_rank(std::istream& secret_in, std::ostream& err) {
         return run_bench_rank(session);
       case JobKind::kBroadcast:
         return run_broadcast_rank(session);
+      case JobKind::kProbe:
+        return run_probe_rank(session);
       case JobKind::kProgram:
         break;
     }

@@ -229,7 +229,7 @@ std::optional<FrameHeader> decode_frame_header(std::span<const std::uint8_t> byt
   Reader r(bytes);
   const std::uint32_t kind = r.u32();
   if (kind < static_cast<std::uint32_t>(FrameKind::kData) ||
-      kind > static_cast<std::uint32_t>(FrameKind::kCredit)) {
+      kind > static_cast<std::uint32_t>(FrameKind::kPing)) {
     why = "unknown frame kind " + std::to_string(kind);
     return std::nullopt;
   }
@@ -245,11 +245,17 @@ std::optional<FrameHeader> decode_frame_header(std::span<const std::uint8_t> byt
   // What follows a header is bounded by its kind: a segment or a piece by one
   // frame, an eager message or an envelope's message by kMaxMessageBytes, and
   // the rendezvous signals carry nothing.
-  const bool signal = f.kind == FrameKind::kCts || f.kind == FrameKind::kCredit;
-  const std::uint64_t limit =
-      signal ? 0
-             : (f.kind == FrameKind::kData || f.kind == FrameKind::kRndvData ? kMaxFrameBytes
-                                                                             : kMaxMessageBytes);
+  // A probe's piece by kMaxProbeFrameBytes (its receiver reads it into a
+  // scratch buffer of that size).
+  const bool signal =
+      f.kind == FrameKind::kCts || f.kind == FrameKind::kCredit || f.kind == FrameKind::kPing;
+  std::uint64_t limit = kMaxMessageBytes;
+  if (signal)
+    limit = 0;
+  else if (f.kind == FrameKind::kData || f.kind == FrameKind::kRndvData)
+    limit = kMaxFrameBytes;
+  else if (f.kind == FrameKind::kProbe)
+    limit = kMaxProbeFrameBytes;
   if (f.length > limit) {
     why = "frame of " + std::to_string(f.length) + " bytes exceeds the limit of " +
           std::to_string(limit);

@@ -96,7 +96,12 @@ enum class FrameKind : std::uint32_t {
   kRndvData = 5,  // a piece of rendezvous seq at `offset`, `length` bytes follow
                   // (at most kMaxFrameBytes)
   kCredit = 6,    // receiver to sender: seq more bytes of eager credit (length 0)
+  // `gridbcast probe` (runtime/probe.hpp), on the probe job's own connections:
+  kProbe = 7,  // bytes to count: seq = probe phase, offset = flow; length 0 ends the flow
+  kPing = 8,   // a round trip: seq = phase, offset = ping number (length 0), echoed back
 };
+// The largest probe piece (kProbe) a decoder accepts.
+inline constexpr std::uint64_t kMaxProbeFrameBytes = std::uint64_t{1} << 20;
 
 struct FrameHeader {
   FrameKind kind = FrameKind::kData;

@@ -13,6 +13,7 @@
 #include "lanes/multicast.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/p2p.hpp"
+#include "runtime/probe.hpp"
 #include "runtime/run_until.hpp"
 #include "runtime/subgrid.hpp"
 #include "runtime/transport.hpp"
@@ -628,6 +629,16 @@ void Communicator::set_endpoints(EndpointTable table, const RunNonce& run_nonce)
   impl_->transport.set_table(std::move(table));
   impl_->run_nonce = run_nonce;
   impl_->open_world_receiver();
+}
+
+std::vector<topology::ProbeSample> Communicator::probe(int index, const topology::ProbePhase& phase,
+                                                      int pings) {
+  auto& im = *impl_;
+  if (im.failed) std::rethrow_exception(im.failed);
+  ProbeRunOptions o;
+  o.pings = pings;
+  o.grace = im.options.timeout;
+  return im.drive(run_probe_phase(im.transport, index, phase, o));
 }
 
 BcastInfo Communicator::bcast(void* buffer, std::uint64_t bytes, int root,

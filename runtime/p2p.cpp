@@ -165,6 +165,9 @@ asio::awaitable<void> Messenger::read_loop(int peer, lanes::Stream& socket) {
     const auto header = lanes::decode_frame_header(header_bytes, why);
     if (header && header->kind == lanes::FrameKind::kData)
       why = "a data frame on the message connection";
+    if (header && (header->kind == lanes::FrameKind::kProbe ||
+                   header->kind == lanes::FrameKind::kPing))
+      why = "a probe frame on the message connection";
     if (!header || !why.empty()) {
       socket.close();
       peer_closed(peer, "protocol error from " + who + ": " + why);
@@ -193,7 +196,9 @@ asio::awaitable<void> Messenger::read_loop(int peer, lanes::Stream& socket) {
           changed_.notify_all();
           break;
         case lanes::FrameKind::kData:
-          break;
+        case lanes::FrameKind::kProbe:
+        case lanes::FrameKind::kPing:
+          break;  // refused above
       }
     } catch (const lanes::NetworkError& e) {
       socket.close();

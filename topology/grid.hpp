@@ -32,6 +32,11 @@ class ConfigError : public std::runtime_error {
 // Logical lanes per rank: 1..kMaxLanes (a node with more NICs uses the first 8).
 inline constexpr int kMaxLanes = 8;
 
+// TCP payload per bit a NIC or shaper counts (Ethernet, IPv4 and TCP headers
+// at a 1500-byte MTU; HTB and most NIC rates count headers): the cost model
+// prices payload with it, and the probe turns measured payload into a NIC rate.
+inline constexpr double kPayloadEfficiency = 1448.0 / 1514.0;
+
 struct Nic {
   std::string address;       // IPv4 or IPv6 literal this NIC's lane binds to
   double bandwidth_bps = 0;  // bits per second, each direction
@@ -93,6 +98,9 @@ struct Site {
   std::vector<int> ranks;  // ranks of this site's nodes, ascending
   Location where;
   SiteMulticast multicast{};
+  // One hop between two of its nodes, one way (the site entry's `latency`,
+  // e.g. what `gridbcast probe` measured); 0: unknown, the cost model's default.
+  double latency_s = 0;
 };
 
 struct WanLink {
@@ -124,6 +132,9 @@ struct Grid {
   // of the declared NIC and WAN bandwidths (topology/plan/pacing.hpp). Off by
   // default: it trusts the bandwidths the topology declares.
   bool pace_lanes = false;
+  // defaults.probe: `gridbcast launch` measures the network first (launch
+  // --probe, topology/probe.hpp) and plans from what it measured.
+  bool probe = false;
 
   int size() const { return static_cast<int>(nodes.size()); }
   int site_of(int rank) const { return nodes.at(static_cast<size_t>(rank)).site; }

@@ -323,7 +323,7 @@ class Loader {
   void load_defaults(const Field& defaults) {
     const std::vector<Field> fs =
         fields(defaults.value, "\"defaults\"",
-               {"nic_bandwidth", "segment", "lanes", "congestion", "pace_lanes", "wan"});
+               {"nic_bandwidth", "segment", "lanes", "congestion", "pace_lanes", "probe", "wan"});
     if (const Field* f = find(fs, "nic_bandwidth")) nic_bandwidth_ = positive_bandwidth(*f);
     if (const Field* f = find(fs, "segment")) {
       grid_.segment_bytes = quantity(*f, "a size such as \"256 KiB\"", parse_size);
@@ -331,6 +331,7 @@ class Loader {
     if (const Field* f = find(fs, "lanes")) grid_.lanes = lanes_value(*f);
     if (const Field* f = find(fs, "congestion")) grid_.congestion = congestion_value(*f);
     if (const Field* f = find(fs, "pace_lanes")) grid_.pace_lanes = bool_value(*f);
+    if (const Field* f = find(fs, "probe")) grid_.probe = bool_value(*f);
     if (const Field* f = find(fs, "wan"); f != nullptr && !f->value.IsNull()) {
       wan_defaults_ = wan_settings(f->value, "\"defaults.wan\"");
     }
@@ -362,7 +363,7 @@ class Loader {
     std::map<std::string, std::pair<std::string, Location>> addresses;
     for (const YAML::Node& site_node : sites) {
       const std::vector<Field> fs =
-          fields(site_node, "a site entry", {"name", "nodes", "multicast"});
+          fields(site_node, "a site entry", {"name", "nodes", "multicast", "latency"});
       const Field& name_field =
           require(fs, "name", site_node, "a site entry", "the site's unique name");
       Site site;
@@ -375,6 +376,11 @@ class Loader {
         }
       }
       if (const Field* f = find(fs, "multicast")) site.multicast = multicast_value(*f);
+      if (const Field* f = find(fs, "latency")) {
+        site.latency_s = quantity(*f, "a duration such as \"50 us\"", parse_duration);
+        if (site.latency_s <= 0)
+          fail(*f, "a site's latency (one hop between two of its nodes) must be greater than 0");
+      }
       const int index = static_cast<int>(grid_.sites.size());
       const Field& nodes_field =
           require(fs, "nodes", site_node, "site " + quoted(site.name), "a non-empty list of nodes");

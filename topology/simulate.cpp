@@ -143,7 +143,12 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
     const int out_res = lane_res.at({t.from, t.lane_from, true});
     const int in_res = lane_res.at({t.to, t.lane_to, false});
     double bundle_rate = 1e300;  // unlimited inside a site: the NICs decide
-    double latency = model.lan_latency_s;
+    // A hop inside a site: the site's measured or declared latency, else the model's.
+    const auto hop = [&](int site) {
+      const double l = grid.sites[static_cast<size_t>(site)].latency_s;
+      return l > 0 ? l : model.lan_latency_s;
+    };
+    double latency = hop(dst.site);
     int wan = -1;
     if (src.site != dst.site) {
       const auto path = grid.wan_path(src.site, dst.site);
@@ -153,7 +158,7 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
         loss_pass *= 1 - l->loss;
       }
       latency += one_way;
-      const double rtt = 2 * one_way + 2 * model.lan_latency_s;
+      const double rtt = 2 * one_way + hop(src.site) + hop(dst.site);
       // The topology's congestion control for this path, else the hosts' default;
       // names other than reno, cubic and bbr count as loss-based.
       CostModel tcp = model;

@@ -39,12 +39,12 @@ struct CostModel {
   // The hosts' default; a path whose topology names a congestion control
   // (Grid::congestion_between) uses that.
   Congestion congestion = Congestion::kLossBased;
-  double lan_latency_s = 30e-6;               // one hop inside a site
+  double lan_latency_s = 30e-6;  // one hop inside a site whose topology gives no latency
   double tcp_window_bytes = 4.0 * (1 << 20);  // largest window one stream reaches
   double mss_bytes = 1448;                    // for the loss limit
   // TCP payload per byte a shaper counts: 1448 of a 1514-byte Ethernet frame
   // (HTB and most NIC rates count headers).
-  double payload_efficiency = 1448.0 / 1514.0;
+  double payload_efficiency = kPayloadEfficiency;
   std::uint64_t segment_bytes = 0;  // 0: resolve_segment_bytes (grid's, else automatic)
 };
 

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 namespace gridbcast::job::control {
 namespace {
 
@@ -34,6 +36,11 @@ TEST(ControlProtocol, EveryMessageRoundTrips) {
   p.bench = "spec";
   p.cert_dir = "/certs";
   p.rank_labels = {0, 2, 5, 7};
+  p.probe.lan_seconds = 0.25;
+  p.probe.wan_seconds = 1.5;
+  p.probe.latency_seconds = 0.125;
+  p.probe.pings = 9;
+  p.probe.wan_pairs = 3;
   const auto back = std::get<Config>(decode_to_rank(encode_body(Config{"t.yaml", "yaml", p})));
   EXPECT_EQ(back.topology_name, "t.yaml");
   EXPECT_EQ(back.topology_yaml, "yaml");
@@ -52,6 +59,15 @@ TEST(ControlProtocol, EveryMessageRoundTrips) {
   EXPECT_EQ(back.params.cert_dir, "/certs");
   EXPECT_EQ(back.params.rank_labels, p.rank_labels);
   EXPECT_EQ(back.params.label(2), 5);
+  EXPECT_EQ(back.params.probe.lan_seconds, 0.25);
+  EXPECT_EQ(back.params.probe.wan_seconds, 1.5);
+  EXPECT_EQ(back.params.probe.latency_seconds, 0.125);
+  EXPECT_EQ(back.params.probe.pings, 9);
+  EXPECT_EQ(back.params.probe.wan_pairs, 3);
+  JobParams probe;
+  probe.kind = JobKind::kProbe;
+  EXPECT_EQ(std::get<Config>(decode_to_rank(encode_body(Config{"t", "y", probe}))).params.kind,
+            JobKind::kProbe);
 
   Table t;
   t.run_nonce = kNonce;
@@ -102,6 +118,19 @@ TEST(ControlProtocol, EveryMessageRoundTrips) {
   EXPECT_EQ(fb.files[1].bytes, 1ull << 40);
   EXPECT_EQ(fb.files[1].chunks_sent, 7u);
   EXPECT_EQ(fb.files[0].root_digest, std::string(64, 'b'));
+  ProbeReport pr;
+  pr.phase = 3;
+  pr.samples.push_back({2, 1ull << 33, 0.25, 0, 0, 0});
+  pr.samples.push_back({5, 0, 0, 20e-6, 31e-6, 12});
+  const auto pb = std::get<ProbeReport>(decode_to_launcher(encode_body(pr)));
+  EXPECT_EQ(pb.phase, 3);
+  ASSERT_EQ(pb.samples.size(), 2u);
+  EXPECT_EQ(pb.samples[0].flow, 2);
+  EXPECT_EQ(pb.samples[0].bytes, 1ull << 33);
+  EXPECT_DOUBLE_EQ(pb.samples[0].seconds, 0.25);
+  EXPECT_DOUBLE_EQ(pb.samples[1].rtt_min_s, 20e-6);
+  EXPECT_DOUBLE_EQ(pb.samples[1].rtt_median_s, 31e-6);
+  EXPECT_EQ(pb.samples[1].pings, 12);
   for (const ToLauncher& m : std::vector<ToLauncher>{Alive{}, Finished{}, Ready{4}, Point{"p"},
                                                      BenchDone{1, 2}, Error{"e"}})
     EXPECT_EQ(name_of(decode_to_launcher(encode_body(m))), name_of(m));
@@ -196,9 +225,35 @@ TEST(ControlProtocol, DecodersRefuseWhatIsOutOfRange) {
   refused_by_rank(encode_body(Config{"t", "y", p}));
   p.rank_labels = {0, 1};
   std::string labels = encode_body(Config{"t", "y", p});
-  const size_t count_at = labels.size() - 12;  // the count, then two i32 labels
+  // The count, then two i32 labels, then the probe settings (3 x u64, 2 x i32).
+  const size_t count_at = labels.size() - 12 - 32;
   labels[count_at] = '\x7f';
   refused_by_rank(labels);
+  // Probe settings past what a schedule accepts: pings, pairs, phase lengths.
+  p.rank_labels.clear();
+  for (const auto& bad : std::vector<std::function<void(JobParams&)>>{
+           [](JobParams& q) { q.probe.pings = 1; }, [](JobParams& q) { q.probe.pings = 10001; },
+           [](JobParams& q) { q.probe.wan_pairs = 0; },
+           [](JobParams& q) { q.probe.wan_pairs = 65; },
+           [](JobParams& q) { q.probe.lan_seconds = 601; }}) {
+    JobParams q = p;
+    bad(q);
+    refused_by_rank(encode_body(Config{"t", "y", q}));
+  }
+  // The Config before probe settings (type 1) is no message any more.
+  std::string old_config = encode_body(Config{"t", "y", p});
+  old_config[0] = '\x01';
+  refused_by_rank(old_config);
+  // Probe reports: too many samples claimed, a round trip whose least is above
+  // its median, a window over an hour, more pings than any flow makes.
+  std::string many_samples = encode_body(ProbeReport{1, {}});
+  many_samples[5] = '\x7f';
+  refused_by_launcher(many_samples);
+  for (const topology::ProbeSample& bad :
+       {topology::ProbeSample{0, 1, 0, 2e-3, 1e-3, 2}, topology::ProbeSample{0, 1, 3601, 0, 0, 0},
+        topology::ProbeSample{0, 1, 1, 0, 0, 10001}, topology::ProbeSample{-1, 1, 1, 0, 0, 0},
+        topology::ProbeSample{0, (1ull << 50) + 1, 1, 0, 0, 0}})
+    refused_by_launcher(encode_body(ProbeReport{0, {bad}}));
 }
 
 struct Frame {

@@ -101,6 +101,28 @@ TEST(Wire, MessageFramesCarryContextTagAndLengthsBeyondOneFrame) {
   EXPECT_FALSE(decode_frame_header(encode(data), why).has_value());
 }
 
+// Probe frames (runtime/probe): a piece is at most kMaxProbeFrameBytes, which
+// is what its receiver's scratch buffer holds, and a ping carries nothing.
+TEST(Wire, ProbePiecesAreBoundedAndPingsCarryNothing) {
+  std::string why;
+  FrameHeader piece{FrameKind::kProbe, 3, 7, kMaxProbeFrameBytes};
+  auto back = decode_frame_header(encode(piece), why);
+  ASSERT_TRUE(back.has_value()) << why;
+  EXPECT_EQ(back->kind, FrameKind::kProbe);
+  EXPECT_EQ(back->offset, 7u);
+  piece.length = kMaxProbeFrameBytes + 1;
+  EXPECT_FALSE(decode_frame_header(encode(piece), why).has_value());
+  EXPECT_NE(why.find("exceeds the limit"), std::string::npos) << why;
+  FrameHeader ping{FrameKind::kPing, 3, 41, 0};
+  ASSERT_TRUE(decode_frame_header(encode(ping), why).has_value()) << why;
+  ping.length = 1;
+  EXPECT_FALSE(decode_frame_header(encode(ping), why).has_value());
+  auto bytes = encode(ping);
+  bytes[3] = 9;  // past the last kind
+  EXPECT_FALSE(decode_frame_header(bytes, why).has_value());
+  EXPECT_NE(why.find("unknown frame kind 9"), std::string::npos) << why;
+}
+
 // Ranks are ints above the wire: a decoder refuses what a signed cast would
 // turn negative, and reserved fields that are not zero.
 TEST(Wire, HelloDecoderRefusesRanksOfTwoToTheThirtyFirstAndNonZeroReservedFields) {

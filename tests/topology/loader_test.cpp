@@ -163,7 +163,7 @@ TEST(LoaderErrors, UnknownDefaultsKeys) {
                       }),
                       2, 3,
                       "unknown key \"nic_bw\" in \"defaults\"; allowed keys: nic_bandwidth, "
-                      "segment, lanes, congestion, pace_lanes, wan");
+                      "segment, lanes, congestion, pace_lanes, probe, wan");
   EXPECT_CONFIG_ERROR(yaml({
                           "defaults:",      // 1
                           "  wan:",         // 2
@@ -193,7 +193,7 @@ TEST(LoaderErrors, WrongTypes) {
   EXPECT_CONFIG_ERROR(yaml({"sites: []"}), 1, 8, "got an empty list");
   EXPECT_CONFIG_ERROR(
       yaml({"sites:", "  - tokyo"}), 2, 5,
-      "expected a site entry to be a map with keys name, nodes, multicast; got \"tokyo\"");
+      "expected a site entry to be a map with keys name, nodes, multicast, latency; got \"tokyo\"");
   EXPECT_CONFIG_ERROR(yaml({"sites:", "  -", "  - name: x"}), 2, 3,
                       "entry 1 of \"sites\" is empty");
   EXPECT_CONFIG_ERROR(yaml({"sites:", "  - name: [a, b]"}), 2, 11,

@@ -1,0 +1,23 @@
+// <linux/tcp.h> for the whole struct tcp_info; it must not meet
+// <netinet/tcp.h> (which Asio includes) in one translation unit.
+#include "lanes/tcp_info.hpp"
+
+#include <linux/tcp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstddef>
+
+namespace gridbcast::lanes {
+
+std::optional<std::uint64_t> tcp_bytes_received(int fd) {
+  tcp_info info{};
+  socklen_t len = sizeof info;
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return std::nullopt;
+  // An older kernel fills a shorter struct: the field is not there.
+  if (len < offsetof(tcp_info, tcpi_bytes_received) + sizeof info.tcpi_bytes_received)
+    return std::nullopt;
+  return info.tcpi_bytes_received;
+}
+
+}  // namespace gridbcast::lanes

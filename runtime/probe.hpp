@@ -1,0 +1,40 @@
+// `gridbcast probe`, the bytes: runs one phase of a probe schedule
+// (topology/probe.hpp) on this rank, over the same authenticated lane
+// connections a broadcast uses. Internal to runtime (Asio in the interface).
+//
+//   rate flow      the sender writes kProbe pieces from a zero buffer for the
+//                  phase's seconds on each of the flow's streams, then an
+//                  empty kProbe; the receiver times every piece as it lands
+//                  and counts the bytes after the first third of the flow
+//   latency flow   the sender sends kPing frames one at a time and times each
+//                  echo; the receiver echoes until the empty kProbe
+//
+// Every frame names its phase (seq) and flow (offset); anything else, a piece
+// over kMaxProbeFrameBytes, or more pings than any schedule makes, fails the
+// phase naming the peer. A phase that has not ended `grace` after its seconds
+// fails too, saying what it still waits for: bounded, whatever a peer does.
+#pragma once
+
+#include <chrono>
+#include <vector>
+
+#include "runtime/transport.hpp"
+#include "topology/probe.hpp"
+
+namespace gridbcast::runtime {
+
+// The most pings a receiver echoes in one flow (the schedule's limit).
+inline constexpr int kMaxProbePings = 10000;
+
+struct ProbeRunOptions {
+  int pings = 12;                           // per latency flow (topology::ProbeSettings::pings)
+  std::chrono::milliseconds grace{10'000};  // past the phase's seconds, before it fails
+};
+
+// This rank's samples: one per flow it measures (the receiver of a rate flow,
+// the sender of a latency flow). Throws BroadcastError naming the peer.
+asio::awaitable<std::vector<topology::ProbeSample>> run_probe_phase(
+    Transport& transport, int phase_index, const topology::ProbePhase& phase,
+    const ProbeRunOptions& options);
+
+}  // namespace gridbcast::runtime

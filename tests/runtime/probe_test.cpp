@@ -1,0 +1,206 @@
+// runtime/probe: a probe schedule runs over real loopback sockets, every flow
+// measured once by its measuring end; and a peer with the job secret that
+// sends what the schedule does not allow (another flow's frames, a piece over
+// the limit, endless pings, nothing at all) fails the phase naming it, in
+// bounded time.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <thread>
+
+#include "lanes/net.hpp"
+#include "runtime/communicator.hpp"
+#include "runtime/probe.hpp"
+#include "runtime/run_until.hpp"
+#include "support/grids.hpp"
+#include "support/ranks.hpp"
+#include "topology/probe.hpp"
+
+namespace gridbcast::runtime {
+namespace {
+
+using namespace std::chrono_literals;
+using topology::ProbeKind;
+
+topology::ProbeSettings quick() {
+  topology::ProbeSettings s;
+  s.lan_seconds = 0.1;
+  s.wan_seconds = 0.1;
+  s.latency_seconds = 0.05;
+  s.pings = 4;
+  return s;
+}
+
+TEST(Probe, EveryFlowOfEveryPhaseIsMeasuredOnceByItsMeasuringEnd) {
+  const auto grid = topology::probe_grid(testing::make_grid({3, 2}, 2, 2));
+  const auto phases = topology::probe_schedule(grid, quick());
+  testing::Ranks ranks(grid);
+  std::vector<std::vector<std::vector<topology::ProbeSample>>> by_rank(
+      static_cast<size_t>(grid.size()));
+  ranks.run([&](Communicator& c) {
+    for (size_t i = 0; i < phases.size(); ++i)
+      by_rank[static_cast<size_t>(c.rank())].push_back(c.probe(static_cast<int>(i), phases[i], 4));
+  });
+  for (size_t i = 0; i < phases.size(); ++i) {
+    std::map<int, int> measured;
+    for (int r = 0; r < grid.size(); ++r)
+      for (const auto& s : by_rank[static_cast<size_t>(r)][i]) {
+        const auto& f = phases[i].flows.at(static_cast<size_t>(s.flow));
+        EXPECT_EQ(f.kind == ProbeKind::kRate ? f.to : f.from, r) << phases[i].name;
+        ++measured[s.flow];
+        if (f.kind == ProbeKind::kRate) {
+          EXPECT_GT(s.bytes, 0u) << phases[i].name << " flow " << s.flow;
+          EXPECT_GT(s.seconds, 0.0);
+          EXPECT_LT(s.seconds, phases[i].seconds);  // the window, not the whole flow
+        } else {
+          EXPECT_GE(s.pings, 2);
+          EXPECT_GT(s.rtt_min_s, 0.0);
+          EXPECT_LE(s.rtt_min_s, s.rtt_median_s);
+        }
+      }
+    EXPECT_EQ(measured.size(), phases[i].flows.size()) << phases[i].name;
+    for (const auto& [flow, n] : measured) EXPECT_EQ(n, 1) << phases[i].name << " flow " << flow;
+  }
+}
+
+// A member of the job (it holds the secret) takes a probe flow's connection
+// before its real sender does and sends `frames`; the receiver must fail the
+// phase naming rank 0, within the phase's seconds and its grace.
+std::string receiver_error(ProbeKind kind,
+                           const std::function<void(lanes::Stream&, asio::io_context&,
+                                                    const topology::ProbeFlow&)>& attack) {
+  const auto grid = topology::probe_grid(testing::make_grid({2}, 1, 1));
+  auto phases = topology::probe_schedule(grid, quick());
+  const topology::ProbePhase* phase = nullptr;
+  int index = 0;
+  for (size_t i = 0; i < phases.size(); ++i)
+    if (!phases[i].flows.empty() && phases[i].flows.front().kind == kind) {
+      phase = &phases[i];
+      index = static_cast<int>(i);
+      break;
+    }
+  EXPECT_NE(phase, nullptr);
+  if (phase == nullptr) return "";
+  const topology::ProbeFlow* flow = nullptr;
+  for (const auto& f : phase->flows)
+    if (f.from == 0 && f.to == 1) flow = &f;
+  EXPECT_NE(flow, nullptr);
+  CommOptions options;
+  options.timeout = 2s;  // the grace past the phase's seconds
+  testing::Ranks ranks(grid, options);
+  const auto target = lanes::make_endpoint(grid.nodes[1].lane_nic(flow->nic_to).address,
+                                           ranks.port(1, flow->nic_to));
+  std::thread impostor([&] {
+    asio::io_context io;
+    lanes::Hello hello;
+    hello.rank = 0;
+    hello.to_rank = 1;
+    hello.lane_from = static_cast<std::uint8_t>(flow->nic_from);
+    hello.lane_to = static_cast<std::uint8_t>(flow->nic_to);
+    hello.stream = static_cast<std::uint16_t>(flow->stream);
+    const lanes::Credentials creds{ranks.credentials().job_id, ranks.credentials().secret};
+    run_until(io, [&]() -> asio::awaitable<int> {
+      auto s = co_await lanes::connect_authenticated(grid.nodes[0].lane_nic(flow->nic_from).address,
+                                                     target, hello, creds,
+                                                     lanes::Clock::now() + 10s, "rank 1");
+      attack(s, io, *flow);
+      co_return 0;
+    }());
+  });
+  std::string error;
+  const auto start = std::chrono::steady_clock::now();
+  ranks.run([&](Communicator& c) {
+    if (c.rank() == 0) std::this_thread::sleep_for(500ms);  // the impostor holds the link first
+    try {
+      (void)c.probe(index, *phase, 4);
+    } catch (const std::exception& e) {
+      if (c.rank() == 1) error = e.what();
+    }
+  });
+  impostor.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s) << "bounded by the phase and its grace";
+  return error;
+}
+
+// Writes `frames` headers (and `payload` bytes after each), then holds the
+// connection a while, as a peer that goes on would.
+void send_frames(lanes::Stream& s, asio::io_context& io, std::vector<lanes::FrameHeader> frames,
+                 std::uint64_t payload) {
+  run_until(io, [&]() -> asio::awaitable<int> {
+    const std::vector<char> bytes(payload, 'x');
+    for (const auto& f : frames) {
+      const auto h = lanes::encode(f);
+      auto [ec, n] = co_await s.write(asio::buffer(h));
+      if (ec) co_return 1;
+      if (payload) {
+        auto [pe, pn] = co_await s.write(asio::buffer(bytes));
+        if (pe) co_return 1;
+      }
+    }
+    asio::steady_timer hold(io, 3s);
+    co_await hold.async_wait(lanes::kAsTuple);
+    co_return 0;
+  }());
+}
+
+TEST(ProbeHostile, AnotherFlowsPiecesFailThePhaseNamingThePeer) {
+  const std::string e = receiver_error(
+      ProbeKind::kRate, [](lanes::Stream& s, asio::io_context& io, const topology::ProbeFlow&) {
+        send_frames(s, io, {{lanes::FrameKind::kProbe, 1, 999, 16}}, 16);
+      });
+  EXPECT_NE(e.find("protocol error from rank 0"), std::string::npos) << e;
+  EXPECT_NE(e.find("not a piece of probe phase"), std::string::npos) << e;
+}
+
+TEST(ProbeHostile, APieceOverTheLimitIsRefusedBeforeItsBytesAreRead) {
+  const std::string e = receiver_error(
+      ProbeKind::kRate, [](lanes::Stream& s, asio::io_context& io, const topology::ProbeFlow&) {
+        send_frames(s, io, {{lanes::FrameKind::kProbe, 1, 0, lanes::kMaxProbeFrameBytes + 1}}, 0);
+      });
+  EXPECT_NE(e.find("protocol error from rank 0"), std::string::npos) << e;
+  EXPECT_NE(e.find("exceeds the limit of " + std::to_string(lanes::kMaxProbeFrameBytes)),
+            std::string::npos)
+      << e;
+}
+
+TEST(ProbeHostile, EndlessPingsAreCutOffAtTheLimit) {
+  const std::string e = receiver_error(
+      ProbeKind::kLatency, [](lanes::Stream& s, asio::io_context& io, const topology::ProbeFlow&) {
+        // Pings as fast as they go, the echoes read on the side so none
+        // blocks the receiver: it stops at the limit.
+        bool done = false;
+        asio::co_spawn(
+            io,
+            [&]() -> asio::awaitable<void> {
+              std::array<std::uint8_t, lanes::kFrameHeaderBytes> echo{};
+              while (!done) {
+                auto [ec, n] = co_await s.read(asio::buffer(echo));
+                if (ec) break;
+              }
+            },
+            asio::detached);
+        std::vector<lanes::FrameHeader> pings;
+        for (std::uint64_t i = 0; i <= kMaxProbePings; ++i)
+          pings.push_back({lanes::FrameKind::kPing, 0, i, 0});
+        send_frames(s, io, pings, 0);
+        done = true;  // the reader's frame goes with the io_context
+      });
+  EXPECT_NE(e.find("protocol error from rank 0"), std::string::npos) << e;
+  EXPECT_NE(e.find("more than " + std::to_string(kMaxProbePings) + " pings"), std::string::npos)
+      << e;
+}
+
+TEST(ProbeHostile, APeerThatSaysNothingFailsThePhaseAtItsGraceNamingWhatWaits) {
+  const std::string e = receiver_error(
+      ProbeKind::kRate, [](lanes::Stream& s, asio::io_context& io, const topology::ProbeFlow&) {
+        send_frames(s, io, {}, 0);
+      });
+  EXPECT_NE(e.find("did not end 2000 ms after"), std::string::npos) << e;
+  EXPECT_NE(e.find("waiting for probe data from rank 0"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace gridbcast::runtime
