@@ -141,10 +141,6 @@ void print_broadcast_json(std::ostream& out, const job::BroadcastSummary& s) {
   j["max_flow_bound_seconds"] = number(s.max_flow_bound_seconds);
   j["ratio_to_max_flow_bound"] =
       number(s.max_flow_bound_seconds > 0 ? t.median / s.max_flow_bound_seconds : 0);
-  // launch --probe: the bound above is the measured network's.
-  j["measured"] = s.measured.empty() ? Json(nullptr) : Json(s.measured);
-  j["declared_max_flow_bound_seconds"] =
-      s.measured.empty() ? Json(nullptr) : number(s.declared_max_flow_bound_seconds);
   j["verified"] = s.verified;
   j["sha256"] = s.sha256;
   j["rejected_connections"] = s.rejected_connections;
@@ -174,6 +170,10 @@ void print_broadcast_json(std::ostream& out, const job::BroadcastSummary& s) {
                      {"chunks", f.chunks},
                      {"chunks_sent", f.chunks_sent},
                      {"root_digest", f.root_digest}});
+  // launch --probe: the bounds above are the measured network's.
+  j["measured"] = s.measured.empty() ? Json(nullptr) : Json(s.measured);
+  j["declared_max_flow_bound_seconds"] =
+      s.measured.empty() ? Json(nullptr) : number(s.declared_max_flow_bound_seconds);
   write_json(out, j);
 }
 

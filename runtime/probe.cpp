@@ -10,6 +10,7 @@
 #include "lanes/tcp_info.hpp"
 #include "runtime/event.hpp"
 #include "runtime/executor.hpp"
+#include "topology/units.hpp"
 
 namespace gridbcast::runtime {
 namespace {
@@ -55,7 +56,11 @@ struct PhaseRun {
   const topology::ProbePhase& phase;
   ProbeRunOptions options;
   Clock::time_point start = Clock::now();
-  Clock::time_point stop_sending;
+  Clock::time_point stop_sending;  // the phase's seconds after its start
+  // A rate flow's sender goes on until its receiver closes the connection at
+  // the end of its window, or twice the phase's seconds: a receiver the
+  // scheduler started late still counts a whole window of live traffic.
+  Clock::time_point stop_rate;
   Clock::duration seconds;
   Event progress;
   std::exception_ptr error;
@@ -75,6 +80,7 @@ struct PhaseRun {
     seconds =
         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(phase.seconds));
     stop_sending = start + seconds;
+    stop_rate = start + 2 * seconds;
   }
   void fail(std::exception_ptr e) {
     if (error) return;
@@ -131,7 +137,7 @@ asio::awaitable<void> write_header(PhaseRun& run, lanes::Stream& socket, lanes::
 }
 
 // Sends pieces on one stream until the receiver closes the connection at the
-// end of its window (a reset or a broken pipe: the normal end), or the
+// end of its window (a reset or a broken pipe: the normal end), or twice the
 // phase's seconds are over (then it closes it itself).
 asio::awaitable<void> send_rate(PhaseRun& run, int flow, int stream) {
   const ProbeFlow& f = run.phase.flows[static_cast<size_t>(flow)];
@@ -147,7 +153,7 @@ asio::awaitable<void> send_rate(PhaseRun& run, int flow, int stream) {
       lanes::FrameKind::kProbe, run.seq, static_cast<std::uint64_t>(flow), kPieceBytes});
   const std::array<asio::const_buffer, 2> bufs{asio::buffer(header),
                                                asio::buffer(run.zeros.data(), kPieceBytes)};
-  while (Clock::now() < run.stop_sending) {
+  while (Clock::now() < run.stop_rate) {
     auto [ec, n] = co_await socket->write(bufs);
     run.check();
     // The receiver closes its end when its window is over, at least
@@ -368,17 +374,19 @@ void start(PhaseRun& run, asio::awaitable<void> task) {
   });
 }
 
-// Fails the phase once it has run `grace` past its seconds, naming what waits.
+// Fails the phase once it has run `grace` past twice its seconds (the rate
+// flows' longest), naming what waits.
 asio::awaitable<void> watchdog(PhaseRun& run) {
-  run.dog.expires_at(run.stop_sending + run.options.grace);
+  run.dog.expires_at(run.stop_rate + run.options.grace);
   co_await run.dog.async_wait(lanes::kAsTuple);
   if (run.finished || run.error) co_return;
   std::string what;
   for (const auto& [task, text] : run.waiting_on) what += (what.empty() ? "" : "; ") + text;
-  run.fail(std::make_exception_ptr(BroadcastError(
-      "probe phase \"" + run.phase.name + "\" did not end " +
-      std::to_string(run.options.grace.count()) + " ms after its " +
-      std::to_string(run.phase.seconds) + " s: " + (what.empty() ? "no task left" : what))));
+  run.fail(std::make_exception_ptr(
+      BroadcastError("probe phase \"" + run.phase.name + "\" did not end " +
+                     std::to_string(run.options.grace.count()) + " ms after twice its " +
+                     topology::format_duration(run.phase.seconds) + ": " +
+                     (what.empty() ? "no task left" : what))));
 }
 
 }  // namespace

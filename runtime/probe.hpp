@@ -2,17 +2,20 @@
 // (topology/probe.hpp) on this rank, over the same authenticated lane
 // connections a broadcast uses. Internal to runtime (Asio in the interface).
 //
-//   rate flow      the sender writes kProbe pieces from a zero buffer for the
-//                  phase's seconds on each of the flow's streams, then an
-//                  empty kProbe; the receiver times every piece as it lands
-//                  and counts the bytes after the first third of the flow
+//   rate flow      the sender writes kProbe pieces from a zero buffer on
+//                  each of the flow's streams; the receiver counts the bytes
+//                  the kernel received from 30 % to 70 % of the phase after
+//                  the first piece (topology::kProbeWindowFrom/To), then
+//                  closes the flow's connections, which stops the sender (at
+//                  the latest twice the phase's seconds after its start)
 //   latency flow   the sender sends kPing frames one at a time and times each
 //                  echo; the receiver echoes until the empty kProbe
 //
 // Every frame names its phase (seq) and flow (offset); anything else, a piece
 // over kMaxProbeFrameBytes, or more pings than any schedule makes, fails the
-// phase naming the peer. A phase that has not ended `grace` after its seconds
-// fails too, saying what it still waits for: bounded, whatever a peer does.
+// phase naming the peer. A phase that has not ended `grace` after twice its
+// seconds fails too, saying what it still waits for: bounded, whatever a
+// peer does.
 #pragma once
 
 #include <chrono>

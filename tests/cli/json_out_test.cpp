@@ -214,7 +214,9 @@ const std::vector<std::pair<std::string, T>> kLaunchFields = {
     {"copies", T::array},
     {"complete", T::boolean},
     {"missing", T::array},
-    {"files", T::array}};
+    {"files", T::array},
+    {"measured", T::null},
+    {"declared_max_flow_bound_seconds", T::null}};
 
 TEST(JsonSchema, LaunchAndItsProgressRecords) {
   TempDir dir;

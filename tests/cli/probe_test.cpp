@@ -40,7 +40,9 @@ TEST(Probe, TheDefaultIsMeasuredEveryNicAndLinkHasARowAndTheOutputLoadsIntoPlan)
 }
 
 TEST(Probe, JsonHasEveryRowWithItsFiguresAndFlags) {
-  Child c({kBin, "probe", "--lan-seconds", "0.1", "--wan-seconds", "0.1", "--json"});
+  // The default phases: the test checks every row is measured, also on a
+  // machine busy with other tests.
+  Child c({kBin, "probe", "--json"});
   ASSERT_EQ(c.wait(120s), 0) << c.err();
   const auto j = last_json(c.out());
   EXPECT_EQ(j["type"], "probe") << c.out();
