@@ -123,6 +123,7 @@ std::optional<Probed> run_probe(CLI::App* cmd, RunOptions& run, const topology::
   o.yaml_text = topology::grid_to_yaml(o.grid);
   o.params.kind = job::JobKind::kProbe;
   o.params.probe = settings;
+  o.probe_declared = declared;
   auto backend = make_backend(cmd, run, o);
   const auto start = std::chrono::steady_clock::now();
   job::LaunchResult result = job::launch(o, *backend, std::cerr);

@@ -770,14 +770,62 @@ asio::awaitable<void> BenchDriver::run(Launcher& l) {
 // The probe's phases in lockstep: every rank Ready, Go, every rank's report
 // (checked against the schedule: only flows the rank measures, each once),
 // then the next phase.
+// Every rank's report of probe phase i, checked against the phase: only
+// flows the rank measures, each once, none missing.
+asio::awaitable<void> collect_probe_reports(Launcher& l, ProbeOutcome& outcome, int i) {
+  const topology::ProbePhase& phase = outcome.phases[static_cast<size_t>(i)];
+  std::vector<bool> seen(phase.flows.size(), false);
+  for (int r = 0; r < l.size(); ++r) {
+    auto report = co_await l.next<control::ProbeReport>(r);
+    std::string bad;
+    if (report.phase != i) bad = "a report of phase " + std::to_string(report.phase);
+    for (const auto& smp : report.samples) {
+      if (!bad.empty()) break;
+      if (smp.flow >= static_cast<int>(phase.flows.size())) {
+        bad = "a sample of flow " + std::to_string(smp.flow) + ", which phase " +
+              std::to_string(i) + " does not have";
+        break;
+      }
+      const auto& f = phase.flows[static_cast<size_t>(smp.flow)];
+      const int measurer = f.kind == topology::ProbeKind::kRate ? f.to : f.from;
+      if (measurer != r)
+        bad = "a sample of flow " + std::to_string(smp.flow) + ", which rank " +
+              std::to_string(measurer) + " measures";
+      else if (seen[static_cast<size_t>(smp.flow)])
+        bad = "flow " + std::to_string(smp.flow) + " twice";
+      else
+        seen[static_cast<size_t>(smp.flow)] = true;
+    }
+    if (!bad.empty()) {
+      l.fail(Cause::kOther, l.who(r) + " sent " + bad);
+      l.check();
+    }
+    auto& all = outcome.samples[static_cast<size_t>(i)];
+    all.insert(all.end(), report.samples.begin(), report.samples.end());
+  }
+  for (size_t f = 0; f < seen.size(); ++f)
+    if (!seen[f]) {
+      const auto& flow = phase.flows[f];
+      const int measurer = flow.kind == topology::ProbeKind::kRate ? flow.to : flow.from;
+      l.fail(Cause::kOther, l.who(measurer) + " sent no sample of probe flow " +
+                                std::to_string(f) + " in phase \"" + phase.name + "\"");
+      l.check();
+    }
+}
+
 asio::awaitable<void> ProbeDriver::run(Launcher& l) {
   const auto& grid = l.options().grid;
   ProbeOutcome outcome;
   outcome.phases = topology::probe_schedule(grid, l.params().probe);
   outcome.samples.resize(outcome.phases.size());
   const int n = static_cast<int>(outcome.phases.size());
+  const auto announce = [&l](int i, const std::string& of, const topology::ProbePhase& phase) {
+    std::ostringstream line;
+    line << "probe: phase " << i + 1 << of << ", " << phase.name << ": " << phase.flows.size()
+         << " flows, " << topology::format_duration(phase.seconds);
+    l.say(lanes::log::Level::kNotice, line.str());
+  };
   for (int i = 0; i < n; ++i) {
-    const topology::ProbePhase& phase = outcome.phases[static_cast<size_t>(i)];
     for (int r = 0; r < l.size(); ++r) {
       const auto ready = co_await l.next<control::Ready>(r);
       if (ready.iteration != i) {
@@ -787,48 +835,23 @@ asio::awaitable<void> ProbeDriver::run(Launcher& l) {
         l.check();
       }
     }
-    std::ostringstream line;
-    line << "probe: phase " << i + 1 << "/" << n << ", " << phase.name << ": " << phase.flows.size()
-         << " flows, " << topology::format_duration(phase.seconds);
-    l.say(lanes::log::Level::kNotice, line.str());
+    announce(i, "/" + std::to_string(n), outcome.phases[static_cast<size_t>(i)]);
     l.send_all(control::Go{i});
-    std::vector<bool> seen(phase.flows.size(), false);
-    for (int r = 0; r < l.size(); ++r) {
-      auto report = co_await l.next<control::ProbeReport>(r);
-      std::string bad;
-      if (report.phase != i) bad = "a report of phase " + std::to_string(report.phase);
-      for (const auto& smp : report.samples) {
-        if (!bad.empty()) break;
-        if (smp.flow >= static_cast<int>(phase.flows.size())) {
-          bad = "a sample of flow " + std::to_string(smp.flow) + ", which phase " +
-                std::to_string(i) + " does not have";
-          break;
-        }
-        const auto& f = phase.flows[static_cast<size_t>(smp.flow)];
-        const int measurer = f.kind == topology::ProbeKind::kRate ? f.to : f.from;
-        if (measurer != r)
-          bad = "a sample of flow " + std::to_string(smp.flow) + ", which rank " +
-                std::to_string(measurer) + " measures";
-        else if (seen[static_cast<size_t>(smp.flow)])
-          bad = "flow " + std::to_string(smp.flow) + " twice";
-        else
-          seen[static_cast<size_t>(smp.flow)] = true;
-      }
-      if (!bad.empty()) {
-        l.fail(Cause::kOther, l.who(r) + " sent " + bad);
-        l.check();
-      }
-      auto& all = outcome.samples[static_cast<size_t>(i)];
-      all.insert(all.end(), report.samples.begin(), report.samples.end());
+    co_await collect_probe_reports(l, outcome, i);
+  }
+  // Confirmations: NICs that met only slower partners and measured below
+  // their declared figure get partners of their own.
+  if (l.options().probe_declared) {
+    const auto extra = topology::confirm_phases(*l.options().probe_declared, outcome.phases,
+                                                outcome.samples, l.params().probe);
+    for (const auto& phase : extra) {
+      const int i = static_cast<int>(outcome.phases.size());
+      outcome.phases.push_back(phase);
+      outcome.samples.emplace_back();
+      announce(i, "", phase);
+      l.send_all(control::ProbePhaseSpec{i, phase});
+      co_await collect_probe_reports(l, outcome, i);
     }
-    for (size_t f = 0; f < seen.size(); ++f)
-      if (!seen[f]) {
-        const auto& flow = phase.flows[f];
-        const int measurer = flow.kind == topology::ProbeKind::kRate ? flow.to : flow.from;
-        l.fail(Cause::kOther, l.who(measurer) + " sent no sample of probe flow " +
-                                  std::to_string(f) + " in phase \"" + phase.name + "\"");
-        l.check();
-      }
   }
   co_await l.finish();
   l.result.probe = std::move(outcome);

@@ -59,6 +59,10 @@ struct LaunchOptions {
   std::function<void(const ProgressSample&)> on_progress;
   // Bench mode: each point as the root reports it.
   std::function<void(const BenchPoint&)> on_bench_point;
+  // Probe mode: the topology as declared (`grid` is topology::probe_grid of
+  // it), so the launcher can confirm NICs measured below their claim
+  // (topology::confirm_phases). Without it, no confirmation.
+  std::optional<topology::Grid> probe_declared;
 };
 
 struct SlowestRank {

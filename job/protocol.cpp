@@ -22,6 +22,7 @@ enum class Type : std::uint8_t {
   kExit = 4,
   kTable = 5,
   kConfig = 6,
+  kProbePhaseSpec = 7,
   kEndpoints = 20,
   kReady = 21,
   kProgress = 22,
@@ -247,7 +248,8 @@ runtime::LanePorts lane_ports(Reader& r) {
 std::string name_of(const ToRank& m) {
   return std::visit(
       Overloaded{[](const Config&) { return "Config"; }, [](const Table&) { return "Table"; },
-                 [](const Go&) { return "Go"; }, [](const Exit&) { return "Exit"; }},
+                 [](const Go&) { return "Go"; }, [](const Exit&) { return "Exit"; },
+                 [](const ProbePhaseSpec&) { return "ProbePhaseSpec"; }},
       m);
 }
 
@@ -279,7 +281,24 @@ std::string encode_body(const ToRank& m) {
                    return w.take();
                  },
                  [](const Go& g) { return Writer(Type::kGo).i32(g.iteration).take(); },
-                 [](const Exit&) { return Writer(Type::kExit).take(); }},
+                 [](const Exit&) { return Writer(Type::kExit).take(); },
+                 [](const ProbePhaseSpec& p) {
+                   Writer w(Type::kProbePhaseSpec);
+                   w.i32(p.index)
+                       .text(p.phase.name)
+                       .u64(static_cast<std::uint64_t>(std::llround(p.phase.seconds * 1e6)))
+                       .u32(static_cast<std::uint32_t>(p.phase.flows.size()));
+                   for (const auto& f : p.phase.flows)
+                     w.u8(static_cast<std::uint8_t>(f.kind))
+                         .i32(f.from)
+                         .i32(f.to)
+                         .u8(static_cast<std::uint8_t>(f.nic_from))
+                         .u8(static_cast<std::uint8_t>(f.nic_to))
+                         .u8(static_cast<std::uint8_t>(f.streams))
+                         .u8(static_cast<std::uint8_t>(f.stream))
+                         .i32(f.wan);
+                   return w.take();
+                 }},
       m);
 }
 
@@ -395,6 +414,44 @@ ToRank decode_to_rank(const std::string& body, std::uint32_t ranks) {
       Go g{r.i32(0, kMaxIterations, "iteration")};
       r.end();
       out = g;
+      break;
+    }
+    case Type::kProbePhaseSpec: {
+      Reader r(body, "ProbePhaseSpec");
+      ProbePhaseSpec p;
+      p.index = r.i32(0, kMaxIterations, "phase");
+      p.phase.name = r.text("phase name");
+      if (p.phase.name.size() > 256) r.fail("a phase name of " + std::to_string(p.phase.name.size()) + " bytes");
+      const std::uint64_t us = r.u64();
+      if (us == 0 || us > 600'000'000) r.fail("a phase of " + std::to_string(us) + " us");
+      p.phase.seconds = static_cast<double>(us) / 1e6;
+      const std::uint32_t n = r.u32();
+      if (n > kMaxProbeFlows)
+        r.fail(std::to_string(n) + " flows, over the limit of " + std::to_string(kMaxProbeFlows));
+      const std::int32_t last_rank =
+          ranks == 0 ? static_cast<std::int32_t>(kMaxRanks) - 1 : static_cast<std::int32_t>(ranks) - 1;
+      p.phase.flows.resize(n);
+      for (auto& f : p.phase.flows) {
+        const std::uint8_t kind = r.u8();
+        if (kind > static_cast<std::uint8_t>(topology::ProbeKind::kLatency))
+          r.fail("flow kind " + std::to_string(kind) + " is unknown");
+        f.kind = static_cast<topology::ProbeKind>(kind);
+        f.from = r.i32(0, last_rank, "flow source");
+        f.to = r.i32(0, last_rank, "flow destination");
+        if (f.from == f.to) r.fail("a flow from rank " + std::to_string(f.from) + " to itself");
+        f.nic_from = r.u8();
+        f.nic_to = r.u8();
+        if (f.nic_from >= topology::kMaxLanes || f.nic_to >= topology::kMaxLanes)
+          r.fail("a flow's NIC past the " + std::to_string(topology::kMaxLanes) + " lanes a rank has");
+        f.streams = r.u8();
+        f.stream = r.u8();
+        if (f.streams < 1 || f.stream + f.streams > 64)
+          r.fail("a flow's streams " + std::to_string(f.stream) + " + " + std::to_string(f.streams) +
+                 " past the 64 of a link");
+        f.wan = r.i32(-1, static_cast<std::int32_t>(kMaxRanks), "flow WAN link");
+      }
+      r.end();
+      out = std::move(p);
       break;
     }
     case Type::kExit: {

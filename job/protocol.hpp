@@ -10,6 +10,7 @@
 //   bench:      ◄─ Point{...}* / Alive* ─  ◄─ BenchDone ─
 //   program:    ◄─ Alive* ─ (heartbeat)    ◄─ Finished ─ (MPI_Finalize) / Abort
 //   probe:      ◄─ Ready{phase} ─  ─ Go{phase} ─►  ◄─ ProbeReport{phase, samples} ─  (each phase)
+//               then ─ ProbePhaseSpec{phase, flows} ─►  ◄─ ProbeReport ─  (confirmations, if any)
 //      ─── Exit ───────────────────────────────►
 //   any time:   ◄─ Error{what} ─
 //
@@ -67,6 +68,15 @@ struct Go {
   std::int32_t iteration = 0;
 };
 struct Exit {};
+// A probe phase the launcher decides once the schedule's have run
+// (topology::confirm_phases), numbered after them; it starts the phase on
+// every rank at once, as Go does. Decoded with every flow range-checked
+// against the job's ranks and the lanes a rank has.
+inline constexpr std::uint32_t kMaxProbeFlows = 1u << 16;
+struct ProbePhaseSpec {
+  std::int32_t index = 0;
+  topology::ProbePhase phase;
+};
 
 // rank → launcher
 struct Endpoints {
@@ -140,7 +150,7 @@ struct ProbeReport {
   std::vector<topology::ProbeSample> samples;
 };
 
-using ToRank = std::variant<Config, Table, Go, Exit>;
+using ToRank = std::variant<Config, Table, Go, Exit, ProbePhaseSpec>;
 using ToLauncher = std::variant<Endpoints, Ready, Progress, Done, Alive, Point, BenchDone, Error,
                                 Abort, Finished, FileList, ProbeReport>;
 

@@ -242,8 +242,24 @@ int run_probe_rank(Session& session) {
     if (i + 1 == n) session.expect_exit();  // the answer may come at once
     session.send(report);
   }
-  (void)expect<control::Exit>(session);
-  return 0;
+  // Then the confirmations the launcher decides on (topology::confirm_phases),
+  // each started by its ProbePhaseSpec, until Exit.
+  for (int next = n;; ++next) {
+    control::ToRank m = session.receive();
+    if (std::holds_alternative<control::Exit>(m)) return 0;
+    auto* spec = std::get_if<control::ProbePhaseSpec>(&m);
+    if (spec == nullptr)
+      throw std::runtime_error("the launcher sent " + control::name_of(m) +
+                               " where a probe phase or Exit was expected");
+    if (spec->index != next)
+      throw std::runtime_error("the launcher started probe phase " + std::to_string(spec->index) +
+                               " where phase " + std::to_string(next) + " was due");
+    session.report_progress(next);
+    control::ProbeReport report{
+        next, session.communicator().probe(next, spec->phase, session.params().probe.pings)};
+    session.report_progress(-1);
+    session.send(report);
+  }
 }
 
 }  // namespace

@@ -33,8 +33,8 @@ struct Arrivals {
   int open_streams = 0;
   std::vector<lanes::Stream*> sockets;
   asio::steady_timer window_end;
-  bool armed = false;
   bool over = false;  // the window ended: reads that fail now are the end
+  Clock::time_point t0;  // the window's reference: the phase's start, or the first piece
   // The kernel's count of bytes received on each socket when the window
   // began (lanes/tcp_info.hpp), and what the window counted that way.
   std::map<lanes::Stream*, std::uint64_t> base;
@@ -156,12 +156,11 @@ asio::awaitable<void> send_rate(PhaseRun& run, int flow, int stream) {
   while (Clock::now() < run.stop_rate) {
     auto [ec, n] = co_await socket->write(bufs);
     run.check();
-    // The receiver closes its end when its window is over, at least
-    // kProbeWindowTo of the phase after the flow began: an error after the
-    // window began is that (a receiver that failed sends no sample, which
-    // fails the probe at the launcher); before it, a failure.
-    if (ec && Clock::now() >= run.start + std::chrono::duration_cast<Clock::duration>(
-                                              run.seconds * topology::kProbeWindowFrom))
+    // The receiver closes its end when its window is over: a reset or a
+    // broken pipe is that (a receiver that failed instead sends no sample,
+    // which fails the probe at the launcher); anything else is a failure.
+    if (ec == asio::error::connection_reset || ec == asio::error::broken_pipe ||
+        ec == asio::error::eof || ec == asio::error::connection_aborted)
       break;
     if (ec) throw BroadcastError("sending to " + peer + " failed: " + ec.message());
   }
@@ -183,14 +182,14 @@ asio::awaitable<lanes::Stream*> wait_incoming(PhaseRun& run, LinkKey key, const 
   co_return socket;
 }
 
-// The rate in the flow's window (kProbeWindowFrom..kProbeWindowTo of the
-// phase's seconds after its first byte): from the first piece that landed in
-// it to the last, the bytes of the pieces after the first.
-ProbeSample rate_sample(int flow, const Arrivals& a, Clock::duration seconds) {
+// The rate in the window (kProbeWindowFrom..kProbeWindowTo of the phase's
+// seconds after this rank began it): from the first piece that landed in it
+// to the last, the bytes of the pieces after the first.
+ProbeSample rate_sample(int flow, const Arrivals& a, Clock::time_point t0,
+                        Clock::duration seconds) {
   ProbeSample s;
   s.flow = flow;
   if (a.pieces.empty()) return s;
-  const auto t0 = a.pieces.front().first;
   const auto from =
       t0 + std::chrono::duration_cast<Clock::duration>(seconds * topology::kProbeWindowFrom);
   const auto to =
@@ -212,22 +211,35 @@ ProbeSample rate_sample(int flow, const Arrivals& a, Clock::duration seconds) {
 
 void start(PhaseRun& run, asio::awaitable<void> task);
 
-// The window ends kProbeWindowTo of the phase after the flow's first byte:
-// then its connections close and its senders stop. A task of the phase, so
-// the phase waits for it (its last stream's end cancels it).
+// The window: from kProbeWindowFrom to kProbeWindowTo of the phase's seconds
+// after this rank began it, the same for every flow it receives, so the flows
+// into one NIC (a confirmation's fan) add up to what the NIC took in at once.
+// At its end the flow's connections close and its senders stop. A task of
+// the phase, so the phase waits for it (its last stream's end cancels it).
 //
 // Where the kernel counts received bytes, the window's rate is its count at
 // the end less its count at the start, over the time between the two
 // readings: a rank the scheduler kept off the CPU for a while (two cores, a
 // grid of ranks) reads late but counts right. Elsewhere the pieces' arrival
 // times give it (rate_sample).
+// A flow that has brought nothing by the time its window would begin (its
+// sender started late) gets its window from its first piece instead.
 asio::awaitable<void> close_window(PhaseRun& run, Arrivals& a, Clock::time_point first) {
   const auto at = [&](double share) {
-    return first + std::chrono::duration_cast<Clock::duration>(run.seconds * share);
+    return a.t0 + std::chrono::duration_cast<Clock::duration>(run.seconds * share);
   };
+  a.t0 = first;
   a.window_end.expires_at(at(topology::kProbeWindowFrom));
   auto [ec] = co_await a.window_end.async_wait(lanes::kAsTuple);
   if (ec) co_return;
+  if (a.pieces.empty()) {
+    while (a.pieces.empty() && !run.error && a.open_streams > 0) co_await run.progress.wait();
+    if (a.pieces.empty()) co_return;
+    a.t0 = a.pieces.front().first;
+    a.window_end.expires_at(at(topology::kProbeWindowFrom));
+    std::tie(ec) = co_await a.window_end.async_wait(lanes::kAsTuple);
+    if (ec) co_return;
+  }
   a.counting = true;
   a.counted_from = Clock::now();
   for (auto* s : a.sockets)
@@ -289,18 +301,14 @@ asio::awaitable<void> receive_rate(PhaseRun& run, int flow, int stream) {
     run.check();
     if (rec && a.over) break;
     if (rec) throw BroadcastError("receiving from " + peer + " failed: " + rec.message());
-    const auto now = Clock::now();
-    a.pieces.emplace_back(now, h->length);
-    if (!a.armed) {
-      a.armed = true;
-      start(run, close_window(run, a, now));
-    }
+    a.pieces.emplace_back(Clock::now(), h->length);
+    if (a.pieces.size() == 1) run.progress.notify_all();  // a window may wait for it
   }
   socket->close();
   run.waiting_on.erase(task);
   if (--a.open_streams == 0) {
     a.window_end.cancel();
-    ProbeSample smp = rate_sample(flow, a, run.seconds);
+    ProbeSample smp = rate_sample(flow, a, a.t0, run.seconds);
     if (a.counted) {
       smp.bytes = a.by_kernel.bytes;
       smp.seconds = a.by_kernel.seconds;
@@ -398,6 +406,13 @@ asio::awaitable<std::vector<ProbeSample>> run_probe_phase(Transport& transport, 
   const int me = transport.rank();
   for (const int i : topology::flows_of(phase, me)) {
     const ProbeFlow& f = phase.flows[static_cast<size_t>(i)];
+    const int lanes = transport.grid().lane_count();
+    if (f.from < 0 || f.to < 0 || f.from >= transport.grid().size() ||
+        f.to >= transport.grid().size() || f.from == f.to || f.nic_from < 0 || f.nic_to < 0 ||
+        f.nic_from >= lanes || f.nic_to >= lanes)
+      throw BroadcastError(run.flow_text(i) + " is not a flow of this grid of " +
+                           std::to_string(transport.grid().size()) + " ranks and " +
+                           std::to_string(lanes) + " lanes");
     if (f.streams < 1 || f.stream < 0 || f.stream + f.streams > kMaxLinkStreams)
       throw BroadcastError(run.flow_text(i) + " has streams " + std::to_string(f.stream) + ".." +
                            std::to_string(f.stream + f.streams - 1) + ", past the link's " +
@@ -406,7 +421,9 @@ asio::awaitable<std::vector<ProbeSample>> run_probe_phase(Transport& transport, 
       if (f.from == me)
         for (int s = 0; s < f.streams; ++s) start(run, send_rate(run, i, s));
       if (f.to == me) {
-        run.arrivals.try_emplace(i, transport.io()).first->second.open_streams = f.streams;
+        Arrivals& a = run.arrivals.try_emplace(i, transport.io()).first->second;
+        a.open_streams = f.streams;
+        start(run, close_window(run, a, run.start));
         for (int s = 0; s < f.streams; ++s) start(run, receive_rate(run, i, s));
       }
     } else {

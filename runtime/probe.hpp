@@ -5,7 +5,7 @@
 //   rate flow      the sender writes kProbe pieces from a zero buffer on
 //                  each of the flow's streams; the receiver counts the bytes
 //                  the kernel received from 30 % to 70 % of the phase after
-//                  the first piece (topology::kProbeWindowFrom/To), then
+//                  the rank began it (topology::kProbeWindowFrom/To), then
 //                  closes the flow's connections, which stops the sender (at
 //                  the latest twice the phase's seconds after its start)
 //   latency flow   the sender sends kPing frames one at a time and times each

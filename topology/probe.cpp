@@ -129,8 +129,10 @@ std::vector<ProbePhase> probe_schedule(const Grid& g, const ProbeSettings& s) {
   }
   if (!latency.flows.empty()) phases.push_back(std::move(latency));
 
+  // NIC j alone for all but the last index: a NIC that shares with another
+  // shows as one of the two running faster alone than all together.
   if (most >= 2)
-    for (int j = 0; j < most; ++j) {
+    for (int j = 0; j + 1 < most; ++j) {
       ProbePhase alone{"nic " + std::to_string(j) + " alone", s.lan_seconds, {}};
       for (const auto& site : by_nic)
         ring_flows(site[static_cast<size_t>(j)], j, 1, ProbeKind::kRate, alone.flows);
@@ -177,7 +179,7 @@ std::vector<ProbePhase> probe_schedule(const Grid& g, const ProbeSettings& s) {
     for (ProbeFlow& f : phases[i].flows) {
       if (f.kind == ProbeKind::kRate && f.wan >= 0) {
         f.stream = 0;
-        f.streams = std::min(f.streams, kProbeTopStream + 1 - lan_phases);
+        f.streams = std::min(f.streams, kProbeTopStream + 1 - lan_phases - kMaxConfirmPhases);
       } else {
         f.stream = kProbeTopStream - static_cast<int>(i);
       }
@@ -225,6 +227,7 @@ ProbeEstimate estimate(const Grid& declared, const std::vector<ProbePhase>& phas
     double bps;
   };
   std::vector<WanFlow> wan_measured;
+  std::map<std::pair<int, int>, double> fan_out, fan_in;  // confirmations, by (rank, nic)
 
   for (size_t ph = 0; ph < phases.size(); ++ph) {
     const ProbePhase& phase = phases[ph];
@@ -262,10 +265,23 @@ ProbeEstimate estimate(const Grid& declared, const std::vector<ProbePhase>& phas
       } else if (phase.name.rfind("all nics", 0) == 0) {
         send[fr][jf] = std::max(send[fr][jf], bps);
         recv[to][jt] = std::max(recv[to][jt], bps);
+      } else if (phase.name.rfind("confirm", 0) == 0) {
+        fan_out[{f.from, f.nic_from}] += bps;
+        fan_in[{f.to, f.nic_to}] += bps;
       } else {
         alone[fr][jf] = std::max(alone[fr][jf], bps);
       }
     }
+  }
+
+  // A confirmation's fans: each NIC's flows together (a target's are several).
+  for (const auto& [key, bps] : fan_out) {
+    auto& v = send[static_cast<size_t>(key.first)][static_cast<size_t>(key.second)];
+    v = std::max(v, bps);
+  }
+  for (const auto& [key, bps] : fan_in) {
+    auto& v = recv[static_cast<size_t>(key.first)][static_cast<size_t>(key.second)];
+    v = std::max(v, bps);
   }
 
   ProbeEstimate out;
@@ -358,16 +374,19 @@ ProbeEstimate estimate(const Grid& declared, const std::vector<ProbePhase>& phas
       if (wan_flows[i][static_cast<size_t>(dir)] > 0) {
         const double rate = wan_rate[i][static_cast<size_t>(dir)];
         row.measured = rate;
-        // Every flow ran at (nearly) what its two NICs allow: the nodes, not
-        // the link, set the figure; the link is at least this fast.
-        bool nic_bound = true;
+        // The flows together ran at (nearly) what their NICs allow: the
+        // nodes, not the link, set the figure; the link is at least this fast.
+        double caps = 0;
+        bool known = true;
         for (const WanFlow& w : wan_measured) {
           if (static_cast<size_t>(w.link) != i || w.dir != dir) continue;
           const double cap = std::min(
               m.nodes[static_cast<size_t>(w.from)].nics[static_cast<size_t>(w.nic)].bandwidth_bps,
               m.nodes[static_cast<size_t>(w.to)].nics[static_cast<size_t>(w.nic)].bandwidth_bps);
-          nic_bound = nic_bound && cap > 0 && w.bps >= 0.85 * cap;
+          known = known && cap > 0;
+          caps += cap;
         }
+        const bool nic_bound = known && rate >= 0.85 * caps;
         row.lower_bound = nic_bound;
         if (nic_bound) row.note = "at least: the nodes' NICs, not the link, limited it";
         floor_only = floor_only && nic_bound;
@@ -386,6 +405,90 @@ ProbeEstimate estimate(const Grid& declared, const std::vector<ProbePhase>& phas
     if (static_cast<int>(used.size()) < k) m.pace_lanes = true;
   }
   for (const ProbeRow& row : out.rows) out.flagged += row.flagged() ? 1 : 0;
+  return out;
+}
+
+std::vector<ProbePhase> confirm_phases(const Grid& declared, const std::vector<ProbePhase>& phases,
+                                       const std::vector<std::vector<ProbeSample>>& samples,
+                                       const ProbeSettings& settings) {
+  const ProbeEstimate e = estimate(declared, phases, samples);
+  const auto figure = [&](int r, int j) {
+    return e.measured.nodes[static_cast<size_t>(r)].nics[static_cast<size_t>(j)].bandwidth_bps;
+  };
+  // Per NIC: the fastest partner it met on the rings.
+  std::map<std::pair<int, int>, double> fastest_partner;
+  for (const ProbePhase& ph : phases) {
+    if (ph.name.rfind("all nics", 0) != 0) continue;
+    for (const ProbeFlow& f : ph.flows) {
+      auto& a = fastest_partner[{f.from, f.nic_from}];
+      a = std::max(a, figure(f.to, f.nic_to));
+      auto& b = fastest_partner[{f.to, f.nic_to}];
+      b = std::max(b, figure(f.from, f.nic_from));
+    }
+  }
+  struct Target {
+    int rank, nic;
+    double claim;
+  };
+  std::vector<Target> targets;
+  std::set<std::pair<int, int>> suspect;
+  for (const auto& [key, partner] : fastest_partner) {
+    const auto [r, j] = key;
+    const double f = figure(r, j);
+    const double d = declared.nodes[static_cast<size_t>(r)].nics[static_cast<size_t>(j)].bandwidth_bps;
+    if (d > 1.25 * f && partner < 1.15 * f) {
+      targets.push_back({r, j, d});
+      suspect.insert(key);
+    }
+  }
+  std::vector<ProbePhase> out;
+  int lan_phases = 0;
+  for (const ProbePhase& ph : phases)
+    if (ph.name.rfind("wan", 0) != 0) ++lan_phases;
+  for (int c = 0; c < kMaxConfirmPhases && !targets.empty(); ++c) {
+    ProbePhase phase{"confirm " + std::to_string(c + 1) + ": fans for NICs that met only slower partners",
+                     settings.lan_seconds, {}};
+    std::set<std::pair<int, int>> busy;  // NICs already in a fan of this phase
+    std::vector<Target> later;
+    for (const Target& t : targets) {
+      if (busy.count({t.rank, t.nic})) {
+        later.push_back(t);
+        continue;
+      }
+      // Partners: the site's other NICs of this index, fastest first, until
+      // together they could carry the claim (at most four).
+      std::vector<std::pair<double, int>> candidates;
+      for (const int o : declared.sites[static_cast<size_t>(declared.site_of(t.rank))].ranks) {
+        if (o == t.rank || probed_nics(declared.nodes[static_cast<size_t>(o)]) <= t.nic) continue;
+        if (busy.count({o, t.nic}) || suspect.count({o, t.nic})) continue;
+        candidates.push_back({figure(o, t.nic), o});
+      }
+      std::sort(candidates.begin(), candidates.end(),
+                [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+      std::vector<int> partners;
+      double carry = 0;
+      for (const auto& [fig, o] : candidates) {
+        if (carry >= 1.2 * t.claim || partners.size() == 4) break;
+        partners.push_back(o);
+        carry += fig;
+      }
+      if (partners.size() < 2) continue;  // no fan to be had: the figure stays a floor
+      busy.insert({t.rank, t.nic});
+      for (const int o : partners) {
+        busy.insert({o, t.nic});
+        for (const bool in : {true, false}) {
+          ProbeFlow f;
+          f.from = in ? o : t.rank;
+          f.to = in ? t.rank : o;
+          f.nic_from = f.nic_to = t.nic;
+          f.stream = kProbeTopStream - lan_phases - c;
+          phase.flows.push_back(f);
+        }
+      }
+    }
+    if (!phase.flows.empty()) out.push_back(std::move(phase));
+    targets = std::move(later);
+  }
   return out;
 }
 

@@ -17,7 +17,8 @@
 //
 //   latency          ping-pong on a ring per NIC index inside every site
 //                    (node i -> i+1), and between two nodes of each WAN link
-//   nic j alone      (nodes with two or more NICs) rate on ring +1 of NIC j
+//   nic j alone      (nodes with two or more NICs) rate on ring +1 of NIC j,
+//                    for every NIC index but the last
 //   ring ahead       rate on the rings of every NIC index at once, i -> i+1
 //   ring behind      the same the other way, i -> i-1: every NIC sends to
 //                    and receives from both its ring neighbours, so a fast
@@ -26,6 +27,8 @@
 //                    between up to `wan_pairs` node pairs on each common
 //                    NIC, each flow with the link's stream count
 //   wan, other way   the same back
+//   confirm          (only where needed: confirm_phases) fans for NICs that
+//                    met only slower partners and measured below their claim
 //
 // A link i -> k runs at min(send of i, receive of k): a NIC's send rate is the
 // best of its flows out, its receive rate the best of its flows in, over the
@@ -43,7 +46,9 @@
 namespace gridbcast::topology {
 
 struct ProbeSettings {
-  double lan_seconds = 0.25;  // each rate phase inside the sites
+  // Each rate phase inside the sites; its window is 40 % of it (a shaper's
+  // burst counts less in a longer one).
+  double lan_seconds = 0.4;
   // Each WAN rate phase, at least 40 one-way latencies of the slowest link
   // (TCP needs a few round trips to open its window).
   double wan_seconds = 0.5;
@@ -78,11 +83,12 @@ struct ProbePhase {
   std::vector<ProbeFlow> flows;
 };
 
-// A rate flow's receiver counts what arrives in the middle of the flow, from
-// 30 % to 70 % of the phase's seconds after its first byte: every flow of the
-// phase runs then (they start within a few round trips of the launcher's Go),
-// so the rates of flows that share a link add up. At the end of the window it
-// closes the flow's connections and the sender stops: no queue is drained.
+// A rate flow's receiver counts what arrives in the middle of the phase, from
+// 30 % to 70 % of its seconds after the rank began it (the launcher's Go):
+// every flow of the phase runs then (they start within a few round trips of
+// the Go), so the rates of flows that share a NIC or a link add up. At the
+// end of the window it closes the flow's connections and the sender stops:
+// no queue is drained.
 inline constexpr double kProbeWindowFrom = 0.3;
 inline constexpr double kProbeWindowTo = 0.7;
 // Stream ids of the flows inside the sites count down from here, one per
@@ -109,6 +115,20 @@ Grid probe_grid(const Grid& declared);
 
 // Throws std::invalid_argument for settings out of range.
 std::vector<ProbePhase> probe_schedule(const Grid& grid, const ProbeSettings& settings = {});
+
+// A pairwise flow runs at the slower end: a NIC whose every partner on the
+// rings was slower than it cannot be told from a NIC as slow as they are (a
+// lone 100 Mbit/s NIC among 50 Mbit/s ones measures 50). When such a NIC
+// measured more than 25 % below its declared figure, a confirmation phase
+// gives it partners of its own, enough of them together to carry the
+// declared figure, sending to it and receiving from it at once ("fan in and
+// out"); its figure is then the sum. At most kMaxConfirmPhases, each partner
+// in one target's fan per phase. Empty when nothing needs confirming.
+// `phases` and `samples` are what ran so far (the schedule's).
+inline constexpr int kMaxConfirmPhases = 2;
+std::vector<ProbePhase> confirm_phases(const Grid& declared, const std::vector<ProbePhase>& phases,
+                                       const std::vector<std::vector<ProbeSample>>& samples,
+                                       const ProbeSettings& settings = {});
 
 // The flows of `phase` in which `rank` sends or receives.
 std::vector<int> flows_of(const ProbePhase& phase, int rank);

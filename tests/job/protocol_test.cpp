@@ -77,6 +77,17 @@ TEST(ControlProtocol, EveryMessageRoundTrips) {
   EXPECT_EQ(tt.run_nonce, kNonce);
   EXPECT_EQ(std::get<Go>(decode_to_rank(encode_body(Go{5}))).iteration, 5);
   EXPECT_TRUE(std::holds_alternative<Exit>(decode_to_rank(encode_body(Exit{}))));
+  ProbePhaseSpec spec;
+  spec.index = 9;
+  spec.phase.name = "confirm 1";
+  spec.phase.seconds = 0.4;
+  spec.phase.flows.push_back({topology::ProbeKind::kRate, 3, 1, 2, 2, 1, 56, -1});
+  spec.phase.flows.push_back({topology::ProbeKind::kLatency, 1, 3, 0, 0, 1, 63, 0});
+  const auto sb = std::get<ProbePhaseSpec>(decode_to_rank(encode_body(spec), 4));
+  EXPECT_EQ(sb.index, 9);
+  EXPECT_EQ(sb.phase.name, "confirm 1");
+  EXPECT_DOUBLE_EQ(sb.phase.seconds, 0.4);
+  EXPECT_EQ(sb.phase.flows, spec.phase.flows);
 
   Done d;
   d.iteration = 2;
@@ -240,6 +251,36 @@ TEST(ControlProtocol, DecodersRefuseWhatIsOutOfRange) {
     bad(q);
     refused_by_rank(encode_body(Config{"t", "y", q}));
   }
+  // Probe phases from the launcher: flows outside the job, to itself, past
+  // the lanes or the streams a link has, an unknown kind, too many flows.
+  const auto spec_with = [](topology::ProbeFlow f) {
+    ProbePhaseSpec s;
+    s.index = 5;
+    s.phase.name = "confirm";
+    s.phase.seconds = 0.3;
+    s.phase.flows.push_back(f);
+    return encode_body(s);
+  };
+  const topology::ProbeFlow fine{topology::ProbeKind::kRate, 0, 1, 0, 0, 1, 60, -1};
+  EXPECT_NO_THROW(decode_to_rank(spec_with(fine), 4));
+  std::vector<topology::ProbeFlow> bad_flows(6, fine);
+  bad_flows[0].to = 4;  // a job of 4 ranks
+  bad_flows[1].to = bad_flows[1].from;
+  bad_flows[2].nic_to = 8;  // past the 8 lanes
+  bad_flows[3].stream = 63;
+  bad_flows[3].streams = 2;
+  bad_flows[4].streams = 0;
+  bad_flows[5].from = -1;
+  for (const auto& f : bad_flows) refused_by_rank(spec_with(f), 4);
+  std::string unknown_kind = spec_with(fine);
+  unknown_kind[unknown_kind.size() - 17] = '\x07';  // the one flow's kind byte (of 17)
+  refused_by_rank(unknown_kind, 4);
+  ProbePhaseSpec no_flows;
+  no_flows.phase.name = "x";
+  no_flows.phase.seconds = 1;
+  std::string many_flows = encode_body(no_flows);
+  many_flows[many_flows.size() - 4] = '\x7f';  // a flow count of 2^31-ish, no flows
+  refused_by_rank(many_flows, 4);
   // The Config before probe settings (type 1) is no message any more.
   std::string old_config = encode_body(Config{"t", "y", p});
   old_config[0] = '\x01';

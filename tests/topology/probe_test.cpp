@@ -150,14 +150,20 @@ TEST(ProbeSchedule, SettingsOutOfRangeAreRefusedAndSlowLinksGetLongerWanPhases) 
 }
 
 // Samples priced by a model of the network: a flow runs at the lower of its
-// ends' NICs (each NIC in one flow per phase inside a site), the WAN flows of
-// one direction share the link.
+// ends' NICs, each shared evenly among the flows on it in the phase (a fan's
+// target has several); the WAN flows of one direction share the link.
 std::vector<std::vector<ProbeSample>> model_samples(const Grid& truth,
-                                                    const std::vector<ProbePhase>& phases,
-                                                    double window_s = 0.1) {
+                                                     const std::vector<ProbePhase>& phases,
+                                                     double window_s = 0.1) {
   std::vector<std::vector<ProbeSample>> out(phases.size());
   for (size_t p = 0; p < phases.size(); ++p) {
     const auto& ph = phases[p];
+    std::map<std::pair<int, int>, int> outs, ins;
+    for (const auto& f : ph.flows)
+      if (f.wan < 0 && f.kind == ProbeKind::kRate) {
+        ++outs[{f.from, f.nic_from}];
+        ++ins[{f.to, f.nic_to}];
+      }
     std::map<int, double> wan_demand;
     for (const auto& f : ph.flows)
       if (f.wan >= 0 && f.kind == ProbeKind::kRate)
@@ -177,12 +183,12 @@ std::vector<std::vector<ProbeSample>> model_samples(const Grid& truth,
         s.rtt_median_s = 2.1 * one_way;
         s.pings = 5;
       } else {
-        double bps = std::min(truth.nodes[static_cast<size_t>(f.from)]
-                                  .nics[static_cast<size_t>(f.nic_from)]
-                                  .bandwidth_bps,
-                              truth.nodes[static_cast<size_t>(f.to)]
-                                  .nics[static_cast<size_t>(f.nic_to)]
-                                  .bandwidth_bps);
+        const double share_out = f.wan < 0 ? outs[{f.from, f.nic_from}] : 1;
+        const double share_in = f.wan < 0 ? ins[{f.to, f.nic_to}] : 1;
+        const auto nic = [&](int r, int j) {
+          return truth.nodes[static_cast<size_t>(r)].nics[static_cast<size_t>(j)].bandwidth_bps;
+        };
+        double bps = std::min(nic(f.from, f.nic_from) / share_out, nic(f.to, f.nic_to) / share_in);
         if (f.wan >= 0) {
           const double link = truth.wan[static_cast<size_t>(f.wan)].bandwidth_bps;
           bps *= std::min(1.0, link / wan_demand[f.wan]);
@@ -269,6 +275,55 @@ TEST(ProbeEstimate, ANicWithoutAPeerInItsSiteKeepsItsDeclaredFigureAndSaysSo) {
   bool said = false;
   for (const auto& n : e.notes) said = said || n.find("s0n0 nic 0") != std::string::npos;
   EXPECT_TRUE(said) << ::testing::PrintToString(e.notes);
+}
+
+// testbed-hetero-3x's gamma5 has one 100 Mbit/s NIC among nodes of 50 Mbit/s
+// ones: on the rings it meets only slower partners and measures 50. It is
+// below its declared 100, so a confirmation gives it a fan of partners, and
+// then it measures 100. Nothing else needs confirming.
+TEST(ProbeConfirm, ALoneFastNicAmongSlowOnesGetsAFanAndItsTrueRate) {
+  const Grid truth = load_grid_file(GRIDBCAST_SOURCE_DIR "/site-configs/testbed-hetero-3x.yaml");
+  auto phases = probe_schedule(probe_grid(truth));
+  auto samples = model_samples(truth, phases);
+  const int gamma5 = truth.size() - 1;
+  ASSERT_EQ(truth.nodes[static_cast<size_t>(gamma5)].name, "gamma5");
+  const auto on_rings = estimate(truth, phases, samples);
+  EXPECT_NEAR(on_rings.measured.nodes[static_cast<size_t>(gamma5)].nics[0].bandwidth_bps, 50e6,
+              1e6);
+  const auto extra = confirm_phases(truth, phases, samples);
+  ASSERT_EQ(extra.size(), 1u);
+  int fan_in = 0, fan_out = 0;
+  for (const auto& f : extra[0].flows) {
+    fan_in += f.to == gamma5;
+    fan_out += f.from == gamma5;
+    EXPECT_TRUE(f.to == gamma5 || f.from == gamma5) << "only gamma5 is confirmed";
+    EXPECT_EQ(truth.site_of(f.from), truth.site_of(f.to));
+  }
+  EXPECT_EQ(fan_in, fan_out);
+  EXPECT_GE(fan_in, 2);
+  EXPECT_LE(fan_in, 4);
+  // A connection of its own: no flow of the schedule used one of these.
+  std::set<std::tuple<int, int, int, int, int>> used;
+  for (const auto& ph : phases)
+    for (const auto& f : ph.flows)
+      for (int st = f.stream; st < f.stream + f.streams; ++st)
+        used.insert({f.from, f.to, f.nic_from, f.nic_to, st});
+  for (const auto& f : extra[0].flows)
+    EXPECT_FALSE(used.count({f.from, f.to, f.nic_from, f.nic_to, f.stream}));
+  phases.push_back(extra[0]);
+  samples.push_back(model_samples(truth, {extra[0]}).front());
+  const ProbeEstimate e = estimate(truth, phases, samples);
+  for (size_t r = 0; r < truth.nodes.size(); ++r)
+    for (size_t j = 0; j < truth.nodes[r].nics.size(); ++j)
+      EXPECT_NEAR(e.measured.nodes[r].nics[j].bandwidth_bps, truth.nodes[r].nics[j].bandwidth_bps,
+                  0.02 * truth.nodes[r].nics[j].bandwidth_bps)
+          << truth.nodes[r].name << " nic " << j;
+  // Once confirmed, nothing is left to confirm; and a grid measured at its
+  // declared figures needs none.
+  EXPECT_TRUE(confirm_phases(truth, phases, samples).empty());
+  const Grid g8 = load_grid_file(GRIDBCAST_SOURCE_DIR "/site-configs/testbed-8x8.yaml");
+  const auto plain = probe_schedule(probe_grid(g8));
+  EXPECT_TRUE(confirm_phases(g8, plain, model_samples(g8, plain)).empty());
 }
 
 TEST(ProbeEstimate, SamplesThatDoNotFitTheScheduleAreRefused) {
