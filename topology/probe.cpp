@@ -147,9 +147,9 @@ std::vector<ProbePhase> probe_schedule(const Grid& g, const ProbeSettings& s) {
   }
 
   // One direction at a time, as a broadcast's chain uses a link; long enough
-  // for TCP to open its window over the slowest link (40 one-way latencies).
+  // for TCP to open its window over the slowest link (60 one-way latencies).
   double wan_seconds = s.wan_seconds;
-  for (const WanLink& l : g.wan) wan_seconds = std::max(wan_seconds, 40 * l.latency_s);
+  for (const WanLink& l : g.wan) wan_seconds = std::max(wan_seconds, 60 * l.latency_s);
   for (const bool forward : {true, false}) {
     ProbePhase wan{forward ? "wan, each link's first site to its second"
                            : "wan, each link's second site to its first",
@@ -307,7 +307,11 @@ ProbeEstimate estimate(const Grid& declared, const std::vector<ProbePhase>& phas
       // NIC takes one figure both ways (Grid, full duplex), the higher: the
       // lower one most likely met slower partners only.
       const double s = send[rj][jj], rv = recv[rj][jj];
-      const double nic = std::max(s, rv);
+      // Within 25 % of each other both are the NIC's own rate: their mean
+      // halves a shaper's burst in either; further apart, the higher.
+      const double nic = s > 0 && rv > 0 && std::max(s, rv) <= 1.25 * std::min(s, rv)
+                             ? (s + rv) / 2
+                             : std::max(s, rv);
       if (s > 0 && rv > 0 && std::max(s, rv) > 1.25 * std::min(s, rv))
         out.notes.push_back(nic_name(g, r, j) + " sent at " + format_bandwidth(s) +
                             " and received at " + format_bandwidth(rv) +

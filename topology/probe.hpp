@@ -32,7 +32,7 @@
 //
 // A link i -> k runs at min(send of i, receive of k): a NIC's send rate is the
 // best of its flows out, its receive rate the best of its flows in, over the
-// two ring phases; the NIC's figure (one for both ways) is the higher. Measured "all at once" is
+// two ring phases; the NIC's figure (one for both ways) is their mean when within 25 % of each other, else the higher. Measured "all at once" is
 // what a broadcast, which uses every lane, gets; "alone" only shows whether NICs share a rate.
 #pragma once
 
@@ -49,9 +49,9 @@ struct ProbeSettings {
   // Each rate phase inside the sites; its window is 40 % of it (a shaper's
   // burst counts less in a longer one).
   double lan_seconds = 0.4;
-  // Each WAN rate phase, at least 40 one-way latencies of the slowest link
+  // Each WAN rate phase, at least 60 one-way latencies of the slowest link
   // (TCP needs a few round trips to open its window).
-  double wan_seconds = 0.5;
+  double wan_seconds = 0.75;
   double latency_seconds = 0.2;  // the ping phase: pings until this or `pings`
   int pings = 12;                // per latency flow, at most (at least 2 are made)
   int wan_pairs = 8;             // node pairs per WAN link and direction, at most

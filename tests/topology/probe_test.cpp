@@ -142,11 +142,11 @@ TEST(ProbeSchedule, SettingsOutOfRangeAreRefusedAndSlowLinksGetLongerWanPhases) 
                           ProbeSettings{0.3, 1, 0.2, 12, 0}, ProbeSettings{0.3, 1000, 0.2, 12, 8}})
     EXPECT_THROW(probe_schedule(g, bad), std::invalid_argument);
   Grid slow = g;
-  slow.wan[0].latency_s = 0.1;  // 100 ms one way: 40 of them is 4 s
+  slow.wan[0].latency_s = 0.1;  // 100 ms one way: 60 of them is 6 s
   const auto phases = probe_schedule(probe_grid(slow));
   const int w = phase_index(phases, "wan");
   ASSERT_GE(w, 0);
-  EXPECT_DOUBLE_EQ(phases[static_cast<size_t>(w)].seconds, 4.0);
+  EXPECT_DOUBLE_EQ(phases[static_cast<size_t>(w)].seconds, 6.0);
 }
 
 // Samples priced by a model of the network: a flow runs at the lower of its
