@@ -16,6 +16,7 @@
 #include "testbed/testbed.hpp"
 #include "topology/hosts.hpp"
 #include "topology/loader.hpp"
+#include "topology/select.hpp"
 #include "topology/units.hpp"
 
 namespace gridbcast::cli {
@@ -204,9 +205,10 @@ std::string algorithm_list() {
 }
 
 topology::Algorithm resolve_algorithm(const std::string& name, const topology::Grid& g,
-                                      std::uint64_t size) {
+                                      std::uint64_t size, int root) {
   if (name == "auto")
-    return topology::select_algorithm(g, size, topology::SelectionThresholds::from_environment());
+    return topology::select_algorithm(g, root, size,
+                                      topology::SelectionThresholds::from_environment());
   auto a = topology::parse_algorithm(name);
   if (!a)
     throw CLI::ValidationError(

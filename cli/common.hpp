@@ -54,9 +54,10 @@ std::uint64_t parse_size_option(const std::string& text, const char* option);
 // "multilane, binomial, ...": every algorithm's name.
 std::string algorithm_list();
 
-// "auto" or an algorithm's name; anything else is a usage error (--algorithm).
+// "auto" (the cost model's choice for this root and size, topology/select.hpp)
+// or an algorithm's name; anything else is a usage error (--algorithm).
 topology::Algorithm resolve_algorithm(const std::string& name, const topology::Grid& g,
-                                      std::uint64_t size);
+                                      std::uint64_t size, int root = 0);
 
 // A --root outside the grid is a bad value (exit 2), not a failure of the run.
 void check_root(int root, const topology::Grid& g);

@@ -22,6 +22,7 @@
 #include "runtime/subgrid.hpp"
 #include "topology/bound.hpp"
 #include "topology/emit.hpp"
+#include "topology/select.hpp"
 #include "topology/units.hpp"
 
 namespace gridbcast::cli {
@@ -241,6 +242,11 @@ struct Launch {
           to << cli::progress_json(s) << std::endl;
         }
       };
+    if (!o.params.program() && o.params.algorithm == "auto" && o.params.iterations > 0)
+      lanes::log::info("gridbcast launch: " +
+                       topology::describe(topology::select_broadcast(
+                           o.grid, o.params.root, o.params.size,
+                           topology::SelectionThresholds::from_environment())));
     auto backend = make_backend(launch_cmd, l_run, o, l_program);
     // An MPI program waits as long as its peers compute: no progress deadline
     // unless asked (a rank that stops or dies is still noticed: heartbeats).

@@ -9,6 +9,7 @@
 #include "topology/plan/format.hpp"
 #include "topology/plan/plan.hpp"
 #include "topology/plan/verify.hpp"
+#include "topology/select.hpp"
 #include "topology/units.hpp"
 
 namespace gridbcast::cli {
@@ -48,7 +49,12 @@ struct Plan {
     const Loaded l = load(plan_topology_options);
     check_root(plan_root, l.grid);
     const std::uint64_t size = parse_size_option(plan_size, "--size");
-    const auto algo = resolve_algorithm(plan_algorithm, l.grid, size);
+    const auto algo = resolve_algorithm(plan_algorithm, l.grid, size, plan_root);
+    if (plan_algorithm == "auto")  // what auto chose, and what the model predicts of each candidate
+      lanes::log::notice(
+          "gridbcast plan: " +
+          topology::describe(topology::select_broadcast(
+              l.grid, plan_root, size, topology::SelectionThresholds::from_environment())));
     const auto plan = topology::build_plan(l.grid, algo, plan_root, size);
     if (plan_format == "json")
       write_json(std::cout, plan_json(l.grid, plan));

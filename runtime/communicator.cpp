@@ -18,6 +18,7 @@
 #include "runtime/subgrid.hpp"
 #include "runtime/transport.hpp"
 #include "topology/plan/segments.hpp"
+#include "topology/select.hpp"
 
 namespace gridbcast::runtime {
 
@@ -358,6 +359,9 @@ struct Communicator::Impl {
     int me = 0;                                        // this rank in that grid
     std::uint64_t communicator = 0;                    // 0: the world
     std::uint64_t ticket = 0;                          // its place in the order
+    // Resolved on the plan's own grid, before a group's plan is translated to
+    // world ranks (the model's choice reads the grid the plan was made for).
+    std::uint64_t segment_bytes = 0;
   };
   std::uint64_t bcast_tickets = 0;  // broadcasts started
   std::uint64_t bcast_turn = 0;     // the ticket whose broadcast may run now
@@ -365,12 +369,14 @@ struct Communicator::Impl {
   size_t in_flight = 0;  // coroutines started by isend, ibcast and exchange, not finished
   std::map<std::uint64_t, size_t> broadcasts_in_flight;  // by communicator
 
+  // `segment`: resolved on the plan's own grid (0: on the world's, from `plan`).
   Started started(topology::Plan plan, std::uint64_t sequence, void* buffer,
                   std::shared_ptr<const topology::Grid> group_grid, int me,
-                  std::uint64_t communicator) {
+                  std::uint64_t communicator, std::uint64_t segment = 0) {
+    if (segment == 0) segment = topology::resolve_segment_bytes(grid, plan, options.segment_bytes);
     return Started{std::move(plan),       sequence, static_cast<std::byte*>(buffer),
                    std::move(group_grid), me,       communicator,
-                   bcast_tickets++};
+                   bcast_tickets++,       segment};
   }
 
   // A started broadcast of the world, or of a group (plan over the group's
@@ -379,7 +385,7 @@ struct Communicator::Impl {
                           std::optional<topology::Algorithm> algorithm) {
     if (failed) std::rethrow_exception(failed);
     const auto algo =
-        algorithm.value_or(topology::select_algorithm(grid, bytes, options.thresholds));
+        algorithm.value_or(topology::select_algorithm(grid, root, bytes, options.thresholds));
     return started(topology::build_plan(grid, algo, root, bytes), seq++, buffer, nullptr, rank, 0);
   }
   Started group_broadcast(std::uint64_t context, void* buffer, std::uint64_t bytes, int root,
@@ -395,9 +401,11 @@ struct Communicator::Impl {
     const int root_world = g.members[static_cast<size_t>(root)];
     const int root_index = static_cast<int>(
         std::lower_bound(g.sorted.begin(), g.sorted.end(), root_world) - g.sorted.begin());
-    const auto algo =
-        algorithm.value_or(topology::select_algorithm(*g.grid, bytes, options.thresholds));
+    const auto algo = algorithm.value_or(
+        topology::select_algorithm(*g.grid, root_index, bytes, options.thresholds));
     topology::Plan plan = topology::build_plan(*g.grid, algo, root_index, bytes);
+    const std::uint64_t segment =
+        topology::resolve_segment_bytes(*g.grid, plan, options.segment_bytes);
     // The plan speaks of the restricted grid's ranks; the transport of the world's.
     for (auto& t : plan.transfers) {
       t.from = g.sorted[static_cast<size_t>(t.from)];
@@ -411,7 +419,8 @@ struct Communicator::Impl {
     plan.ranks = grid.size();
     const int me = static_cast<int>(std::lower_bound(g.sorted.begin(), g.sorted.end(), rank) -
                                     g.sorted.begin());
-    return started(std::move(plan), group_seq(context, g.seq++), buffer, g.grid, me, context);
+    return started(std::move(plan), group_seq(context, g.seq++), buffer, g.grid, me, context,
+                   segment);
   }
 
   // The first failure sticks: every link and message connection closes, and
@@ -454,7 +463,7 @@ struct Communicator::Impl {
       if (!multicasts_here)
         if (auto it = multicast.find(s.communicator); it != multicast.end() && it->second.receiver)
           it->second.receiver->pass(s.sequence);
-      eo.segment_bytes = topology::resolve_segment_bytes(g, plan.size, options.segment_bytes);
+      eo.segment_bytes = s.segment_bytes;
       if (!transport.failure().empty())
         throw lanes::NetworkError("rank " + std::to_string(rank) +
                                   " cannot serve its links: " + transport.failure());
@@ -467,9 +476,7 @@ struct Communicator::Impl {
 
   BcastInfo run(Started s) {
     const auto start = std::chrono::steady_clock::now();
-    const topology::Grid& g = s.group_grid ? *s.group_grid : grid;
-    BcastInfo info{s.plan.algorithm, s.plan.size,
-                   topology::resolve_segment_bytes(g, s.plan.size, options.segment_bytes), 0};
+    BcastInfo info{s.plan.algorithm, s.plan.size, s.segment_bytes, 0};
     const ExecStats stats = drive(run_async(std::move(s)));
     info.multicast_bytes_in = stats.multicast_bytes_in;
     info.multicast_bytes_out = stats.multicast_bytes_out;
@@ -632,7 +639,7 @@ void Communicator::set_endpoints(EndpointTable table, const RunNonce& run_nonce)
 }
 
 std::vector<topology::ProbeSample> Communicator::probe(int index, const topology::ProbePhase& phase,
-                                                      int pings) {
+                                                       int pings) {
   auto& im = *impl_;
   if (im.failed) std::rethrow_exception(im.failed);
   ProbeRunOptions o;

@@ -9,6 +9,7 @@
 #include "topology/intervals.hpp"
 #include "topology/plan/pacing.hpp"
 #include "topology/plan/segments.hpp"
+#include "topology/simulate.hpp"
 
 namespace gridbcast::runtime {
 namespace {
@@ -16,8 +17,9 @@ namespace {
 using lanes::Clock;
 using topology::Segment;
 
-// Every segment travels as one frame.
+// Every segment travels as one frame; the cost model counts its header.
 static_assert(topology::kMaxSegmentBytes <= lanes::kMaxFrameBytes);
+static_assert(topology::kFrameOverheadBytes == lanes::kFrameHeaderBytes);
 
 // Everything one broadcast's coroutines share. Lives in execute()'s frame,
 // which outlives every task it starts.
@@ -278,7 +280,7 @@ asio::awaitable<ExecStats> execute(Transport& transport, const topology::Plan& p
   // derives the same lists, so each receiving stream knows how many frames it reads.
   topology::SegmentOptions so;
   so.segment_bytes =
-      topology::resolve_segment_bytes(transport.grid(), plan.size, options.segment_bytes);
+      topology::resolve_segment_bytes(transport.grid(), plan, options.segment_bytes);
   topology::RankSegments mine = topology::rank_segments(plan, me, so);
   // Tasks start in link order (peer, lane_from, lane_to).
   auto by_key = [](int peer_a, const topology::LinkSegments& a, int peer_b,

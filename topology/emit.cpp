@@ -61,8 +61,8 @@ std::string grid_to_yaml(const Grid& g, const GridComments& comments) {
   YAML::Emitter& y = w.y;
   w.comment("top");
   y << YAML::BeginMap << YAML::Key << "name" << YAML::Value << g.name;
-  const bool defaults =
-      g.segment_bytes != 0 || g.lanes != 0 || !g.congestion.empty() || g.pace_lanes || g.probe;
+  const bool defaults = g.segment_bytes != 0 || g.lanes != 0 || !g.congestion.empty() ||
+                        g.pace_lanes || g.probe || g.segment_overhead_s > 0;
   if (defaults) {
     y << YAML::Key << "defaults" << YAML::Value << YAML::BeginMap;
     if (g.segment_bytes != 0)
@@ -71,6 +71,8 @@ std::string grid_to_yaml(const Grid& g, const GridComments& comments) {
     if (!g.congestion.empty()) y << YAML::Key << "congestion" << YAML::Value << g.congestion;
     if (g.pace_lanes) y << YAML::Key << "pace_lanes" << YAML::Value << true;
     if (g.probe) y << YAML::Key << "probe" << YAML::Value << true;
+    if (g.segment_overhead_s > 0)
+      y << YAML::Key << "segment_overhead" << YAML::Value << nanoseconds(g.segment_overhead_s);
     y << YAML::EndMap;
   }
   y << YAML::Key << "sites" << YAML::Value << YAML::BeginSeq;

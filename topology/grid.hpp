@@ -132,6 +132,12 @@ struct Grid {
   // of the declared NIC and WAN bandwidths (topology/plan/pacing.hpp). Off by
   // default: it trusts the bandwidths the topology declares.
   bool pace_lanes = false;
+  // defaults.segment_overhead: the time one segment costs a rank beyond its
+  // bytes (a write or two reads, a wake-up), as the cost model charges it
+  // (CostModel::segment_overhead_s); 0: the model's default. Where many ranks
+  // share a host's cores (the emulated grid), it is that many times a
+  // rank's own.
+  double segment_overhead_s = 0;
   // defaults.probe: `gridbcast launch` measures the network first (launch
   // --probe, topology/probe.hpp) and plans from what it measured.
   bool probe = false;

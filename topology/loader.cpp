@@ -321,9 +321,9 @@ class Loader {
   }
 
   void load_defaults(const Field& defaults) {
-    const std::vector<Field> fs =
-        fields(defaults.value, "\"defaults\"",
-               {"nic_bandwidth", "segment", "lanes", "congestion", "pace_lanes", "probe", "wan"});
+    const std::vector<Field> fs = fields(defaults.value, "\"defaults\"",
+                                         {"nic_bandwidth", "segment", "segment_overhead", "lanes",
+                                          "congestion", "pace_lanes", "probe", "wan"});
     if (const Field* f = find(fs, "nic_bandwidth")) nic_bandwidth_ = positive_bandwidth(*f);
     if (const Field* f = find(fs, "segment")) {
       grid_.segment_bytes = quantity(*f, "a size such as \"256 KiB\"", parse_size);
@@ -332,6 +332,11 @@ class Loader {
     if (const Field* f = find(fs, "congestion")) grid_.congestion = congestion_value(*f);
     if (const Field* f = find(fs, "pace_lanes")) grid_.pace_lanes = bool_value(*f);
     if (const Field* f = find(fs, "probe")) grid_.probe = bool_value(*f);
+    if (const Field* f = find(fs, "segment_overhead")) {
+      grid_.segment_overhead_s = quantity(*f, "a duration such as \"20 us\"", parse_duration);
+      if (grid_.segment_overhead_s <= 0 || grid_.segment_overhead_s > 0.1)
+        fail(*f, "\"segment_overhead\" must be above 0 and at most 100 ms");
+    }
     if (const Field* f = find(fs, "wan"); f != nullptr && !f->value.IsNull()) {
       wan_defaults_ = wan_settings(f->value, "\"defaults.wan\"");
     }

@@ -46,7 +46,19 @@ struct CostModel {
   // (HTB and most NIC rates count headers).
   double payload_efficiency = kPayloadEfficiency;
   std::uint64_t segment_bytes = 0;  // 0: resolve_segment_bytes (grid's, else automatic)
+  // The work one segment costs each end beyond its bytes: the sender's
+  // gathered write, the receiver's two reads, a coroutine's wake-up and the
+  // held-bytes bookkeeping (runtime/executor.cpp), about three system calls
+  // and a dispatch. It occupies the sending and the receiving lane, so
+  // smaller segments fill the pipeline sooner but cost more each: the
+  // trade-off the segment choice weighs (topology/select.hpp). An estimate
+  // from the code, checked against the emulated grid in docs/PERFORMANCE.md.
+  double segment_overhead_s = 20e-6;
+  // The frame header each segment carries (kFrameOverheadBytes).
+  std::uint64_t frame_header_bytes = 32;
 };
+// lanes/wire.hpp's kFrameHeaderBytes (topology does not see lanes/).
+inline constexpr std::uint64_t kFrameOverheadBytes = 32;
 
 struct SimResult {
   std::vector<double> finish_s;  // per rank: when it holds every byte (root: 0)
@@ -56,6 +68,10 @@ struct SimResult {
 };
 
 SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model = {});
+
+// The per-segment cost the model charges on `grid`: the topology's
+// segment_overhead if it gives one, else the model's.
+double segment_overhead(const Grid& grid, const CostModel& model);
 
 // One TCP stream's throughput limit in bytes/s under a round-trip time and loss,
 // for the model's congestion control.

@@ -61,6 +61,7 @@
 #include "topology/loader.hpp"
 #include "topology/plan/plan.hpp"
 #include "topology/plan/segments.hpp"
+#include "topology/select.hpp"
 #include "topology/units.hpp"
 
 namespace gridbcast::mpi::provider {
@@ -511,7 +512,7 @@ CommState& state_of(MPI_Comm comm, const Config& config) {
   return *s.release();
 }
 
-topology::Algorithm choose(const Config& config, CommState& s, std::uint64_t bytes) {
+topology::Algorithm choose(const Config& config, CommState& s, std::uint64_t bytes, int root) {
   if (config.random) {
     // What this grid can run; datagrams need the lanes transport.
     auto all = topology::available_algorithms(s.placement.grid);
@@ -521,7 +522,8 @@ topology::Algorithm choose(const Config& config, CommState& s, std::uint64_t byt
   if (config.algorithm) return *config.algorithm;
   topology::SelectionThresholds t = config.thresholds;
   if (config.transport != Transport::kLanes) t.multicast_bytes = 0;  // datagrams need lanes
-  return topology::select_algorithm(s.placement.grid, bytes, t);
+  return topology::select_algorithm(s.placement.grid,
+                                    s.placement.grid_of_comm[static_cast<size_t>(root)], bytes, t);
 }
 
 int ibcasts_in_flight();
@@ -534,7 +536,7 @@ void run_over_pmpi(CommState& s, const Config& config, std::byte* data, std::uin
   PmpiOptions o;
   o.comm = s.priv;
   o.tag_ub = s.tag_ub;
-  o.segment_bytes = topology::resolve_segment_bytes(s.placement.grid, bytes, config.segment_bytes);
+  o.segment_bytes = topology::resolve_segment_bytes(s.placement.grid, plan, config.segment_bytes);
   PmpiBroadcast b(plan, s.placement.grid_of_comm[static_cast<size_t>(s.rank)], comm_of_grid, data,
                   o);
   // With MPI_Ibcasts in flight, theirs move while this one waits (a rank of
@@ -594,7 +596,7 @@ void broadcast_hierarchical(CommState& s, const Config& config, std::byte* data,
 // The gridbcast path for `bytes` contiguous bytes at `data`.
 topology::Algorithm broadcast(CommState& s, const Config& config, std::byte* data,
                               std::uint64_t bytes, int root) {
-  const auto algo = choose(config, s, bytes);
+  const auto algo = choose(config, s, bytes, root);
   ++s.bcasts;
   if (s.hierarchical) {
     broadcast_hierarchical(s, config, data, bytes, root, algo);
@@ -783,7 +785,7 @@ bool step_ibcast(Ibcast& b) {
           o.comm = s.priv;
           o.tag_ub = s.tag_ub;
           o.segment_bytes =
-              topology::resolve_segment_bytes(s.placement.grid, b.bytes, b.config->segment_bytes);
+              topology::resolve_segment_bytes(s.placement.grid, plan, b.config->segment_bytes);
           b.pmpi =
               std::make_unique<PmpiBroadcast>(plan, me_grid, std::move(comm_of_grid), b.data, o);
         }
@@ -1004,7 +1006,7 @@ GRIDBCAST_EXPORT int MPI_Ibcast(void* buffer, int count, MPI_Datatype datatype, 
     b->comm = comm;
     b->root = root;
     b->bytes = c.bytes;
-    b->algo = choose(*c.config, s, c.bytes);
+    b->algo = choose(*c.config, s, c.bytes, root);
     ++s.bcasts;
     if (c.contiguous) {
       b->data = static_cast<std::byte*>(buffer) + c.true_lb;

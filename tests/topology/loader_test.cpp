@@ -163,7 +163,7 @@ TEST(LoaderErrors, UnknownDefaultsKeys) {
                       }),
                       2, 3,
                       "unknown key \"nic_bw\" in \"defaults\"; allowed keys: nic_bandwidth, "
-                      "segment, lanes, congestion, pace_lanes, probe, wan");
+                      "segment, segment_overhead, lanes, congestion, pace_lanes, probe, wan");
   EXPECT_CONFIG_ERROR(yaml({
                           "defaults:",      // 1
                           "  wan:",         // 2

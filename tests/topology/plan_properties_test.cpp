@@ -389,24 +389,24 @@ TEST(Selection, SmallMessagesGoBinomialLargeGoMultilane) {
   const Grid g = make_grid({4, 4});
   SelectionThresholds t;
   t.small_bytes = 1000;
-  EXPECT_EQ(select_algorithm(g, 999, t), Algorithm::kBinomial);
-  EXPECT_EQ(select_algorithm(g, 1000, t), Algorithm::kMultilane);
+  EXPECT_EQ(threshold_algorithm(g, 999, t), Algorithm::kBinomial);
+  EXPECT_EQ(threshold_algorithm(g, 1000, t), Algorithm::kMultilane);
 }
 
 TEST(Selection, MulticastOnlyWhenAskedBelowItsSizeOnLargeEnoughSitesThatCarryIt) {
   Grid g = make_grid({16, 4});
   SelectionThresholds t;
   t.small_bytes = 1000;
-  EXPECT_EQ(select_algorithm(g, 10, t), Algorithm::kBinomial);  // off by default
+  EXPECT_EQ(threshold_algorithm(g, 10, t), Algorithm::kBinomial);  // off by default
   t.multicast_bytes = 100000;
-  EXPECT_EQ(select_algorithm(g, 10, t), Algorithm::kMulticast);
-  EXPECT_EQ(select_algorithm(g, 99999, t), Algorithm::kMulticast);
-  EXPECT_EQ(select_algorithm(g, 100000, t), Algorithm::kMultilane);
+  EXPECT_EQ(threshold_algorithm(g, 10, t), Algorithm::kMulticast);
+  EXPECT_EQ(threshold_algorithm(g, 99999, t), Algorithm::kMulticast);
+  EXPECT_EQ(threshold_algorithm(g, 100000, t), Algorithm::kMultilane);
   t.multicast_min_site_nodes = 17;  // no site that large
-  EXPECT_EQ(select_algorithm(g, 10, t), Algorithm::kBinomial);
+  EXPECT_EQ(threshold_algorithm(g, 10, t), Algorithm::kBinomial);
   t.multicast_min_site_nodes = 16;
   g.sites[1].multicast.enabled = false;  // never where it cannot run
-  EXPECT_EQ(select_algorithm(g, 10, t), Algorithm::kBinomial);
+  EXPECT_EQ(threshold_algorithm(g, 10, t), Algorithm::kBinomial);
 }
 
 }  // namespace

@@ -12,9 +12,17 @@ namespace {
 
 using testing::make_grid;
 
+// A model without per-segment costs, for figures checked to the nanosecond.
+CostModel bytes_only() {
+  CostModel m;
+  m.segment_overhead_s = 0;
+  m.frame_header_bytes = 0;
+  return m;
+}
+
 TEST(Simulate, OneTransferTakesSizeOverBandwidthPlusOneHop) {
   const Grid g = make_grid({2}, 1, 1);  // 10 Gbit NICs
-  CostModel m;
+  CostModel m = bytes_only();
   const std::uint64_t size = 64 << 20;
   const auto r = simulate(g, build_plan(g, Algorithm::kChain, 0, size), m);
   EXPECT_NEAR(r.makespan_s,
@@ -58,7 +66,11 @@ TEST(Simulate, ParallelStreamsBeatTheLossLimitOfOneStream) {
 }
 
 TEST(Simulate, BbrIsNotHeldToTheLossLimit) {
-  CostModel bbr;
+  // One segment size for both: the model's choice of it reads the grid's
+  // congestion control, which differs between the grids compared here.
+  CostModel loss = bytes_only();
+  loss.segment_bytes = 1 << 20;
+  CostModel bbr = loss;
   bbr.congestion = Congestion::kBbr;
   EXPECT_NEAR(tcp_stream_limit(0.02, 0.001, bbr), bbr.tcp_window_bytes / 0.02 * 0.999, 1.0);
   EXPECT_EQ(tcp_stream_limit(0.02, 0, bbr), tcp_stream_limit(0.02, 0, CostModel{}));
@@ -66,7 +78,7 @@ TEST(Simulate, BbrIsNotHeldToTheLossLimit) {
   g.wan[0].latency_s = 0.010;
   g.wan[0].loss = 0.001;
   const auto plan = build_plan(g, Algorithm::kChain, 0, 64 << 20);
-  EXPECT_GT(simulate(g, plan).makespan_s / simulate(g, plan, bbr).makespan_s, 10.0);
+  EXPECT_GT(simulate(g, plan, loss).makespan_s / simulate(g, plan, bbr).makespan_s, 10.0);
   EXPECT_EQ(parse_congestion("cubic"), Congestion::kLossBased);
   EXPECT_EQ(parse_congestion("reno"), Congestion::kLossBased);
   EXPECT_EQ(parse_congestion("bbr"), Congestion::kBbr);
@@ -75,12 +87,29 @@ TEST(Simulate, BbrIsNotHeldToTheLossLimit) {
   // hosts' default; one that names none follows the default.
   Grid named = g;
   named.wan[0].congestion = "bbr";
-  EXPECT_EQ(simulate(named, plan).makespan_s, simulate(g, plan, bbr).makespan_s);
+  EXPECT_EQ(simulate(named, plan, loss).makespan_s, simulate(g, plan, bbr).makespan_s);
   named.congestion = "bbr";
   named.wan[0].congestion = "";
-  EXPECT_EQ(simulate(named, plan).makespan_s, simulate(g, plan, bbr).makespan_s);
+  EXPECT_EQ(simulate(named, plan, loss).makespan_s, simulate(g, plan, bbr).makespan_s);
   named.wan[0].congestion = "reno";
-  EXPECT_EQ(simulate(named, plan, bbr).makespan_s, simulate(g, plan).makespan_s);
+  EXPECT_EQ(simulate(named, plan, bbr).makespan_s, simulate(g, plan, loss).makespan_s);
+}
+
+// Each segment costs its ends segment_overhead_s and its header: a chain of
+// one link pays it once per segment, and smaller segments pay it more often.
+TEST(Simulate, EverySegmentCostsItsEndsTheOverheadAndItsHeader) {
+  const Grid g = make_grid({2}, 1, 1);  // 10 Gbit NICs
+  const std::uint64_t size = 16 << 20;
+  const auto plan = build_plan(g, Algorithm::kChain, 0, size);
+  CostModel with = bytes_only(), without = bytes_only();
+  with.segment_overhead_s = 50e-6;
+  with.frame_header_bytes = 32;
+  for (const std::uint64_t seg : {std::uint64_t{64} << 10, std::uint64_t{1} << 20}) {
+    with.segment_bytes = without.segment_bytes = seg;
+    const double frames = static_cast<double>(size / seg);
+    const double extra = simulate(g, plan, with).makespan_s - simulate(g, plan, without).makespan_s;
+    EXPECT_NEAR(extra, frames * (50e-6 + 32 / (1.25e9 * with.payload_efficiency)), 1e-7) << seg;
+  }
 }
 
 // Hand-made plans with one segment per transfer (segment = H), so each
@@ -88,7 +117,7 @@ TEST(Simulate, BbrIsNotHeldToTheLossLimit) {
 struct OneSegmentPlans : ::testing::Test {
   static constexpr std::uint64_t kHalf = 8 << 20;
   Grid grid = make_grid({3}, 1, 2);  // 10 Gbit NICs, two per node
-  CostModel model;
+  CostModel model = bytes_only();
   double d = 0;
   void SetUp() override {
     model.segment_bytes = kHalf;

@@ -36,7 +36,7 @@ namespace gridbcast::topology {
 // TCP payload per byte a NIC's bandwidth counts: 1448 bytes of data (1500-byte
 // IP packet, TCP timestamps) in a 1514-byte Ethernet frame. Kernel pacing counts
 // payload; shapers and switch ports count frames.
-inline constexpr double kPacedPayloadShare = 1448.0 / 1514.0;
+inline constexpr double kPacedPayloadShare = kPayloadEfficiency;
 
 struct LinkPace {
   int from = 0;

@@ -127,9 +127,9 @@ namespace {
 
 // A count from the environment, when the variable is set and not empty.
 template <typename T>
-void count_from_environment(const char* name, T& out) {
+bool count_from_environment(const char* name, T& out) {
   const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return;
+  if (v == nullptr || *v == '\0') return false;
   char* end = nullptr;
   errno = 0;
   const unsigned long long parsed = std::strtoull(v, &end, 10);
@@ -137,20 +137,22 @@ void count_from_environment(const char* name, T& out) {
       parsed > static_cast<unsigned long long>(std::numeric_limits<T>::max()))
     throw std::invalid_argument(std::string(name) + " must be a count, got \"" + v + "\"");
   out = static_cast<T>(parsed);
+  return true;
 }
 
 }  // namespace
 
 SelectionThresholds SelectionThresholds::from_environment() {
   SelectionThresholds t;
-  count_from_environment("GRIDBCAST_SMALL_BYTES", t.small_bytes);
-  count_from_environment("GRIDBCAST_MULTICAST_BYTES", t.multicast_bytes);
-  count_from_environment("GRIDBCAST_MULTICAST_MIN_SITE_NODES", t.multicast_min_site_nodes);
+  t.given |= count_from_environment("GRIDBCAST_SMALL_BYTES", t.small_bytes);
+  t.given |= count_from_environment("GRIDBCAST_MULTICAST_BYTES", t.multicast_bytes);
+  t.given |=
+      count_from_environment("GRIDBCAST_MULTICAST_MIN_SITE_NODES", t.multicast_min_site_nodes);
   return t;
 }
 
-Algorithm select_algorithm(const Grid& grid, std::uint64_t size,
-                           const SelectionThresholds& thresholds) {
+Algorithm threshold_algorithm(const Grid& grid, std::uint64_t size,
+                              const SelectionThresholds& thresholds) {
   if (size < thresholds.multicast_bytes &&
       algorithm_unavailable(grid, Algorithm::kMulticast).empty()) {
     size_t largest = 0;

@@ -114,11 +114,19 @@ struct SelectionThresholds {
   // than multilane or binomial at any size (docs/PERFORMANCE.md, "Multicast").
   std::uint64_t multicast_bytes = 0;
   int multicast_min_site_nodes = 16;
+  // Some threshold was given (the environment, or the provider's
+  // configuration): `auto` follows the thresholds, not the cost model
+  // (topology/select.hpp).
+  bool given = false;
   // Reads GRIDBCAST_SMALL_BYTES, GRIDBCAST_MULTICAST_BYTES and
   // GRIDBCAST_MULTICAST_MIN_SITE_NODES from the environment when set.
   static SelectionThresholds from_environment();
 };
-Algorithm select_algorithm(const Grid& grid, std::uint64_t size,
-                           const SelectionThresholds& thresholds = SelectionThresholds{});
+// The thresholds' rule: multicast below multicast_bytes where a site is large
+// enough, binomial below small_bytes, multilane above. `auto` uses it when
+// thresholds are given; otherwise the cost model decides (select_algorithm in
+// topology/select.hpp).
+Algorithm threshold_algorithm(const Grid& grid, std::uint64_t size,
+                              const SelectionThresholds& thresholds = SelectionThresholds{});
 
 }  // namespace gridbcast::topology

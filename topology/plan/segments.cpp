@@ -6,6 +6,8 @@
 #include <string>
 #include <tuple>
 
+#include "topology/select.hpp"
+
 namespace gridbcast::topology {
 namespace {
 
@@ -87,6 +89,12 @@ std::uint64_t automatic_segment(const Grid& grid, std::uint64_t size) {
   std::uint64_t seg = size / 16;
   if (slowest > 0) seg = std::min(seg, static_cast<std::uint64_t>(slowest / 8 * 0.004));
   return std::clamp<std::uint64_t>(seg, grid.pace_lanes ? kMinPaced : kMin, kMax);
+}
+
+std::uint64_t resolve_segment_bytes(const Grid& grid, const Plan& plan, std::uint64_t requested) {
+  if (requested != 0) return requested;
+  if (grid.segment_bytes != 0) return grid.segment_bytes;
+  return model_segment(grid, plan);
 }
 
 std::uint64_t resolve_segment_bytes(const Grid& grid, std::uint64_t size, std::uint64_t requested) {

@@ -1,0 +1,236 @@
+#include "topology/select.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "topology/bound.hpp"
+#include "topology/plan/pacing.hpp"
+#include "topology/plan/segments.hpp"
+#include "topology/units.hpp"
+
+namespace gridbcast::topology {
+namespace {
+
+using LaneKey = std::tuple<int, int, bool>;  // (rank, lane, egress)
+
+}  // namespace
+
+double analytic_seconds(const Grid& grid, const Plan& plan, std::uint64_t segment,
+                        const CostModel& model) {
+  if (plan.transfers.empty() || plan.size == 0 || grid.size() < 2) return 0;
+  const double s = static_cast<double>(std::max<std::uint64_t>(segment, 1));
+  const double c = segment_overhead(grid, model);
+  const double eff = model.payload_efficiency;
+  // Each lane's part of its NIC, shared among the links the plan gives it (as
+  // the paces share it: topology/plan/pacing.hpp).
+  const auto shares = lane_shares(grid, plan);
+  std::map<std::tuple<int, int, int, int>, int> link_streams;
+  std::map<LaneKey, int> links_on_lane;
+  for (const Transfer& t : plan.transfers) {
+    auto [it, fresh] =
+        link_streams.emplace(std::make_tuple(t.from, t.to, t.lane_from, t.lane_to), t.streams);
+    if (!fresh) continue;
+    ++links_on_lane[{t.from, t.lane_from, true}];
+    ++links_on_lane[{t.to, t.lane_to, false}];
+  }
+  const auto hop_latency = [&](int site) {
+    const double l = grid.sites[static_cast<size_t>(site)].latency_s;
+    return l > 0 ? l : model.lan_latency_s;
+  };
+  // Bytes each lane carries, and the segments they travel in.
+  std::map<LaneKey, std::pair<double, double>> lane_load;  // bytes, segments
+  // When the first segment of each received range reaches its rank: (rank,
+  // range begin) -> arrival. A sender forwards a range from the arrival of
+  // the range it received that holds its first byte.
+  std::vector<std::map<std::uint64_t, double>> first(static_cast<size_t>(grid.size()));
+  double depth = 0;
+  for (const Transfer& t : plan.transfers) {
+    const auto& src = grid.nodes[static_cast<size_t>(t.from)];
+    const auto& dst = grid.nodes[static_cast<size_t>(t.to)];
+    double bps = std::min(
+        shares.at({t.from, t.lane_from, true}) / links_on_lane.at({t.from, t.lane_from, true}),
+        shares.at({t.to, t.lane_to, false}) / links_on_lane.at({t.to, t.lane_to, false}));
+    double latency = hop_latency(dst.site);
+    if (src.site != dst.site) {
+      double one_way = 0, pass = 1;
+      for (const WanLink* l : grid.wan_path(src.site, dst.site)) {
+        one_way += l->latency_s;
+        pass *= 1 - l->loss;
+        bps = std::min(bps, l->bandwidth_bps);
+      }
+      latency += one_way;
+      CostModel tcp = model;
+      if (const std::string cc = grid.congestion_between(t.from, t.to); !cc.empty())
+        tcp.congestion = parse_congestion(cc).value_or(Congestion::kLossBased);
+      const double rtt = 2 * one_way + hop_latency(src.site) + hop_latency(dst.site);
+      bps = std::min(bps, t.streams * tcp_stream_limit(rtt, 1 - pass, tcp) * 8 / eff);
+    }
+    const double rate = bps / 8 * eff;  // payload bytes per second
+    const double length = static_cast<double>(t.length);
+    const double frames = std::ceil(length / s);
+    for (const LaneKey& key :
+         {LaneKey{t.from, t.lane_from, true}, LaneKey{t.to, t.lane_to, false}}) {
+      auto& [bytes, segments] = lane_load[key];
+      bytes += length;
+      segments += frames;
+    }
+    double from_at = 0;
+    if (t.from != plan.root) {
+      const auto& got = first[static_cast<size_t>(t.from)];
+      auto it = got.upper_bound(t.offset);
+      if (it != got.begin()) from_at = std::prev(it)->second;
+    }
+    const double arrival = from_at + std::min(s, length) / rate + c + latency;
+    auto& at = first[static_cast<size_t>(t.to)][t.offset];
+    at = std::max(at, arrival);
+    depth = std::max(depth, arrival);
+  }
+  // What the busiest lane needs to move its bytes and frames, and the bound's
+  // rate: the pipeline runs at the slower of the two once full.
+  double busiest = 0;
+  for (const auto& [key, load] : lane_load) {
+    busiest = std::max(busiest, load.first / (shares.at(key) / 8 * eff) + load.second * c);
+  }
+  const MaxFlowBound bound = max_flow_bound(grid, plan.root);
+  const double rate = bound.rate_bps / 8 * eff;
+  const double stream = rate > 0 ? static_cast<double>(plan.size) / rate : 0;
+  const double last = rate > 0 ? std::min(s, static_cast<double>(plan.size)) / rate : 0;
+  return std::max(stream, busiest) + depth - last;
+}
+
+std::uint64_t model_segment(const Grid& grid, const Plan& plan, const CostModel& model) {
+  if (plan.size <= kSmallestModelSegment) return std::max<std::uint64_t>(plan.size, 1);
+  std::uint64_t best = kSmallestModelSegment;
+  double best_time = analytic_seconds(grid, plan, best, model);
+  for (std::uint64_t seg = 2 * kSmallestModelSegment; seg <= kLargestModelSegment; seg *= 2) {
+    if (seg / 2 >= plan.size) break;  // larger ones cut the message the same way
+    const double t = analytic_seconds(grid, plan, seg, model);
+    if (t <= best_time) {
+      best_time = t;
+      best = seg;
+    }
+  }
+  return best;
+}
+
+namespace {
+
+// What decides a selection on `grid` besides root and size: every figure the
+// plans and the model read.
+std::string fingerprint(const Grid& g) {
+  std::string f = g.name + "|" + std::to_string(g.lanes) + "|" + std::to_string(g.pace_lanes) +
+                  "|" + std::to_string(g.segment_bytes) + "|" +
+                  std::to_string(g.segment_overhead_s) + "|" + g.congestion;
+  for (const Site& s : g.sites) {
+    f += "|s" + std::to_string(s.ranks.size()) + "," + std::to_string(s.latency_s) + "," +
+         std::to_string(s.multicast.enabled);
+  }
+  for (const Node& n : g.nodes) {
+    f += "|n" + std::to_string(n.site);
+    for (const Nic& nic : n.nics) f += "," + std::to_string(nic.bandwidth_bps);
+  }
+  for (const WanLink& l : g.wan)
+    f += "|w" + std::to_string(l.site_a) + "," + std::to_string(l.site_b) + "," +
+         std::to_string(l.latency_s) + "," + std::to_string(l.bandwidth_bps) + "," +
+         std::to_string(l.loss) + "," + std::to_string(l.streams) + "," + l.congestion;
+  return f;
+}
+
+Prediction price(const Grid& grid, Algorithm a, int root, std::uint64_t size, bool simulated,
+                 const CostModel& model) {
+  const Plan plan = build_plan(grid, a, root, size);
+  Prediction p;
+  p.algorithm = a;
+  p.segment_bytes = resolve_segment_bytes(grid, plan, model.segment_bytes);
+  if (simulated) {
+    CostModel m = model;
+    m.segment_bytes = p.segment_bytes;
+    p.seconds = simulate(grid, plan, m).makespan_s;
+  } else {
+    p.seconds = analytic_seconds(grid, plan, p.segment_bytes, model);
+  }
+  return p;
+}
+
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4f s", s);
+  return buf;
+}
+
+}  // namespace
+
+Selection select_broadcast(const Grid& grid, int root, std::uint64_t size,
+                           const SelectionThresholds& thresholds, const CostModel& model) {
+  Selection sel;
+  sel.chosen = threshold_algorithm(grid, size, thresholds);
+  sel.why = thresholds.given ? "the thresholds given"
+            : sel.chosen == Algorithm::kMulticast
+                ? "below " + format_bytes(thresholds.multicast_bytes) + ", multicast"
+            : sel.chosen == Algorithm::kBinomial ? "below " + format_bytes(thresholds.small_bytes)
+                                                 : format_bytes(thresholds.small_bytes) + " and up";
+  sel.priced_bytes = size;
+  if (grid.size() < 2 || size == 0) return sel;
+  // The middle of the size's class: [2^(k-1), 2^k) is priced at 3 x 2^(k-2).
+  const int k = std::bit_width(size);
+  const std::uint64_t priced = k >= 2 ? (std::uint64_t{3} << (k - 2)) : size;
+  const std::string key = fingerprint(grid) + "|r" + std::to_string(root) + "|k" +
+                          std::to_string(k) + "|c" + std::to_string(model.segment_overhead_s) +
+                          "," + std::to_string(model.segment_bytes) + "," +
+                          std::to_string(static_cast<int>(model.congestion));
+  static std::mutex mu;
+  static std::map<std::string, Selection> cache;
+  {
+    std::lock_guard lock(mu);
+    if (auto it = cache.find(key); it != cache.end()) {
+      Selection cached = it->second;
+      cached.chosen = sel.chosen;
+      cached.why = sel.why;
+      return cached;
+    }
+  }
+  const bool simulated = grid.size() <= kMaxSimulatedRanks && priced <= kMaxSimulatedBytes;
+  for (const Algorithm a : {Algorithm::kMultilane, Algorithm::kBinomial})
+    sel.predictions.push_back(price(grid, a, root, priced, simulated, model));
+  std::stable_sort(sel.predictions.begin(), sel.predictions.end(),
+                   [](const Prediction& a, const Prediction& b) { return a.seconds < b.seconds; });
+  sel.priced_bytes = priced;
+  sel.bound_seconds = max_flow_bound_seconds(grid, root, priced);
+  sel.method = simulated ? "simulated" : "analytic";
+  std::lock_guard lock(mu);
+  if (cache.size() >= 1024) cache.clear();  // bounded; a miss only costs the pricing again
+  cache.emplace(key, sel);
+  return sel;
+}
+
+Algorithm select_algorithm(const Grid& grid, int /*root*/, std::uint64_t size,
+                           const SelectionThresholds& thresholds) {
+  return threshold_algorithm(grid, size, thresholds);
+}
+
+std::string describe(const Selection& s) {
+  std::string out = "auto runs " + std::string(algorithm_name(s.chosen)) + " (" + s.why + ")";
+  if (s.predictions.empty()) return out;
+  out += "; the model:";
+  for (size_t i = 0; i < s.predictions.size(); ++i) {
+    const Prediction& p = s.predictions[i];
+    out += (i ? ", " : " ") + std::string(algorithm_name(p.algorithm));
+    if (p.segment_bytes > 0) out += " (segment " + format_bytes(p.segment_bytes) + ")";
+    out += " " + seconds_text(p.seconds);
+    if (s.bound_seconds > 0) {
+      char ratio[32];
+      std::snprintf(ratio, sizeof ratio, " = %.2f x the bound", p.seconds / s.bound_seconds);
+      out += ratio;
+    }
+  }
+  out += " (" + s.method + " at " + format_bytes(s.priced_bytes) + ")";
+  return out;
+}
+
+}  // namespace gridbcast::topology
