@@ -54,8 +54,8 @@ std::uint64_t parse_size_option(const std::string& text, const char* option);
 // "multilane, binomial, ...": every algorithm's name.
 std::string algorithm_list();
 
-// "auto" (the cost model's choice for this root and size, topology/select.hpp)
-// or an algorithm's name; anything else is a usage error (--algorithm).
+// "auto" (topology::select_algorithm: the thresholds' rule) or an
+// algorithm's name; anything else is a usage error (--algorithm).
 topology::Algorithm resolve_algorithm(const std::string& name, const topology::Grid& g,
                                       std::uint64_t size, int root = 0);
 

@@ -209,7 +209,7 @@ struct Launch {
                            " figure(s) more than 25 % off the topology's (gridbcast probe "
                            "lists them)");
         try {
-          write_file_atomically(cache, probed->yaml);
+          if (!cache.empty()) write_file_atomically(cache, probed->yaml);
         } catch (const std::exception& e) {
           lanes::log::notice(std::string("gridbcast launch: cannot keep the probe's result: ") +
                              e.what());

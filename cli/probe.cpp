@@ -113,6 +113,22 @@ bool same_shape(const topology::Grid& a, const topology::Grid& b) {
 
 }  // namespace
 
+topology::Grid with_measured_figures(const topology::Grid& declared,
+                                     const topology::Grid& measured) {
+  topology::Grid g = declared;
+  for (size_t r = 0; r < g.nodes.size(); ++r)
+    for (size_t j = 0; j < g.nodes[r].nics.size(); ++j)
+      g.nodes[r].nics[j].bandwidth_bps = measured.nodes[r].nics[j].bandwidth_bps;
+  for (size_t s2 = 0; s2 < g.sites.size(); ++s2)
+    g.sites[s2].latency_s = measured.sites[s2].latency_s;
+  for (size_t i = 0; i < g.wan.size(); ++i) {
+    g.wan[i].latency_s = measured.wan[i].latency_s;
+    g.wan[i].bandwidth_bps = measured.wan[i].bandwidth_bps;
+  }
+  g.pace_lanes = declared.pace_lanes || measured.pace_lanes;
+  return g;
+}
+
 std::optional<Probed> run_probe(CLI::App* cmd, RunOptions& run, const topology::Grid& declared,
                                 const topology::ProbeSettings& settings,
                                 job::LaunchResult& failure) {
@@ -198,13 +214,15 @@ std::string probe_cache_path(const TopologyOptions& t, const topology::Grid& dec
         stem.resize(stem.size() - std::strlen(ext));
     return (p.parent_path() / (stem + ".probe.yaml")).string();
   }
+  // A user's own cache directory, never a shared one: another user must not
+  // be able to put a "measurement" there.
   std::string dir;
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
     dir = x;
   else if (const char* h = std::getenv("HOME"); h && *h)
     dir = std::string(h) + "/.cache";
   else
-    dir = "/tmp";
+    return "";
   std::string name = declared.name;
   for (auto& ch : name)
     if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.')
@@ -215,7 +233,15 @@ std::string probe_cache_path(const TopologyOptions& t, const topology::Grid& dec
 std::optional<Probed> load_cached_probe(const std::string& path, const topology::Grid& declared,
                                         double max_age_s) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  if (path.empty() || ::lstat(path.c_str(), &st) != 0) return std::nullopt;
+  // Only a regular file of this user's that nobody else may write: the
+  // figures in it decide plans and pacing.
+  if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 022) != 0) {
+    lanes::log::notice("gridbcast launch: " + path +
+                       " is not a regular file of this user's that only it may write: not used; "
+                       "probing again");
+    return std::nullopt;
+  }
   const double age = std::difftime(std::time(nullptr), st.st_mtime);
   if (age > max_age_s) {
     lanes::log::notice("gridbcast launch: " + path + " is " + topology::format_duration(age) +
@@ -226,24 +252,23 @@ std::optional<Probed> load_cached_probe(const std::string& path, const topology:
   std::stringstream ss;
   ss << in.rdbuf();
   Probed p;
+  topology::Grid cached;
   try {
-    p.estimate.measured = topology::load_grid_string(ss.str(), path);
+    cached = topology::load_grid_string(ss.str(), path);
   } catch (const std::exception& e) {
     lanes::log::notice("gridbcast launch: " + path + " does not load (" + e.what() +
                        "): probing again");
     return std::nullopt;
   }
-  if (!same_shape(p.estimate.measured, declared)) {
+  if (!same_shape(cached, declared)) {
     lanes::log::notice("gridbcast launch: " + path +
                        " describes other nodes, addresses or links than the topology: probing "
                        "again");
     return std::nullopt;
   }
-  // The plan settings are the topology's own; only the figures come from the cache.
-  p.estimate.measured.lanes = declared.lanes;
-  p.estimate.measured.segment_bytes = declared.segment_bytes;
-  p.estimate.measured.congestion = declared.congestion;
-  p.estimate.measured.pace_lanes = p.estimate.measured.pace_lanes || declared.pace_lanes;
+  // Only the measured figures come from the cache; everything else (hosts,
+  // TLS, multicast, streams, congestion control, ...) is the topology's own.
+  p.estimate.measured = with_measured_figures(declared, cached);
   p.yaml = topology::grid_to_yaml(p.estimate.measured);
   p.cached = path;
   p.age_s = age;

@@ -36,11 +36,18 @@ void print_probe_table(std::ostream& out, const Probed& p, bool flagged_only);
 Json probe_json(const Probed& p, const topology::Grid& declared);
 
 // Where `launch --probe` keeps its result for a topology: TOPOLOGY.probe.yaml
-// beside the file, else $XDG_CACHE_HOME (or ~/.cache)/gridbcast/NAME.probe.yaml.
+// beside the file, else $XDG_CACHE_HOME (or ~/.cache)/gridbcast/NAME.probe.yaml;
+// empty without either (then nothing is kept).
 std::string probe_cache_path(const TopologyOptions& t, const topology::Grid& declared);
-// The cached measurement, if it is at most `max_age_s` old and describes the
-// same nodes, addresses and links as `declared`; else nullopt (said on stderr
-// when there was a file).
+// `declared` with the figures a probe measures (NIC bandwidths, sites'
+// latency, WAN latency and bandwidth, pace_lanes turned on) taken from
+// `measured`, which describes the same nodes and links; nothing else.
+topology::Grid with_measured_figures(const topology::Grid& declared,
+                                     const topology::Grid& measured);
+// The cached measurement, if it is a regular file of this user's that only it
+// may write, at most `max_age_s` old and of the same nodes, addresses and
+// links as `declared`: `declared` with the cached figures. Else nullopt (said
+// on stderr when there was a file).
 std::optional<Probed> load_cached_probe(const std::string& path, const topology::Grid& declared,
                                         double max_age_s);
 // Writes `yaml` to `path` through a new temporary file renamed into place.

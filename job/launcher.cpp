@@ -767,11 +767,11 @@ asio::awaitable<void> BenchDriver::run(Launcher& l) {
   l.result.bench = std::move(outcome);
 }
 
-// The probe's phases in lockstep: every rank Ready, Go, every rank's report
-// (checked against the schedule: only flows the rank measures, each once),
-// then the next phase.
+// Above any NIC or link there is (10 Tbit/s): a sample that claims more is refused.
+constexpr double kMaxProbedRate = 1e13;
+
 // Every rank's report of probe phase i, checked against the phase: only
-// flows the rank measures, each once, none missing.
+// flows the rank measures, each once, none missing, rates a network can have.
 asio::awaitable<void> collect_probe_reports(Launcher& l, ProbeOutcome& outcome, int i) {
   const topology::ProbePhase& phase = outcome.phases[static_cast<size_t>(i)];
   std::vector<bool> seen(phase.flows.size(), false);
@@ -788,7 +788,16 @@ asio::awaitable<void> collect_probe_reports(Launcher& l, ProbeOutcome& outcome, 
       }
       const auto& f = phase.flows[static_cast<size_t>(smp.flow)];
       const int measurer = f.kind == topology::ProbeKind::kRate ? f.to : f.from;
-      if (measurer != r)
+      // A rate is counted over a window of 40 % of the phase (or from the
+      // first piece to the last inside it): one far shorter, or a rate no
+      // NIC has, is not a measurement.
+      const double rate = smp.rate_bps();
+      if (f.kind == topology::ProbeKind::kRate && smp.bytes > 0 &&
+          (smp.seconds < 0.05 * phase.seconds || rate > kMaxProbedRate))
+        bad = "a sample of flow " + std::to_string(smp.flow) + " of " + std::to_string(smp.bytes) +
+              " bytes in " + std::to_string(smp.seconds) + " s, no measurement of a " +
+              topology::format_duration(phase.seconds) + " phase";
+      else if (measurer != r)
         bad = "a sample of flow " + std::to_string(smp.flow) + ", which rank " +
               std::to_string(measurer) + " measures";
       else if (seen[static_cast<size_t>(smp.flow)])
@@ -807,12 +816,15 @@ asio::awaitable<void> collect_probe_reports(Launcher& l, ProbeOutcome& outcome, 
     if (!seen[f]) {
       const auto& flow = phase.flows[f];
       const int measurer = flow.kind == topology::ProbeKind::kRate ? flow.to : flow.from;
-      l.fail(Cause::kOther, l.who(measurer) + " sent no sample of probe flow " +
-                                std::to_string(f) + " in phase \"" + phase.name + "\"");
+      l.fail(Cause::kOther, l.who(measurer) + " sent no sample of probe flow " + std::to_string(f) +
+                                " in phase \"" + phase.name + "\"");
       l.check();
     }
 }
 
+// The probe's phases in lockstep: every rank Ready, Go, every rank's report
+// (collect_probe_reports), then the next phase; then the confirmations the
+// launcher decides on, each started by its ProbePhaseSpec.
 asio::awaitable<void> ProbeDriver::run(Launcher& l) {
   const auto& grid = l.options().grid;
   ProbeOutcome outcome;

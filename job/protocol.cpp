@@ -207,15 +207,16 @@ JobParams read_params(Reader& r) {
   for (std::uint32_t i = 0; i < labels; ++i)
     p.rank_labels.push_back(r.i32(0, static_cast<std::int32_t>(kMaxRanks) - 1, "rank label"));
   // Within what topology::probe_schedule accepts (it checks again).
-  const auto seconds = [&r](const char* field) {
+  const auto seconds = [&r](const char* field, std::uint64_t least) {
     const std::uint64_t v = r.u64();
-    if (v > 600'000'000)
-      r.fail(std::string(field) + " of " + std::to_string(v) + " us is over 600 s");
+    if (v < least || v > 600'000'000)
+      r.fail(std::string(field) + " of " + std::to_string(v) + " us is outside " +
+             std::to_string(least) + "..600000000");
     return static_cast<double>(v) / 1e6;
   };
-  p.probe.lan_seconds = seconds("probe LAN phase");
-  p.probe.wan_seconds = seconds("probe WAN phase");
-  p.probe.latency_seconds = seconds("probe latency phase");
+  p.probe.lan_seconds = seconds("probe LAN phase", 50'000);
+  p.probe.wan_seconds = seconds("probe WAN phase", 50'000);
+  p.probe.latency_seconds = seconds("probe latency phase", 10'000);
   p.probe.pings = r.i32(2, 10000, "probe pings");
   p.probe.wan_pairs = r.i32(1, 64, "probe WAN pairs");
   return p;
@@ -285,6 +286,7 @@ std::string encode_body(const ToRank& m) {
                  [](const ProbePhaseSpec& p) {
                    Writer w(Type::kProbePhaseSpec);
                    w.i32(p.index)
+                       .u8(static_cast<std::uint8_t>(p.phase.kind))
                        .text(p.phase.name)
                        .u64(static_cast<std::uint64_t>(std::llround(p.phase.seconds * 1e6)))
                        .u32(static_cast<std::uint32_t>(p.phase.flows.size()));
@@ -420,16 +422,21 @@ ToRank decode_to_rank(const std::string& body, std::uint32_t ranks) {
       Reader r(body, "ProbePhaseSpec");
       ProbePhaseSpec p;
       p.index = r.i32(0, kMaxIterations, "phase");
+      const std::uint8_t phase_kind = r.u8();
+      if (phase_kind > topology::kLastProbePhaseKind)
+        r.fail("phase kind " + std::to_string(phase_kind) + " is unknown");
+      p.phase.kind = static_cast<topology::ProbePhaseKind>(phase_kind);
       p.phase.name = r.text("phase name");
-      if (p.phase.name.size() > 256) r.fail("a phase name of " + std::to_string(p.phase.name.size()) + " bytes");
+      if (p.phase.name.size() > 256)
+        r.fail("a phase name of " + std::to_string(p.phase.name.size()) + " bytes");
       const std::uint64_t us = r.u64();
       if (us == 0 || us > 600'000'000) r.fail("a phase of " + std::to_string(us) + " us");
       p.phase.seconds = static_cast<double>(us) / 1e6;
       const std::uint32_t n = r.u32();
       if (n > kMaxProbeFlows)
         r.fail(std::to_string(n) + " flows, over the limit of " + std::to_string(kMaxProbeFlows));
-      const std::int32_t last_rank =
-          ranks == 0 ? static_cast<std::int32_t>(kMaxRanks) - 1 : static_cast<std::int32_t>(ranks) - 1;
+      const std::int32_t last_rank = ranks == 0 ? static_cast<std::int32_t>(kMaxRanks) - 1
+                                                : static_cast<std::int32_t>(ranks) - 1;
       p.phase.flows.resize(n);
       for (auto& f : p.phase.flows) {
         const std::uint8_t kind = r.u8();
@@ -442,12 +449,14 @@ ToRank decode_to_rank(const std::string& body, std::uint32_t ranks) {
         f.nic_from = r.u8();
         f.nic_to = r.u8();
         if (f.nic_from >= topology::kMaxLanes || f.nic_to >= topology::kMaxLanes)
-          r.fail("a flow's NIC past the " + std::to_string(topology::kMaxLanes) + " lanes a rank has");
+          r.fail("a flow's NIC past the " + std::to_string(topology::kMaxLanes) +
+                 " lanes a rank has");
         f.streams = r.u8();
         f.stream = r.u8();
-        if (f.streams < 1 || f.stream + f.streams > 64)
-          r.fail("a flow's streams " + std::to_string(f.stream) + " + " + std::to_string(f.streams) +
-                 " past the 64 of a link");
+        if (f.streams < 1 || f.stream + f.streams > kMaxProbeStreams)
+          r.fail("a flow's streams " + std::to_string(f.stream) + " + " +
+                 std::to_string(f.streams) + " past the " + std::to_string(kMaxProbeStreams) +
+                 " of a link");
         f.wan = r.i32(-1, static_cast<std::int32_t>(kMaxRanks), "flow WAN link");
       }
       r.end();

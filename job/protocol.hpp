@@ -73,6 +73,7 @@ struct Exit {};
 // every rank at once, as Go does. Decoded with every flow range-checked
 // against the job's ranks and the lanes a rank has.
 inline constexpr std::uint32_t kMaxProbeFlows = 1u << 16;
+inline constexpr int kMaxProbeStreams = 64;  // a link's (runtime::kMaxLinkStreams)
 struct ProbePhaseSpec {
   std::int32_t index = 0;
   topology::ProbePhase phase;

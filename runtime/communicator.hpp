@@ -188,10 +188,9 @@ class Communicator {
   // `gridbcast probe`: phase `index` of a probe schedule (topology/probe.hpp,
   // built over this communicator's grid), run with every other rank at once;
   // this rank's samples (the flows it measures). A phase that has not ended
-  // the communicator's timeout after its seconds fails, naming what it waits
-  // for. Throws std::runtime_error naming the peer.
-  std::vector<topology::ProbeSample> probe(int index, const topology::ProbePhase& phase,
-                                           int pings);
+  // the communicator's timeout after twice its seconds fails, naming what it
+  // waits for. Throws std::runtime_error naming the peer.
+  std::vector<topology::ProbeSample> probe(int index, const topology::ProbePhase& phase, int pings);
   // Multicast datagrams this rank's receivers dropped, by reason (bad MAC, a
   // broadcast id already over or too far ahead, ...), every communicator's
   // together, forgotten groups' included. Call from the rank's own thread.

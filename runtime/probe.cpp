@@ -25,16 +25,44 @@ using topology::ProbeSample;
 constexpr std::uint64_t kPieceBytes = 128 * 1024;
 static_assert(kPieceBytes <= lanes::kMaxProbeFrameBytes);
 
-// Arrivals of one rate flow, all its streams together, in the order the
-// loop saw them; the window closes the flow's connections when it ends.
+// What one rate flow, all its streams together, has brought: constant-size
+// state whatever a peer sends. The window closes the flow's connections
+// when it ends.
 struct Arrivals {
-  explicit Arrivals(asio::io_context& io) : window_end(io) {}
-  std::vector<std::pair<Clock::time_point, std::uint64_t>> pieces;
+  Arrivals(asio::io_context& io, Clock::time_point phase_start, Clock::duration phase)
+      : window_end(io), start(phase_start), seconds(phase), t0(phase_start) {}
   int open_streams = 0;
   std::vector<lanes::Stream*> sockets;
   asio::steady_timer window_end;
-  bool over = false;  // the window ended: reads that fail now are the end
-  Clock::time_point t0;  // the window's reference: the phase's start, or the first piece
+  bool over = false;        // the window ended: reads that fail now are the end
+  Clock::time_point start;  // when this rank began the phase
+  Clock::duration seconds;  // the phase's
+  // The window's reference: the phase's start, or the first piece when none
+  // came before the window would have begun (its sender started late).
+  Clock::time_point t0;
+  bool any = false;  // a piece arrived
+  // The pieces inside the window by their arrival: the first one's time,
+  // the last one's, and the bytes of those after the first (the rate where
+  // the kernel does not count: rate_sample).
+  std::optional<Clock::time_point> first_in, last_in;
+  std::uint64_t bytes_in = 0;
+
+  Clock::time_point at(double share) const {
+    return t0 + std::chrono::duration_cast<Clock::duration>(seconds * share);
+  }
+  void piece(Clock::time_point t, std::uint64_t length) {
+    if (!any) {
+      any = true;
+      if (t >= at(topology::kProbeWindowFrom)) t0 = t;
+    }
+    if (t < at(topology::kProbeWindowFrom) || t > at(topology::kProbeWindowTo)) return;
+    if (!first_in) {
+      first_in = t;
+      return;
+    }
+    bytes_in += length;
+    last_in = t;
+  }
   // The kernel's count of bytes received on each socket when the window
   // began (lanes/tcp_info.hpp), and what the window counted that way.
   std::map<lanes::Stream*, std::uint64_t> base;
@@ -58,9 +86,12 @@ struct PhaseRun {
   Clock::time_point start = Clock::now();
   Clock::time_point stop_sending;  // the phase's seconds after its start
   // A rate flow's sender goes on until its receiver closes the connection at
-  // the end of its window, or twice the phase's seconds: a receiver the
-  // scheduler started late still counts a whole window of live traffic.
+  // the end of its window: a receiver the scheduler started late, or whose
+  // window began at a late first piece, still counts a whole window of live
+  // traffic. Nominally that is within twice the phase's seconds (stop_rate);
+  // a sender gives up half the grace past it (give_up), before the watchdog.
   Clock::time_point stop_rate;
+  Clock::time_point give_up;
   Clock::duration seconds;
   Event progress;
   std::exception_ptr error;
@@ -81,11 +112,13 @@ struct PhaseRun {
         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(phase.seconds));
     stop_sending = start + seconds;
     stop_rate = start + 2 * seconds;
+    give_up = stop_rate + options.grace / 2;
   }
   void fail(std::exception_ptr e) {
     if (error) return;
     error = e;
     for (auto* s : active) s->close();
+    for (auto& [flow, a] : arrivals) a.window_end.cancel();
     progress.notify_all();
     transport.accepted().notify_all();
   }
@@ -137,8 +170,8 @@ asio::awaitable<void> write_header(PhaseRun& run, lanes::Stream& socket, lanes::
 }
 
 // Sends pieces on one stream until the receiver closes the connection at the
-// end of its window (a reset or a broken pipe: the normal end), or twice the
-// phase's seconds are over (then it closes it itself).
+// end of its window (a reset or a broken pipe: the normal end), or half the
+// grace past twice the phase's seconds (then it closes it itself).
 asio::awaitable<void> send_rate(PhaseRun& run, int flow, int stream) {
   const ProbeFlow& f = run.phase.flows[static_cast<size_t>(flow)];
   const std::string peer = run.transport.describe(f.to, f.nic_to);
@@ -153,7 +186,7 @@ asio::awaitable<void> send_rate(PhaseRun& run, int flow, int stream) {
       lanes::FrameKind::kProbe, run.seq, static_cast<std::uint64_t>(flow), kPieceBytes});
   const std::array<asio::const_buffer, 2> bufs{asio::buffer(header),
                                                asio::buffer(run.zeros.data(), kPieceBytes)};
-  while (Clock::now() < run.stop_rate) {
+  while (Clock::now() < run.give_up) {
     auto [ec, n] = co_await socket->write(bufs);
     run.check();
     // The receiver closes its end when its window is over: a reset or a
@@ -182,29 +215,15 @@ asio::awaitable<lanes::Stream*> wait_incoming(PhaseRun& run, LinkKey key, const 
   co_return socket;
 }
 
-// The rate in the window (kProbeWindowFrom..kProbeWindowTo of the phase's
-// seconds after this rank began it): from the first piece that landed in it
-// to the last, the bytes of the pieces after the first.
-ProbeSample rate_sample(int flow, const Arrivals& a, Clock::time_point t0,
-                        Clock::duration seconds) {
+// The rate in the window by the pieces' arrival times: from the first piece
+// that landed in it to the last, the bytes of the pieces after the first.
+ProbeSample rate_sample(int flow, const Arrivals& a) {
   ProbeSample s;
   s.flow = flow;
-  if (a.pieces.empty()) return s;
-  const auto from =
-      t0 + std::chrono::duration_cast<Clock::duration>(seconds * topology::kProbeWindowFrom);
-  const auto to =
-      t0 + std::chrono::duration_cast<Clock::duration>(seconds * topology::kProbeWindowTo);
-  std::optional<Clock::time_point> first, last;
-  for (const auto& [t, bytes] : a.pieces) {
-    if (t < from || t > to) continue;
-    if (!first) {
-      first = t;
-      continue;
-    }
-    s.bytes += bytes;
-    last = t;
+  if (a.first_in && a.last_in) {
+    s.seconds = std::chrono::duration<double>(*a.last_in - *a.first_in).count();
+    s.bytes = a.bytes_in;
   }
-  if (first && last) s.seconds = std::chrono::duration<double>(*last - *first).count();
   if (s.seconds <= 0) s.bytes = 0;
   return s;
 }
@@ -224,21 +243,16 @@ void start(PhaseRun& run, asio::awaitable<void> task);
 // times give it (rate_sample).
 // A flow that has brought nothing by the time its window would begin (its
 // sender started late) gets its window from its first piece instead.
-asio::awaitable<void> close_window(PhaseRun& run, Arrivals& a, Clock::time_point first) {
-  const auto at = [&](double share) {
-    return a.t0 + std::chrono::duration_cast<Clock::duration>(run.seconds * share);
-  };
-  a.t0 = first;
-  a.window_end.expires_at(at(topology::kProbeWindowFrom));
+asio::awaitable<void> close_window(PhaseRun& run, Arrivals& a) {
+  a.window_end.expires_at(a.at(topology::kProbeWindowFrom));
   auto [ec] = co_await a.window_end.async_wait(lanes::kAsTuple);
-  if (ec) co_return;
-  if (a.pieces.empty()) {
-    while (a.pieces.empty() && !run.error && a.open_streams > 0) co_await run.progress.wait();
-    if (a.pieces.empty()) co_return;
-    a.t0 = a.pieces.front().first;
-    a.window_end.expires_at(at(topology::kProbeWindowFrom));
+  if (ec || run.error) co_return;
+  if (!a.any) {
+    while (!a.any && !run.error && a.open_streams > 0) co_await run.progress.wait();
+    if (!a.any || run.error || a.open_streams == 0) co_return;
+    a.window_end.expires_at(a.at(topology::kProbeWindowFrom));  // t0 is the first piece now
     std::tie(ec) = co_await a.window_end.async_wait(lanes::kAsTuple);
-    if (ec) co_return;
+    if (ec || run.error) co_return;
   }
   a.counting = true;
   a.counted_from = Clock::now();
@@ -247,9 +261,9 @@ asio::awaitable<void> close_window(PhaseRun& run, Arrivals& a, Clock::time_point
       a.base[s] = *n;
     else
       a.counting = false;
-  a.window_end.expires_at(at(topology::kProbeWindowTo));
+  a.window_end.expires_at(a.at(topology::kProbeWindowTo));
   std::tie(ec) = co_await a.window_end.async_wait(lanes::kAsTuple);
-  if (ec) co_return;
+  if (ec || run.error) co_return;
   std::uint64_t bytes = 0;
   for (auto* s : a.sockets) {
     const auto n = received(s);
@@ -301,14 +315,15 @@ asio::awaitable<void> receive_rate(PhaseRun& run, int flow, int stream) {
     run.check();
     if (rec && a.over) break;
     if (rec) throw BroadcastError("receiving from " + peer + " failed: " + rec.message());
-    a.pieces.emplace_back(Clock::now(), h->length);
-    if (a.pieces.size() == 1) run.progress.notify_all();  // a window may wait for it
+    const bool first = !a.any;
+    a.piece(Clock::now(), h->length);
+    if (first) run.progress.notify_all();  // a window may wait for it
   }
   socket->close();
   run.waiting_on.erase(task);
   if (--a.open_streams == 0) {
     a.window_end.cancel();
-    ProbeSample smp = rate_sample(flow, a, a.t0, run.seconds);
+    ProbeSample smp = rate_sample(flow, a);
     if (a.counted) {
       smp.bytes = a.by_kernel.bytes;
       smp.seconds = a.by_kernel.seconds;
@@ -404,9 +419,12 @@ asio::awaitable<std::vector<ProbeSample>> run_probe_phase(Transport& transport, 
                                                           const ProbeRunOptions& options) {
   PhaseRun run(transport, static_cast<std::uint64_t>(phase_index), phase, options);
   const int me = transport.rank();
-  for (const int i : topology::flows_of(phase, me)) {
+  const std::vector<int> mine = topology::flows_of(phase, me);
+  // Every flow checked before any starts: a bad one must not leave tasks
+  // behind that point into this frame.
+  const int lanes = transport.grid().lane_count();
+  for (const int i : mine) {
     const ProbeFlow& f = phase.flows[static_cast<size_t>(i)];
-    const int lanes = transport.grid().lane_count();
     if (f.from < 0 || f.to < 0 || f.from >= transport.grid().size() ||
         f.to >= transport.grid().size() || f.from == f.to || f.nic_from < 0 || f.nic_to < 0 ||
         f.nic_from >= lanes || f.nic_to >= lanes)
@@ -417,13 +435,17 @@ asio::awaitable<std::vector<ProbeSample>> run_probe_phase(Transport& transport, 
       throw BroadcastError(run.flow_text(i) + " has streams " + std::to_string(f.stream) + ".." +
                            std::to_string(f.stream + f.streams - 1) + ", past the link's " +
                            std::to_string(kMaxLinkStreams));
+  }
+  for (const int i : mine) {
+    const ProbeFlow& f = phase.flows[static_cast<size_t>(i)];
     if (f.kind == ProbeKind::kRate) {
       if (f.from == me)
         for (int s = 0; s < f.streams; ++s) start(run, send_rate(run, i, s));
       if (f.to == me) {
-        Arrivals& a = run.arrivals.try_emplace(i, transport.io()).first->second;
+        Arrivals& a =
+            run.arrivals.try_emplace(i, transport.io(), run.start, run.seconds).first->second;
         a.open_streams = f.streams;
-        start(run, close_window(run, a, run.start));
+        start(run, close_window(run, a));
         for (int s = 0; s < f.streams; ++s) start(run, receive_rate(run, i, s));
       }
     } else {

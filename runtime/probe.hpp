@@ -6,8 +6,9 @@
 //                  each of the flow's streams; the receiver counts the bytes
 //                  the kernel received from 30 % to 70 % of the phase after
 //                  the rank began it (topology::kProbeWindowFrom/To), then
-//                  closes the flow's connections, which stops the sender (at
-//                  the latest twice the phase's seconds after its start)
+//                  closes the flow's connections, which stops the sender (a
+//                  late receiver still gets a whole window; the sender gives
+//                  up half the grace past twice the phase's seconds)
 //   latency flow   the sender sends kPing frames one at a time and times each
 //                  echo; the receiver echoes until the empty kProbe
 //

@@ -4,15 +4,22 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <string>
 
 namespace gridbcast::topology {
 namespace {
 
+// Figures a topology can hold (llround of anything else is undefined).
+double checked(double v, double most, const char* what) {
+  if (!std::isfinite(v) || v < 0 || v > most)
+    throw std::invalid_argument(std::string("cannot write a ") + what + " of " + std::to_string(v));
+  return v;
+}
 std::string bits(double bps) {
-  return std::to_string(std::llround(bps)) + " bit";
+  return std::to_string(std::llround(checked(bps, 1e18, "bandwidth"))) + " bit";
 }
 std::string nanoseconds(double s) {
-  return std::to_string(std::llround(s * 1e9)) + " ns";
+  return std::to_string(std::llround(checked(s, 1e6, "duration") * 1e9)) + " ns";
 }
 
 std::string ipv4(std::uint32_t a) {

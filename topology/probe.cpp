@@ -114,7 +114,7 @@ std::vector<ProbePhase> probe_schedule(const Grid& g, const ProbeSettings& s) {
   const auto pairs = wan_pairs(g, s.wan_pairs);
   std::vector<ProbePhase> phases;
 
-  ProbePhase latency{"latency", s.latency_seconds, {}};
+  ProbePhase latency{"latency", s.latency_seconds, {}, ProbePhaseKind::kLatency};
   for (const auto& site : by_nic)
     for (int j = 0; j < most; ++j)
       ring_flows(site[static_cast<size_t>(j)], j, 1, ProbeKind::kLatency, latency.flows);
@@ -133,13 +133,17 @@ std::vector<ProbePhase> probe_schedule(const Grid& g, const ProbeSettings& s) {
   // shows as one of the two running faster alone than all together.
   if (most >= 2)
     for (int j = 0; j + 1 < most; ++j) {
-      ProbePhase alone{"nic " + std::to_string(j) + " alone", s.lan_seconds, {}};
+      ProbePhase alone{
+          "nic " + std::to_string(j) + " alone", s.lan_seconds, {}, ProbePhaseKind::kAlone};
       for (const auto& site : by_nic)
         ring_flows(site[static_cast<size_t>(j)], j, 1, ProbeKind::kRate, alone.flows);
       if (!alone.flows.empty()) phases.push_back(std::move(alone));
     }
   for (const int step : {1, -1}) {
-    ProbePhase all{step > 0 ? "all nics, ring ahead" : "all nics, ring behind", s.lan_seconds, {}};
+    ProbePhase all{step > 0 ? "all nics, ring ahead" : "all nics, ring behind",
+                   s.lan_seconds,
+                   {},
+                   ProbePhaseKind::kRing};
     for (const auto& site : by_nic)
       for (int j = 0; j < most; ++j)
         ring_flows(site[static_cast<size_t>(j)], j, step, ProbeKind::kRate, all.flows);
@@ -154,7 +158,8 @@ std::vector<ProbePhase> probe_schedule(const Grid& g, const ProbeSettings& s) {
     ProbePhase wan{forward ? "wan, each link's first site to its second"
                            : "wan, each link's second site to its first",
                    wan_seconds,
-                   {}};
+                   {},
+                   ProbePhaseKind::kWan};
     for (size_t i = 0; i < g.wan.size(); ++i)
       for (const WanPair& p : pairs[i]) {
         const int common = std::min(probed_nics(g.nodes[static_cast<size_t>(p.a)]),
@@ -174,7 +179,7 @@ std::vector<ProbePhase> probe_schedule(const Grid& g, const ProbeSettings& s) {
   // Stream ids (ProbeFlow::stream): a connection of its own for every flow.
   int lan_phases = 0;
   for (const ProbePhase& ph : phases)
-    if (ph.name.rfind("wan", 0) != 0) ++lan_phases;
+    if (ph.kind != ProbePhaseKind::kWan) ++lan_phases;
   for (size_t i = 0; i < phases.size(); ++i)
     for (ProbeFlow& f : phases[i].flows) {
       if (f.kind == ProbeKind::kRate && f.wan >= 0) {
@@ -228,6 +233,7 @@ ProbeEstimate estimate(const Grid& declared, const std::vector<ProbePhase>& phas
   };
   std::vector<WanFlow> wan_measured;
   std::map<std::pair<int, int>, double> fan_out, fan_in;  // confirmations, by (rank, nic)
+  std::set<std::pair<int, int>> ringed;                   // NICs some ring flow measured
 
   for (size_t ph = 0; ph < phases.size(); ++ph) {
     const ProbePhase& phase = phases[ph];
@@ -252,6 +258,10 @@ ProbeEstimate estimate(const Grid& declared, const std::vector<ProbePhase>& phas
         }
         continue;
       }
+      if (phase.kind == ProbePhaseKind::kRing) {
+        ringed.insert({f.from, f.nic_from});
+        ringed.insert({f.to, f.nic_to});
+      }
       if (smp.seconds <= 0) continue;
       const double bps = smp.rate_bps() / kPayloadEfficiency;
       const auto fr = static_cast<size_t>(f.from), to = static_cast<size_t>(f.to);
@@ -262,10 +272,10 @@ ProbeEstimate estimate(const Grid& declared, const std::vector<ProbePhase>& phas
         wan_rate[static_cast<size_t>(f.wan)][static_cast<size_t>(dir)] += bps;
         ++wan_flows[static_cast<size_t>(f.wan)][static_cast<size_t>(dir)];
         wan_measured.push_back({f.wan, dir, f.from, f.to, f.nic_from, bps});
-      } else if (phase.name.rfind("all nics", 0) == 0) {
+      } else if (phase.kind == ProbePhaseKind::kRing) {
         send[fr][jf] = std::max(send[fr][jf], bps);
         recv[to][jt] = std::max(recv[to][jt], bps);
-      } else if (phase.name.rfind("confirm", 0) == 0) {
+      } else if (phase.kind == ProbePhaseKind::kConfirm) {
         fan_out[{f.from, f.nic_from}] += bps;
         fan_in[{f.to, f.nic_to}] += bps;
       } else {
@@ -319,6 +329,10 @@ ProbeEstimate estimate(const Grid& declared, const std::vector<ProbePhase>& phas
                             "topology gets the higher");
       if (nic > 0)
         m.nodes[rj].nics[jj].bandwidth_bps = nic;
+      else if (ringed.count({r, j}))
+        out.notes.push_back(nic_name(g, r, j) +
+                            ": its flows brought nothing countable in their windows: its declared "
+                            "bandwidth stays");
       else
         out.notes.push_back(nic_name(g, r, j) +
                             " was not measured (no other node of its site has a NIC " +
@@ -422,7 +436,7 @@ std::vector<ProbePhase> confirm_phases(const Grid& declared, const std::vector<P
   // Per NIC: the fastest partner it met on the rings.
   std::map<std::pair<int, int>, double> fastest_partner;
   for (const ProbePhase& ph : phases) {
-    if (ph.name.rfind("all nics", 0) != 0) continue;
+    if (ph.kind != ProbePhaseKind::kRing) continue;
     for (const ProbeFlow& f : ph.flows) {
       auto& a = fastest_partner[{f.from, f.nic_from}];
       a = std::max(a, figure(f.to, f.nic_to));
@@ -439,19 +453,27 @@ std::vector<ProbePhase> confirm_phases(const Grid& declared, const std::vector<P
   for (const auto& [key, partner] : fastest_partner) {
     const auto [r, j] = key;
     const double f = figure(r, j);
-    const double d = declared.nodes[static_cast<size_t>(r)].nics[static_cast<size_t>(j)].bandwidth_bps;
-    if (d > 1.25 * f && partner < 1.15 * f) {
+    const double d =
+        declared.nodes[static_cast<size_t>(r)].nics[static_cast<size_t>(j)].bandwidth_bps;
+    if (f < 0.75 * d && partner < 1.15 * f) {
       targets.push_back({r, j, d});
       suspect.insert(key);
     }
   }
   std::vector<ProbePhase> out;
-  int lan_phases = 0;
-  for (const ProbePhase& ph : phases)
-    if (ph.name.rfind("wan", 0) != 0) ++lan_phases;
-  for (int c = 0; c < kMaxConfirmPhases && !targets.empty(); ++c) {
-    ProbePhase phase{"confirm " + std::to_string(c + 1) + ": fans for NICs that met only slower partners",
-                     settings.lan_seconds, {}};
+  // Stream ids: below the schedule's phases inside the sites, one per
+  // confirmation, after those that ran already.
+  int lan_phases = 0, confirmed = 0;
+  for (const ProbePhase& ph : phases) {
+    if (ph.kind != ProbePhaseKind::kWan && ph.kind != ProbePhaseKind::kConfirm) ++lan_phases;
+    if (ph.kind == ProbePhaseKind::kConfirm) ++confirmed;
+  }
+  for (int c = confirmed; c < kMaxConfirmPhases && !targets.empty(); ++c) {
+    ProbePhase phase{
+        "confirm " + std::to_string(c + 1) + ": fans for NICs that met only slower partners",
+        settings.lan_seconds,
+        {},
+        ProbePhaseKind::kConfirm};
     std::set<std::pair<int, int>> busy;  // NICs already in a fan of this phase
     std::vector<Target> later;
     for (const Target& t : targets) {
@@ -467,8 +489,9 @@ std::vector<ProbePhase> confirm_phases(const Grid& declared, const std::vector<P
         if (busy.count({o, t.nic}) || suspect.count({o, t.nic})) continue;
         candidates.push_back({figure(o, t.nic), o});
       }
-      std::sort(candidates.begin(), candidates.end(),
-                [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+      std::sort(candidates.begin(), candidates.end(), [](const auto& a, const auto& b) {
+        return a.first > b.first || (a.first == b.first && a.second < b.second);
+      });
       std::vector<int> partners;
       double carry = 0;
       for (const auto& [fig, o] : candidates) {

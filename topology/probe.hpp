@@ -32,8 +32,9 @@
 //
 // A link i -> k runs at min(send of i, receive of k): a NIC's send rate is the
 // best of its flows out, its receive rate the best of its flows in, over the
-// two ring phases; the NIC's figure (one for both ways) is their mean when within 25 % of each other, else the higher. Measured "all at once" is
-// what a broadcast, which uses every lane, gets; "alone" only shows whether NICs share a rate.
+// two ring phases; the NIC's figure (one for both ways) is their mean when within 25 % of each
+// other, else the higher. Measured "all at once" is what a broadcast, which uses every lane, gets;
+// "alone" only shows whether NICs share a rate.
 #pragma once
 
 #include <cstdint>
@@ -77,10 +78,21 @@ struct ProbeFlow {
   bool operator==(const ProbeFlow&) const = default;
 };
 
+// What a phase measures; the estimate reads its samples by it.
+enum class ProbePhaseKind : std::uint8_t {
+  kLatency = 0,  // ping-pong inside the sites and over every WAN link
+  kAlone = 1,    // one NIC index's ring alone
+  kRing = 2,     // every NIC index's ring at once (ahead, or behind)
+  kWan = 3,      // every WAN link one way
+  kConfirm = 4,  // fans for NICs that met only slower partners
+};
+inline constexpr std::uint8_t kLastProbePhaseKind = 4;
+
 struct ProbePhase {
   std::string name;
   double seconds = 0;
   std::vector<ProbeFlow> flows;
+  ProbePhaseKind kind = ProbePhaseKind::kRing;
 };
 
 // A rate flow's receiver counts what arrives in the middle of the phase, from
@@ -122,9 +134,12 @@ std::vector<ProbePhase> probe_schedule(const Grid& grid, const ProbeSettings& se
 // measured more than 25 % below its declared figure, a confirmation phase
 // gives it partners of its own, enough of them together to carry the
 // declared figure, sending to it and receiving from it at once ("fan in and
-// out"); its figure is then the sum. At most kMaxConfirmPhases, each partner
-// in one target's fan per phase. Empty when nothing needs confirming.
-// `phases` and `samples` are what ran so far (the schedule's).
+// out"); its figure is then the sum. "Measured more than 25 % below" is
+// below 0.75 of the declared figure; "only slower partners" is no partner
+// more than 15 % faster than it. At most kMaxConfirmPhases in all, each
+// partner in one target's fan per phase; their stream ids are reserved by
+// the schedule. Empty when nothing needs confirming. `phases` and `samples`
+// are what ran so far.
 inline constexpr int kMaxConfirmPhases = 2;
 std::vector<ProbePhase> confirm_phases(const Grid& declared, const std::vector<ProbePhase>& phases,
                                        const std::vector<std::vector<ProbeSample>>& samples,

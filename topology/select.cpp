@@ -1,6 +1,7 @@
 #include "topology/select.hpp"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdio>
@@ -19,98 +20,141 @@ namespace {
 
 using LaneKey = std::tuple<int, int, bool>;  // (rank, lane, egress)
 
+// Everything analytic_seconds needs that does not depend on the segment,
+// worked out once per plan: each transfer's hop rate and latency, each
+// lane's rate, the bound's rate.
+class Pricer {
+ public:
+  Pricer(const Grid& grid, const Plan& plan, const CostModel& model)
+      : plan_(plan), c_(segment_overhead(grid, model)) {
+    if (plan.transfers.empty() || plan.size == 0 || grid.size() < 2) return;
+    const double eff = model.payload_efficiency;
+    // Each lane's part of its NIC, shared among the links the plan gives it
+    // (as the paces share it: topology/plan/pacing.hpp).
+    const auto shares = lane_shares(grid, plan);
+    std::map<std::tuple<int, int, int, int>, int> links;
+    std::map<LaneKey, int> links_on_lane;
+    for (const Transfer& t : plan.transfers)
+      if (links.emplace(std::make_tuple(t.from, t.to, t.lane_from, t.lane_to), 0).second) {
+        ++links_on_lane[{t.from, t.lane_from, true}];
+        ++links_on_lane[{t.to, t.lane_to, false}];
+      }
+    const auto hop_latency = [&](int site) {
+      const double l = grid.sites[static_cast<size_t>(site)].latency_s;
+      return l > 0 ? l : model.lan_latency_s;
+    };
+    std::map<LaneKey, int> lane_index;
+    for (const Transfer& t : plan.transfers) {
+      const auto& src = grid.nodes[static_cast<size_t>(t.from)];
+      const auto& dst = grid.nodes[static_cast<size_t>(t.to)];
+      double bps = std::min(
+          shares.at({t.from, t.lane_from, true}) / links_on_lane.at({t.from, t.lane_from, true}),
+          shares.at({t.to, t.lane_to, false}) / links_on_lane.at({t.to, t.lane_to, false}));
+      double latency = hop_latency(dst.site);
+      if (src.site != dst.site) {
+        double one_way = 0, pass = 1;
+        for (const WanLink* l : grid.wan_path(src.site, dst.site)) {
+          one_way += l->latency_s;
+          pass *= 1 - l->loss;
+          bps = std::min(bps, l->bandwidth_bps);
+        }
+        latency += one_way;
+        CostModel tcp = model;
+        if (const std::string cc = grid.congestion_between(t.from, t.to); !cc.empty())
+          tcp.congestion = parse_congestion(cc).value_or(Congestion::kLossBased);
+        const double rtt = 2 * one_way + hop_latency(src.site) + hop_latency(dst.site);
+        bps = std::min(bps, t.streams * tcp_stream_limit(rtt, 1 - pass, tcp) * 8 / eff);
+      }
+      Hop h;
+      h.rate = bps / 8 * eff;  // payload bytes per second
+      h.latency = latency;
+      for (int k = 0; k < 2; ++k) {
+        const LaneKey key =
+            k == 0 ? LaneKey{t.from, t.lane_from, true} : LaneKey{t.to, t.lane_to, false};
+        auto [it, fresh] = lane_index.emplace(key, static_cast<int>(lane_rate_.size()));
+        if (fresh) lane_rate_.push_back(shares.at(key) / 8 * eff);
+        h.lanes[k] = it->second;
+      }
+      hops_.push_back(h);
+    }
+    const MaxFlowBound bound = max_flow_bound(grid, plan.root);
+    rate_ = bound.rate_bps / 8 * eff;
+    ranks_ = grid.size();
+  }
+
+  double seconds(std::uint64_t segment) const {
+    if (hops_.empty()) return 0;
+    const double s = static_cast<double>(std::max<std::uint64_t>(segment, 1));
+    // Bytes each lane carries, and the segments they travel in.
+    std::vector<std::pair<double, double>> load(lane_rate_.size(), {0, 0});
+    // When the first segment of each received range reaches its rank: (rank,
+    // range begin) -> arrival. A sender forwards a range from the arrival of
+    // the range it received that holds its first byte.
+    std::vector<std::map<std::uint64_t, double>> first(static_cast<size_t>(ranks_));
+    double depth = 0;
+    for (size_t i = 0; i < hops_.size(); ++i) {
+      const Transfer& t = plan_.transfers[i];
+      const Hop& h = hops_[i];
+      const double length = static_cast<double>(t.length);
+      const double frames = std::ceil(length / s);
+      for (const int l : h.lanes) {
+        load[static_cast<size_t>(l)].first += length;
+        load[static_cast<size_t>(l)].second += frames;
+      }
+      double from_at = 0;
+      if (t.from != plan_.root) {
+        const auto& got = first[static_cast<size_t>(t.from)];
+        auto it = got.upper_bound(t.offset);
+        if (it != got.begin()) from_at = std::prev(it)->second;
+      }
+      const double arrival = from_at + std::min(s, length) / h.rate + c_ + h.latency;
+      auto& at = first[static_cast<size_t>(t.to)][t.offset];
+      at = std::max(at, arrival);
+      depth = std::max(depth, arrival);
+    }
+    // What the busiest lane needs to move its bytes and frames, and the
+    // bound's rate: the pipeline runs at the slower of the two once full.
+    double busiest = 0;
+    for (size_t l = 0; l < load.size(); ++l)
+      busiest = std::max(busiest, load[l].first / lane_rate_[l] + load[l].second * c_);
+    const double stream = rate_ > 0 ? static_cast<double>(plan_.size) / rate_ : 0;
+    const double last = rate_ > 0 ? std::min(s, static_cast<double>(plan_.size)) / rate_ : 0;
+    return std::max(stream, busiest) + depth - last;
+  }
+
+ private:
+  struct Hop {
+    double rate = 0, latency = 0;
+    std::array<int, 2> lanes{};  // indexes into lane_rate_: sender's, receiver's
+  };
+  const Plan& plan_;
+  double c_;
+  std::vector<Hop> hops_;
+  std::vector<double> lane_rate_;
+  double rate_ = 0;
+  int ranks_ = 0;
+};
+
 }  // namespace
 
 double analytic_seconds(const Grid& grid, const Plan& plan, std::uint64_t segment,
                         const CostModel& model) {
-  if (plan.transfers.empty() || plan.size == 0 || grid.size() < 2) return 0;
-  const double s = static_cast<double>(std::max<std::uint64_t>(segment, 1));
-  const double c = segment_overhead(grid, model);
-  const double eff = model.payload_efficiency;
-  // Each lane's part of its NIC, shared among the links the plan gives it (as
-  // the paces share it: topology/plan/pacing.hpp).
-  const auto shares = lane_shares(grid, plan);
-  std::map<std::tuple<int, int, int, int>, int> link_streams;
-  std::map<LaneKey, int> links_on_lane;
-  for (const Transfer& t : plan.transfers) {
-    auto [it, fresh] =
-        link_streams.emplace(std::make_tuple(t.from, t.to, t.lane_from, t.lane_to), t.streams);
-    if (!fresh) continue;
-    ++links_on_lane[{t.from, t.lane_from, true}];
-    ++links_on_lane[{t.to, t.lane_to, false}];
-  }
-  const auto hop_latency = [&](int site) {
-    const double l = grid.sites[static_cast<size_t>(site)].latency_s;
-    return l > 0 ? l : model.lan_latency_s;
-  };
-  // Bytes each lane carries, and the segments they travel in.
-  std::map<LaneKey, std::pair<double, double>> lane_load;  // bytes, segments
-  // When the first segment of each received range reaches its rank: (rank,
-  // range begin) -> arrival. A sender forwards a range from the arrival of
-  // the range it received that holds its first byte.
-  std::vector<std::map<std::uint64_t, double>> first(static_cast<size_t>(grid.size()));
-  double depth = 0;
-  for (const Transfer& t : plan.transfers) {
-    const auto& src = grid.nodes[static_cast<size_t>(t.from)];
-    const auto& dst = grid.nodes[static_cast<size_t>(t.to)];
-    double bps = std::min(
-        shares.at({t.from, t.lane_from, true}) / links_on_lane.at({t.from, t.lane_from, true}),
-        shares.at({t.to, t.lane_to, false}) / links_on_lane.at({t.to, t.lane_to, false}));
-    double latency = hop_latency(dst.site);
-    if (src.site != dst.site) {
-      double one_way = 0, pass = 1;
-      for (const WanLink* l : grid.wan_path(src.site, dst.site)) {
-        one_way += l->latency_s;
-        pass *= 1 - l->loss;
-        bps = std::min(bps, l->bandwidth_bps);
-      }
-      latency += one_way;
-      CostModel tcp = model;
-      if (const std::string cc = grid.congestion_between(t.from, t.to); !cc.empty())
-        tcp.congestion = parse_congestion(cc).value_or(Congestion::kLossBased);
-      const double rtt = 2 * one_way + hop_latency(src.site) + hop_latency(dst.site);
-      bps = std::min(bps, t.streams * tcp_stream_limit(rtt, 1 - pass, tcp) * 8 / eff);
-    }
-    const double rate = bps / 8 * eff;  // payload bytes per second
-    const double length = static_cast<double>(t.length);
-    const double frames = std::ceil(length / s);
-    for (const LaneKey& key :
-         {LaneKey{t.from, t.lane_from, true}, LaneKey{t.to, t.lane_to, false}}) {
-      auto& [bytes, segments] = lane_load[key];
-      bytes += length;
-      segments += frames;
-    }
-    double from_at = 0;
-    if (t.from != plan.root) {
-      const auto& got = first[static_cast<size_t>(t.from)];
-      auto it = got.upper_bound(t.offset);
-      if (it != got.begin()) from_at = std::prev(it)->second;
-    }
-    const double arrival = from_at + std::min(s, length) / rate + c + latency;
-    auto& at = first[static_cast<size_t>(t.to)][t.offset];
-    at = std::max(at, arrival);
-    depth = std::max(depth, arrival);
-  }
-  // What the busiest lane needs to move its bytes and frames, and the bound's
-  // rate: the pipeline runs at the slower of the two once full.
-  double busiest = 0;
-  for (const auto& [key, load] : lane_load) {
-    busiest = std::max(busiest, load.first / (shares.at(key) / 8 * eff) + load.second * c);
-  }
-  const MaxFlowBound bound = max_flow_bound(grid, plan.root);
-  const double rate = bound.rate_bps / 8 * eff;
-  const double stream = rate > 0 ? static_cast<double>(plan.size) / rate : 0;
-  const double last = rate > 0 ? std::min(s, static_cast<double>(plan.size)) / rate : 0;
-  return std::max(stream, busiest) + depth - last;
+  return Pricer(grid, plan, model).seconds(segment);
 }
 
 std::uint64_t model_segment(const Grid& grid, const Plan& plan, const CostModel& model) {
   if (plan.size <= kSmallestModelSegment) return std::max<std::uint64_t>(plan.size, 1);
+  const Pricer pricer(grid, plan, model);
+  // Compared in whole microseconds, so that the last bits of a floating-point
+  // sum (which another compiler or CPU may round differently) never decide
+  // between two sizes: every rank must cut the same segments. Ties go to the
+  // larger segment (fewer frames).
+  const auto us = [&](std::uint64_t seg) { return std::llround(pricer.seconds(seg) * 1e6); };
   std::uint64_t best = kSmallestModelSegment;
-  double best_time = analytic_seconds(grid, plan, best, model);
+  long long best_time = us(best);
   for (std::uint64_t seg = 2 * kSmallestModelSegment; seg <= kLargestModelSegment; seg *= 2) {
     if (seg / 2 >= plan.size) break;  // larger ones cut the message the same way
-    const double t = analytic_seconds(grid, plan, seg, model);
+    const long long t = us(seg);
     if (t <= best_time) {
       best_time = t;
       best = seg;
@@ -123,22 +167,29 @@ namespace {
 
 // What decides a selection on `grid` besides root and size: every figure the
 // plans and the model read.
+// Every bit of a double (std::to_string keeps six decimals).
+std::string exact(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%a", v);
+  return buf;
+}
+
 std::string fingerprint(const Grid& g) {
   std::string f = g.name + "|" + std::to_string(g.lanes) + "|" + std::to_string(g.pace_lanes) +
-                  "|" + std::to_string(g.segment_bytes) + "|" +
-                  std::to_string(g.segment_overhead_s) + "|" + g.congestion;
+                  "|" + std::to_string(g.segment_bytes) + "|" + exact(g.segment_overhead_s) + "|" +
+                  g.congestion;
   for (const Site& s : g.sites) {
-    f += "|s" + std::to_string(s.ranks.size()) + "," + std::to_string(s.latency_s) + "," +
+    f += "|s" + std::to_string(s.ranks.size()) + "," + exact(s.latency_s) + "," +
          std::to_string(s.multicast.enabled);
   }
   for (const Node& n : g.nodes) {
     f += "|n" + std::to_string(n.site);
-    for (const Nic& nic : n.nics) f += "," + std::to_string(nic.bandwidth_bps);
+    for (const Nic& nic : n.nics) f += "," + exact(nic.bandwidth_bps);
   }
   for (const WanLink& l : g.wan)
     f += "|w" + std::to_string(l.site_a) + "," + std::to_string(l.site_b) + "," +
-         std::to_string(l.latency_s) + "," + std::to_string(l.bandwidth_bps) + "," +
-         std::to_string(l.loss) + "," + std::to_string(l.streams) + "," + l.congestion;
+         exact(l.latency_s) + "," + exact(l.bandwidth_bps) + "," + exact(l.loss) + "," +
+         std::to_string(l.streams) + "," + l.congestion;
   return f;
 }
 
@@ -181,8 +232,8 @@ Selection select_broadcast(const Grid& grid, int root, std::uint64_t size,
   const int k = std::bit_width(size);
   const std::uint64_t priced = k >= 2 ? (std::uint64_t{3} << (k - 2)) : size;
   const std::string key = fingerprint(grid) + "|r" + std::to_string(root) + "|k" +
-                          std::to_string(k) + "|c" + std::to_string(model.segment_overhead_s) +
-                          "," + std::to_string(model.segment_bytes) + "," +
+                          std::to_string(k) + "|c" + exact(model.segment_overhead_s) + "," +
+                          std::to_string(model.segment_bytes) + "," +
                           std::to_string(static_cast<int>(model.congestion));
   static std::mutex mu;
   static std::map<std::string, Selection> cache;

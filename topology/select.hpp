@@ -1,6 +1,6 @@
-// Choices made with the cost model rather than thresholds: the segment size
-// of a plan (and, in select_broadcast, the algorithm of `auto`). Pure: no
-// sockets.
+// Choices made with the cost model: the segment size of a plan; and the
+// model's prediction for each candidate algorithm beside what `auto` runs
+// (select_broadcast). Pure: no sockets.
 //
 // Segments. A pipelined plan's time is about
 //

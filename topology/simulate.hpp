@@ -45,7 +45,7 @@ struct CostModel {
   // TCP payload per byte a shaper counts: 1448 of a 1514-byte Ethernet frame
   // (HTB and most NIC rates count headers).
   double payload_efficiency = kPayloadEfficiency;
-  std::uint64_t segment_bytes = 0;  // 0: resolve_segment_bytes (grid's, else automatic)
+  std::uint64_t segment_bytes = 0;  // 0: resolve_segment_bytes (the grid's, else the model's)
   // The work one segment costs each end beyond its bytes: the sender's
   // gathered write, the receiver's two reads, a coroutine's wake-up and the
   // held-bytes bookkeeping (runtime/executor.cpp), about three system calls

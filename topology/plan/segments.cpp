@@ -94,6 +94,9 @@ std::uint64_t automatic_segment(const Grid& grid, std::uint64_t size) {
 std::uint64_t resolve_segment_bytes(const Grid& grid, const Plan& plan, std::uint64_t requested) {
   if (requested != 0) return requested;
   if (grid.segment_bytes != 0) return grid.segment_bytes;
+  // Circulant's blocks are segments of the fixed rule, cut before the plan
+  // existed: one block, one frame.
+  if (plan.algorithm == Algorithm::kCirculant) return automatic_segment(grid, plan.size);
   return model_segment(grid, plan);
 }
 

@@ -35,8 +35,10 @@ std::uint64_t automatic_segment(const Grid& grid, std::uint64_t size);
 
 // The segment size for `plan`: `requested` (--segment, GRIDBCAST_SEGMENT) if
 // not 0, else the topology's `segment`, else the cost model's choice for this
-// plan (topology::model_segment, topology/select.hpp). Every rank derives the
-// same from the same plan.
+// plan (topology::model_segment, topology/select.hpp; circulant: the fixed
+// rule its blocks were cut by). Every rank of one build derives the same from
+// the same plan (the choice compares the model's times in whole microseconds,
+// so the last bits of floating point do not decide it).
 std::uint64_t resolve_segment_bytes(const Grid& grid, const Plan& plan, std::uint64_t requested);
 // The same before a plan exists (a builder whose blocks are segments:
 // circulant): automatic_segment instead of the model's choice.
