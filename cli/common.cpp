@@ -121,6 +121,10 @@ void add_topology_options(CLI::App* cmd, TopologyOptions& t, bool congestion, bo
   cmd->add_flag("--pace-lanes", t.pace_lanes,
                 "cap each multilane connection at its part of the declared NIC and WAN "
                 "bandwidths, as defaults.pace_lanes: true does (docs/TOPOLOGY.md)");
+  cmd->add_option("--max-rate", t.max_rate,
+                  "the most each node may send in all, over all its NICs and connections, e.g. "
+                  "\"2 Gbit\": plans and the bound count it, the connections are paced to it; as "
+                  "defaults.max_rate (docs/TOPOLOGY.md, \"Rate limits\")");
   if (congestion)
     cmd->add_option("--congestion", t.congestion,
                     "TCP congestion control of every socket, e.g. cubic or bbr");
@@ -140,6 +144,9 @@ Loaded load(const TopologyOptions& t) {
   if (!t.congestion.empty()) o.congestion = t.congestion;
   if (t.lanes > 0) o.lanes = t.lanes;
   if (t.pace_lanes) o.pace_lanes = true;
+  o.max_rate_bps = parsed<double>(t.max_rate, "--max-rate", topology::parse_bandwidth);
+  if (o.max_rate_bps && !(*o.max_rate_bps > 0))
+    throw CLI::ValidationError("--max-rate", "must be above 0, e.g. \"1 Gbit\"");
   std::optional<topology::SlurmAllocation> slurm;
   if (given == 0) slurm = topology::slurm_allocation(std::getenv);
   if (t.hosts.empty() && t.hostfile.empty() && !slurm) {
@@ -181,10 +188,11 @@ Loaded load(const TopologyOptions& t) {
     d.name = std::filesystem::path(t.hostfile).stem().string();
   }
   std::string yaml = topology::hosts_to_yaml(hosts, d);
-  if (o.lanes || o.pace_lanes) {
+  if (o.lanes || o.pace_lanes || o.max_rate_bps) {
     topology::Overrides lanes_only;
     lanes_only.lanes = o.lanes;
     lanes_only.pace_lanes = o.pace_lanes;
+    lanes_only.max_rate_bps = o.max_rate_bps;
     yaml = topology::apply_overrides(yaml, lanes_only);
   }
   return {topology::load_grid_string(yaml, source), std::move(yaml), slurm.has_value()};

@@ -34,6 +34,7 @@ struct TopologyOptions {
   int streams = 0;
   int lanes = 0;            // --lanes; 0: the topology's
   bool pace_lanes = false;  // --pace-lanes; false: the topology's
+  std::string max_rate;     // --max-rate; empty: the topology's defaults.max_rate
 };
 
 // The options above on `cmd` (the positional is the command's own);

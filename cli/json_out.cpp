@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "topology/bound.hpp"
+#include "topology/plan/pacing.hpp"
 #include "topology/simulate.hpp"
 
 namespace gridbcast::cli {
@@ -59,15 +60,18 @@ Json plan_json(const topology::Grid& grid, const topology::Plan& plan) {
                      {"site", grid.sites[static_cast<size_t>(n.site)].name},
                      {"nics", n.nics.size()}});
   }
+  const std::vector<topology::LinkPace> paces = topology::link_paces(grid, plan);
   Json& transfers = j["transfers"] = Json::array();
   for (const auto& t : plan.transfers)
-    transfers.push_back({{"from", t.from},
-                         {"to", t.to},
-                         {"offset", t.offset},
-                         {"length", t.length},
-                         {"lane_from", t.lane_from},
-                         {"lane_to", t.lane_to},
-                         {"streams", t.streams}});
+    transfers.push_back(
+        {{"from", t.from},
+         {"to", t.to},
+         {"offset", t.offset},
+         {"length", t.length},
+         {"lane_from", t.lane_from},
+         {"lane_to", t.lane_to},
+         {"streams", t.streams},
+         {"pace_bps", number(topology::pace_of(paces, t.from, t.to, t.lane_from, t.lane_to) * 8)}});
   Json& multicasts = j["multicasts"] = Json::array();
   for (const auto& m : plan.multicasts)
     multicasts.push_back({{"from", m.from},
@@ -75,6 +79,7 @@ Json plan_json(const topology::Grid& grid, const topology::Plan& plan) {
                           {"offset", m.offset},
                           {"length", m.length},
                           {"to", m.to}});
+  j["max_rate_bps"] = number(grid.max_rate_bps);  // appended last: older readers keep their order
   return j;
 }
 

@@ -32,6 +32,8 @@ topology::Grid restrict_grid(const topology::Grid& grid, const std::vector<int>&
   out.segment_bytes = grid.segment_bytes;
   out.congestion = grid.congestion;
   out.pace_lanes = grid.pace_lanes;
+  out.max_rate_bps = grid.max_rate_bps;
+  out.segment_overhead_s = grid.segment_overhead_s;
   // The members' transport opened the world's lanes: plan for exactly those.
   out.lanes = grid.lane_count();
   std::vector<int> site_map(grid.sites.size(), -1);  // old site -> new site
@@ -87,6 +89,9 @@ topology::Grid restrict_grid(const topology::Grid& grid, const std::vector<int>&
         l.latency_s += hop->latency_s;
         l.bandwidth_bps = l.bandwidth_bps == 0 ? hop->bandwidth_bps
                                                : std::min(l.bandwidth_bps, hop->bandwidth_bps);
+        if (hop->max_rate_bps > 0)
+          l.max_rate_bps =
+              l.max_rate_bps == 0 ? hop->max_rate_bps : std::min(l.max_rate_bps, hop->max_rate_bps);
         l.streams = l.streams == 0 ? hop->streams : std::min(l.streams, hop->streams);
         l.tls = l.tls || hop->tls;
         if (l.congestion.empty()) l.congestion = hop->congestion;

@@ -153,17 +153,17 @@ MaxFlowBound max_flow_bound(const Grid& grid, int root) {
   FlowGraph graph(2 * p + static_cast<int>(grid.sites.size()));
   for (int u = 0; u < p; ++u) {
     const auto& node = grid.nodes[static_cast<size_t>(u)];
-    const double nic = node.total_bandwidth_bps();         // each direction (full duplex)
-    graph.add_edge(switch_of(node.site), 2 * u, nic);      // what it can receive
-    graph.add_edge(2 * u, 2 * u + 1, kInfinity);           // it forwards what it holds
-    graph.add_edge(2 * u + 1, switch_of(node.site), nic);  // what it can send
+    const double nic = node.total_bandwidth_bps();     // each direction (full duplex)
+    graph.add_edge(switch_of(node.site), 2 * u, nic);  // what it can receive
+    graph.add_edge(2 * u, 2 * u + 1, kInfinity);       // it forwards what it holds
+    graph.add_edge(2 * u + 1, switch_of(node.site), grid.send_rate_bps(u));  // what it may send
   }
   // A WAN link carries its bandwidth in each direction. TCP's per-stream limits
   // (simulate.hpp) cap one transfer's bundle, not the link: a plan may spread a
   // crossing over as many node pairs as it likes, so they are left out.
   for (const auto& l : grid.wan) {
-    graph.add_edge(switch_of(l.site_a), switch_of(l.site_b), l.bandwidth_bps);
-    graph.add_edge(switch_of(l.site_b), switch_of(l.site_a), l.bandwidth_bps);
+    graph.add_edge(switch_of(l.site_a), switch_of(l.site_b), l.rate_bps());
+    graph.add_edge(switch_of(l.site_b), switch_of(l.site_a), l.rate_bps());
   }
 
   const std::vector<double> latency = site_latencies(grid, grid.site_of(root));

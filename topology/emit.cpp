@@ -69,7 +69,7 @@ std::string grid_to_yaml(const Grid& g, const GridComments& comments) {
   w.comment("top");
   y << YAML::BeginMap << YAML::Key << "name" << YAML::Value << g.name;
   const bool defaults = g.segment_bytes != 0 || g.lanes != 0 || !g.congestion.empty() ||
-                        g.pace_lanes || g.probe || g.segment_overhead_s > 0;
+                        g.pace_lanes || g.probe || g.segment_overhead_s > 0 || g.max_rate_bps > 0;
   if (defaults) {
     y << YAML::Key << "defaults" << YAML::Value << YAML::BeginMap;
     if (g.segment_bytes != 0)
@@ -78,6 +78,7 @@ std::string grid_to_yaml(const Grid& g, const GridComments& comments) {
     if (!g.congestion.empty()) y << YAML::Key << "congestion" << YAML::Value << g.congestion;
     if (g.pace_lanes) y << YAML::Key << "pace_lanes" << YAML::Value << true;
     if (g.probe) y << YAML::Key << "probe" << YAML::Value << true;
+    if (g.max_rate_bps > 0) y << YAML::Key << "max_rate" << YAML::Value << bits(g.max_rate_bps);
     if (g.segment_overhead_s > 0)
       y << YAML::Key << "segment_overhead" << YAML::Value << nanoseconds(g.segment_overhead_s);
     y << YAML::EndMap;
@@ -124,6 +125,7 @@ std::string grid_to_yaml(const Grid& g, const GridComments& comments) {
       w.comment(key + ":latency");
       y << YAML::Key << "bandwidth" << YAML::Value << bits(l.bandwidth_bps);
       w.comment(key + ":bandwidth");
+      if (l.max_rate_bps > 0) y << YAML::Key << "max_rate" << YAML::Value << bits(l.max_rate_bps);
       if (l.loss > 0) {
         // A plain fraction (the loader's bare-number form) to 17 decimals.
         char loss[64];

@@ -57,6 +57,18 @@ double Node::total_bandwidth_bps() const {
   return total;
 }
 
+double Grid::send_rate_bps(int rank) const {
+  const double nics = nodes.at(static_cast<size_t>(rank)).total_bandwidth_bps();
+  return max_rate_bps > 0 && max_rate_bps < nics ? max_rate_bps : nics;
+}
+
+bool Grid::rate_limited() const {
+  if (max_rate_bps > 0) return true;
+  for (const WanLink& l : wan)
+    if (l.max_rate_bps > 0) return true;
+  return false;
+}
+
 double Grid::multicast_pace_bps(int sender, int lane) const {
   double slowest = 0;
   for (const int r : sites.at(static_cast<size_t>(site_of(sender))).ranks) {

@@ -63,7 +63,7 @@ struct Node {
   // The bandwidth lane L can count on at this node when `lanes` lanes are open:
   // its NIC's bandwidth over the lanes that share it.
   double lane_bandwidth_bps(int lane, int lanes) const;
-  double total_bandwidth_bps() const;
+  double total_bandwidth_bps() const;  // each direction
 };
 
 // Whether a site's network carries IPv4 multicast, and where its groups may
@@ -113,6 +113,16 @@ struct WanLink {
   bool tls = false;
   std::string congestion;  // TCP congestion control of its streams; empty: Grid's
   Location where;
+  // `max_rate`: what every stream of every transfer on this link may send
+  // together, each direction (a share of a link others use too); 0: none.
+  // Plans, the model and the bound see rate_bps(); the executor paces the
+  // link's connections to their parts of it (topology/plan/pacing.hpp).
+  double max_rate_bps = 0;
+
+  // The rate plans may use: the bandwidth, or max_rate where that is lower.
+  double rate_bps() const {
+    return max_rate_bps > 0 && max_rate_bps < bandwidth_bps ? max_rate_bps : bandwidth_bps;
+  }
 };
 
 // Ranks are numbered 0..P-1 in the order the file lists sites, then nodes within
@@ -132,6 +142,12 @@ struct Grid {
   // of the declared NIC and WAN bandwidths (topology/plan/pacing.hpp). Off by
   // default: it trusts the bandwidths the topology declares.
   bool pace_lanes = false;
+  // defaults.max_rate (or --max-rate): what each node may send in all, over
+  // all its NICs and connections together; 0: no limit. Plans, the model and
+  // the bound count a node's sending at no more than send_rate_bps(); the
+  // executor paces a node's connections to their parts of it
+  // (topology/plan/pacing.hpp).
+  double max_rate_bps = 0;
   // defaults.segment_overhead: the time one segment costs a rank beyond its
   // bytes (a write or two reads, a wake-up), as the cost model charges it
   // (CostModel::segment_overhead_s); 0: the model's default. Where many ranks
@@ -179,6 +195,11 @@ struct Grid {
   // every datagram (the NIC's whole bandwidth; the chain's TCP shares it).
   // 0 when the sender is alone in its site.
   double multicast_pace_bps(int sender, int lane) const;
+  // What `rank` can send in all: its NICs' total, or max_rate where lower.
+  double send_rate_bps(int rank) const;
+  // Whether a rate limit applies anywhere (max_rate, a WAN link's max_rate):
+  // then the executor paces every plan's connections (link_paces).
+  bool rate_limited() const;
 };
 
 }  // namespace gridbcast::topology

@@ -270,6 +270,7 @@ std::string apply_overrides(const std::string& yaml, const Overrides& o) {
   if (o.congestion) defaults["congestion"] = *o.congestion;
   if (o.lanes) defaults["lanes"] = std::to_string(*o.lanes);
   if (o.pace_lanes) defaults["pace_lanes"] = *o.pace_lanes ? "true" : "false";
+  if (o.max_rate_bps) defaults["max_rate"] = bits(*o.max_rate_bps);
   auto each_link = [&](const char* key, const std::string& value) {
     wan_defaults[key] = value;
     if (root["wan"].IsSequence())

@@ -92,11 +92,12 @@ struct Overrides {
   std::optional<double> wan_bandwidth_bps;
   std::optional<int> streams;
   std::optional<std::string> congestion;
-  std::optional<int> lanes;        // defaults.lanes: 1..kMaxLanes
-  std::optional<bool> pace_lanes;  // defaults.pace_lanes
+  std::optional<int> lanes;            // defaults.lanes: 1..kMaxLanes
+  std::optional<bool> pace_lanes;      // defaults.pace_lanes
+  std::optional<double> max_rate_bps;  // defaults.max_rate: what each node sends in all
   bool any() const {
     return nic_bandwidth_bps || wan_latency_s || wan_bandwidth_bps || streams || congestion ||
-           lanes || pace_lanes;
+           lanes || pace_lanes || max_rate_bps;
   }
 };
 

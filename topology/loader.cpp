@@ -43,6 +43,7 @@ struct WanDefaults {
   std::optional<int> streams;
   std::optional<bool> tls;
   std::optional<std::string> congestion;
+  std::optional<double> max_rate_bps;
 };
 
 std::string join(std::initializer_list<std::string_view> items) {
@@ -323,7 +324,7 @@ class Loader {
   void load_defaults(const Field& defaults) {
     const std::vector<Field> fs = fields(defaults.value, "\"defaults\"",
                                          {"nic_bandwidth", "segment", "segment_overhead", "lanes",
-                                          "congestion", "pace_lanes", "probe", "wan"});
+                                          "congestion", "pace_lanes", "probe", "max_rate", "wan"});
     if (const Field* f = find(fs, "nic_bandwidth")) nic_bandwidth_ = positive_bandwidth(*f);
     if (const Field* f = find(fs, "segment")) {
       grid_.segment_bytes = quantity(*f, "a size such as \"256 KiB\"", parse_size);
@@ -332,6 +333,7 @@ class Loader {
     if (const Field* f = find(fs, "congestion")) grid_.congestion = congestion_value(*f);
     if (const Field* f = find(fs, "pace_lanes")) grid_.pace_lanes = bool_value(*f);
     if (const Field* f = find(fs, "probe")) grid_.probe = bool_value(*f);
+    if (const Field* f = find(fs, "max_rate")) grid_.max_rate_bps = positive_bandwidth(*f);
     if (const Field* f = find(fs, "segment_overhead")) {
       grid_.segment_overhead_s = quantity(*f, "a duration such as \"20 us\"", parse_duration);
       if (grid_.segment_overhead_s <= 0 || grid_.segment_overhead_s > 0.1)
@@ -343,8 +345,8 @@ class Loader {
   }
 
   WanDefaults wan_settings(const YAML::Node& map, std::string_view what) const {
-    return wan_settings(
-        fields(map, what, {"latency", "bandwidth", "loss", "streams", "tls", "congestion"}));
+    return wan_settings(fields(
+        map, what, {"latency", "bandwidth", "max_rate", "loss", "streams", "tls", "congestion"}));
   }
 
   WanDefaults wan_settings(const std::vector<Field>& fs) const {
@@ -353,6 +355,7 @@ class Loader {
       out.latency_s = quantity(*f, "a duration such as \"10 ms\"", parse_duration);
     }
     if (const Field* f = find(fs, "bandwidth")) out.bandwidth_bps = positive_bandwidth(*f);
+    if (const Field* f = find(fs, "max_rate")) out.max_rate_bps = positive_bandwidth(*f);
     if (const Field* f = find(fs, "loss")) {
       out.loss = quantity(*f, "a fraction such as \"0.1 %\"", parse_fraction);
     }
@@ -592,11 +595,11 @@ class Loader {
   void load_wan(const Field& wan_field) {
     const YAML::Node& links = list(wan_field,
                                    "WAN links (maps with keys sites, latency, "
-                                   "bandwidth, loss, streams, tls, congestion)",
+                                   "bandwidth, max_rate, loss, streams, tls, congestion)",
                                    false);
     for (const YAML::Node& link_node : links) {
-      std::initializer_list<std::string_view> keys = {"sites",   "latency", "bandwidth", "loss",
-                                                      "streams", "tls",     "congestion"};
+      std::initializer_list<std::string_view> keys = {
+          "sites", "latency", "bandwidth", "max_rate", "loss", "streams", "tls", "congestion"};
       const std::vector<Field> fs = fields(link_node, "a WAN link", keys);
       const Field& sites_field =
           require(fs, "sites", link_node, "a WAN link", "the two site names it connects");
@@ -650,6 +653,7 @@ class Loader {
       } else {
         missing("bandwidth", "1 Gbit");
       }
+      link.max_rate_bps = given.max_rate_bps.value_or(wan_defaults_.max_rate_bps.value_or(0.0));
       link.loss = given.loss.value_or(wan_defaults_.loss.value_or(0.0));
       link.streams = given.streams.value_or(wan_defaults_.streams.value_or(1));
       link.tls = given.tls.value_or(wan_defaults_.tls.value_or(false));

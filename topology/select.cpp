@@ -56,7 +56,7 @@ class Pricer {
         for (const WanLink* l : grid.wan_path(src.site, dst.site)) {
           one_way += l->latency_s;
           pass *= 1 - l->loss;
-          bps = std::min(bps, l->bandwidth_bps);
+          bps = std::min(bps, l->rate_bps());
         }
         latency += one_way;
         CostModel tcp = model;
@@ -177,7 +177,7 @@ std::string exact(double v) {
 std::string fingerprint(const Grid& g) {
   std::string f = g.name + "|" + std::to_string(g.lanes) + "|" + std::to_string(g.pace_lanes) +
                   "|" + std::to_string(g.segment_bytes) + "|" + exact(g.segment_overhead_s) + "|" +
-                  g.congestion;
+                  g.congestion + "|" + exact(g.max_rate_bps);
   for (const Site& s : g.sites) {
     f += "|s" + std::to_string(s.ranks.size()) + "," + exact(s.latency_s) + "," +
          std::to_string(s.multicast.enabled);
@@ -188,8 +188,8 @@ std::string fingerprint(const Grid& g) {
   }
   for (const WanLink& l : g.wan)
     f += "|w" + std::to_string(l.site_a) + "," + std::to_string(l.site_b) + "," +
-         exact(l.latency_s) + "," + exact(l.bandwidth_bps) + "," + exact(l.loss) + "," +
-         std::to_string(l.streams) + "," + l.congestion;
+         exact(l.latency_s) + "," + exact(l.bandwidth_bps) + "," + exact(l.max_rate_bps) + "," +
+         exact(l.loss) + "," + std::to_string(l.streams) + "," + l.congestion;
   return f;
 }
 

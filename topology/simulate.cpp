@@ -152,9 +152,13 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
     lane_res[key] = add_resource(bps / 8 * model.payload_efficiency);
   std::vector<int> wan_res;
   for (const auto& l : grid.wan) {
-    wan_res.push_back(add_resource(l.bandwidth_bps / 8 * model.payload_efficiency));  // a -> b
-    wan_res.push_back(add_resource(l.bandwidth_bps / 8 * model.payload_efficiency));  // b -> a
+    wan_res.push_back(add_resource(l.rate_bps() / 8 * model.payload_efficiency));  // a -> b
+    wan_res.push_back(add_resource(l.rate_bps() / 8 * model.payload_efficiency));  // b -> a
   }
+  // Where rate limits are paced in any plan, a link runs no faster than its
+  // pace (pacing.hpp), which in trees is below what the lanes would allow.
+  const std::vector<LinkPace> paces =
+      grid.rate_limited() ? link_paces(grid, plan) : std::vector<LinkPace>{};
   std::map<std::tuple<int, int, int, int>, Link> links;
   std::unordered_map<const WanLink*, int> link_index;
   for (size_t i = 0; i < grid.wan.size(); ++i) link_index[&grid.wan[i]] = static_cast<int>(i);
@@ -193,11 +197,14 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
       // The first link on the path is the shared resource (per direction); the
       // narrowest link's bandwidth bounds the bundle too.
       for (const WanLink* l : path)
-        bundle_rate = std::min(bundle_rate, l->bandwidth_bps / 8 * model.payload_efficiency);
+        bundle_rate = std::min(bundle_rate, l->rate_bps() / 8 * model.payload_efficiency);
       const WanLink* first = path.front();
       wan = wan_res[static_cast<size_t>(2 * link_index.at(first) +
                                         (first->site_a == src.site ? 0 : 1))];
     }
+    if (const double pace = pace_of(paces, t.from, t.to, t.lane_from, t.lane_to); pace > 0)
+      bundle_rate = std::min(bundle_rate, pace * std::max(1, t.streams) / kPacedPayloadShare *
+                                              model.payload_efficiency);
     const auto key = std::make_tuple(t.from, t.to, t.lane_from, t.lane_to);
     Link& link = links[key];
     if (link.bundle < 0) link.bundle = add_resource(bundle_rate);
@@ -310,11 +317,11 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
 
 double lower_bound_seconds(const Grid& grid, int root, std::uint64_t bytes) {
   const auto& nodes = grid.nodes;
-  double bw = nodes.at(static_cast<size_t>(root)).total_bandwidth_bps();
+  double bw = grid.send_rate_bps(root);
   for (int r = 0; r < grid.size(); ++r)
     if (r != root) bw = std::min(bw, nodes[static_cast<size_t>(r)].total_bandwidth_bps());
   if (grid.sites.size() > 1)
-    for (const auto& l : grid.wan) bw = std::min(bw, l.bandwidth_bps);
+    for (const auto& l : grid.wan) bw = std::min(bw, l.rate_bps());
   double latency = 0;
   const int root_site = grid.site_of(root);
   for (size_t s = 0; s < grid.sites.size(); ++s) {

@@ -127,7 +127,8 @@ const std::vector<std::pair<std::string, T>> kPlanFields = {
     {"lower_bound_seconds", T::number_float},
     {"nodes", T::array},
     {"transfers", T::array},
-    {"multicasts", T::array}};
+    {"multicasts", T::array},
+    {"max_rate_bps", T::number_float}};
 
 TEST(JsonSchema, Plan) {
   Child c({kBin, "plan", "--algorithm", "binomial", "--size", "1MiB", "--format", "json"});
@@ -151,7 +152,8 @@ TEST(JsonSchema, Plan) {
                                     {"length", T::number_unsigned},
                                     {"lane_from", T::number_unsigned},
                                     {"lane_to", T::number_unsigned},
-                                    {"streams", T::number_unsigned}});
+                                    {"streams", T::number_unsigned},
+                                    {"pace_bps", T::number_float}});
   EXPECT_GT(j["max_flow_bound_seconds"].get<double>(), 0);
   EXPECT_TRUE(j["multicasts"].empty());
 }

@@ -114,6 +114,37 @@ TEST(Launch, PaceLanesOptionPacesMultilaneLinksEverywhere) {
   EXPECT_EQ(last_json(c.out())["verified"], true) << c.out();
 }
 
+// --max-rate: each node's connections together are paced to the limit, in
+// every algorithm, and the bound counts it. Loopback is far faster than
+// 40 Mbit/s, so a run that took less than the bytes at the limit would have
+// sent faster than allowed (a lower bound on time: a loaded machine only makes
+// the run slower, never faster). Kernel pacing lets a connection's first
+// window out at once, which on loopback (64 KiB packets, ten of them) is
+// about 5 % of this run: hence 0.85, where an unpaced run takes 1-2 %.
+TEST(Launch, MaxRateHoldsEveryNodeAtOrBelowItsLimit) {
+  const double limit_bps = 40e6, bytes = 3 << 20;
+  for (const std::string algorithm : {"multilane", "binomial", "chain"}) {
+    Child c({kBin, "launch", "--hosts", "a:127.0.9.[1-3]", "--max-rate", "40 Mbit", "--size",
+             std::to_string(static_cast<int>(bytes)), "--algorithm", algorithm, "--json"});
+    ASSERT_EQ(c.wait(120s), 0) << c.err();
+    const auto j = last_json(c.out());
+    EXPECT_EQ(j["verified"], true) << c.out();
+    // The root alone sends every byte at least once: no faster than the limit.
+    const double at_limit = bytes * 8 / limit_bps;
+    EXPECT_NEAR(j["max_flow_bound_seconds"].get<double>(), at_limit, 0.01 * at_limit) << c.out();
+    EXPECT_GE(j["seconds"]["min"].get<double>(), 0.85 * at_limit) << algorithm << ": " << c.out();
+  }
+  Child plan({kBin, "plan", "--hosts", "a:127.0.9.[1-3]", "--max-rate", "40Mbit", "--size", "1MiB",
+              "--algorithm", "binomial"});
+  ASSERT_EQ(plan.wait(60s), 0) << plan.err();
+  EXPECT_NE(plan.out().find("limits: each node sends at most 40 Mbit/s"), std::string::npos)
+      << plan.out();
+  EXPECT_NE(plan.out().find("paced at"), std::string::npos) << plan.out();
+  Child bad({kBin, "plan", "--max-rate", "0 bit"});
+  EXPECT_EQ(bad.wait(60s), 2);
+  EXPECT_NE(bad.err().find("--max-rate"), std::string::npos) << bad.err();
+}
+
 // Two sites on loopback whose lane sockets use the congestion control `cc`.
 std::string congestion_topology(const std::string& dir, const std::string& cc) {
   const std::string path = dir + "/congestion.yaml";

@@ -152,18 +152,19 @@ TEST(LoaderErrors, UnknownWanKey) {
                       }),
                       10, 5,
                       "unknown key \"latncy\" in a WAN link; allowed keys: sites, latency, "
-                      "bandwidth, loss, streams, tls, congestion");
+                      "bandwidth, max_rate, loss, streams, tls, congestion");
 }
 
 TEST(LoaderErrors, UnknownDefaultsKeys) {
-  EXPECT_CONFIG_ERROR(yaml({
-                          "defaults:",         // 1
-                          "  nic_bw: 1 Gbit",  // 2
-                          "sites: []",         // 3
-                      }),
-                      2, 3,
-                      "unknown key \"nic_bw\" in \"defaults\"; allowed keys: nic_bandwidth, "
-                      "segment, segment_overhead, lanes, congestion, pace_lanes, probe, wan");
+  EXPECT_CONFIG_ERROR(
+      yaml({
+          "defaults:",         // 1
+          "  nic_bw: 1 Gbit",  // 2
+          "sites: []",         // 3
+      }),
+      2, 3,
+      "unknown key \"nic_bw\" in \"defaults\"; allowed keys: nic_bandwidth, "
+      "segment, segment_overhead, lanes, congestion, pace_lanes, probe, max_rate, wan");
   EXPECT_CONFIG_ERROR(yaml({
                           "defaults:",      // 1
                           "  wan:",         // 2
@@ -172,7 +173,7 @@ TEST(LoaderErrors, UnknownDefaultsKeys) {
                       }),
                       3, 5,
                       "unknown key \"stream\" in \"defaults.wan\"; allowed keys: latency, "
-                      "bandwidth, loss, streams, tls, congestion");
+                      "bandwidth, max_rate, loss, streams, tls, congestion");
 }
 
 TEST(LoaderErrors, DuplicateKey) {

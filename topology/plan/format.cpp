@@ -37,6 +37,23 @@ std::string dot_escape(const std::string& s) {
 
 }  // namespace
 
+std::string rate_limits_text(const Grid& grid) {
+  std::string out = "limits:";
+  std::string sep = " ";
+  if (grid.max_rate_bps > 0) {
+    out += sep + "each node sends at most " + format_bandwidth(grid.max_rate_bps) + " (max_rate)";
+    sep = "; ";
+  }
+  for (const WanLink& l : grid.wan)
+    if (l.max_rate_bps > 0) {
+      out += sep + "WAN " + grid.sites[static_cast<size_t>(l.site_a)].name + " - " +
+             grid.sites[static_cast<size_t>(l.site_b)].name + " at most " +
+             format_bandwidth(l.max_rate_bps) + " each way";
+      sep = "; ";
+    }
+  return out;
+}
+
 std::string plan_to_text(const Grid& grid, const Plan& plan) {
   std::ostringstream o;
   auto name = [&](int r) {
@@ -53,10 +70,15 @@ std::string plan_to_text(const Grid& grid, const Plan& plan) {
     o << line << format_bandwidth(bound.rate_bps) << " to " << name(bound.bottleneck_rank)
       << " at worst\n";
   }
+  if (grid.rate_limited()) o << rate_limits_text(grid) << "\n";
   const std::vector<LinkPace> paces = link_paces(grid, plan);
-  if (!paces.empty())
-    o << "paced: each connection at most its part of the NICs and WAN links "
-         "(defaults.pace_lanes)\n";
+  if (!paces.empty()) {
+    if (grid.pace_lanes && plan.algorithm == Algorithm::kMultilane)
+      o << "paced: each connection at most its part of the NICs and WAN links "
+           "(defaults.pace_lanes)\n";
+    else
+      o << "paced: each connection at most its part of the rate limits\n";
+  }
   // Group by sending site, then by sender, so each site's trees read top-down.
   std::map<int, std::vector<size_t>> by_site;
   for (size_t i = 0; i < plan.transfers.size(); ++i)

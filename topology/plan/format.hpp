@@ -9,6 +9,9 @@
 namespace gridbcast::topology {
 
 std::string plan_to_text(const Grid& grid, const Plan& plan);
+// "limits: each node sends at most 2 Gbit/s (max_rate); WAN a - b at most
+// 500 Mbit/s each way": the grid's rate limits (Grid::rate_limited).
+std::string rate_limits_text(const Grid& grid);
 // Sites as clusters, lanes as colours, WAN hops bold.
 std::string plan_to_dot(const Grid& grid, const Plan& plan);
 

@@ -36,11 +36,23 @@ std::map<std::tuple<int, int, bool>, double> lane_shares(const Grid& grid, const
         static_cast<double>(lanes.size());
     for (const int lane : lanes) shares[{rank, lane, egress}] = bps;
   }
+  // A node's max_rate caps what it sends over all its NICs: the lanes it
+  // sends on share it in proportion to their parts of the NICs.
+  if (grid.max_rate_bps > 0) {
+    std::map<int, double> sending;  // rank -> its egress shares together
+    for (const auto& [key, bps] : shares)
+      if (std::get<2>(key)) sending[std::get<0>(key)] += bps;
+    for (auto& [key, bps] : shares) {
+      const double total = std::get<2>(key) ? sending.at(std::get<0>(key)) : 0;
+      if (total > grid.max_rate_bps) bps *= grid.max_rate_bps / total;
+    }
+  }
   return shares;
 }
 
 std::vector<LinkPace> link_paces(const Grid& grid, const Plan& plan) {
-  if (!grid.pace_lanes || plan.algorithm != Algorithm::kMultilane) return {};
+  const bool lanes_paced = grid.pace_lanes && plan.algorithm == Algorithm::kMultilane;
+  if (!lanes_paced && !grid.rate_limited()) return {};
   struct LinkUse {
     int streams = 1;  // the most streams a transfer on the link asks for
     std::vector<std::pair<const WanLink*, int>> wan;  // each hop, with the site it leaves
@@ -54,7 +66,9 @@ std::vector<LinkPace> link_paces(const Grid& grid, const Plan& plan) {
   // How many links each lane carries, and each WAN link each way.
   std::map<std::tuple<int, int, bool>, int> links_on_lane;  // (rank, lane, egress)
   std::map<std::pair<const WanLink*, int>, int> over_wan;
+  std::map<int, int> links_from;  // rank -> the links it sends on
   for (auto& [l, u] : links) {
+    ++links_from[l.from];
     ++links_on_lane[{l.from, l.lane_from, true}];
     ++links_on_lane[{l.to, l.lane_to, false}];
     int site = grid.site_of(l.from);
@@ -70,8 +84,22 @@ std::vector<LinkPace> link_paces(const Grid& grid, const Plan& plan) {
   };
   std::vector<LinkPace> paces;
   for (const auto& [l, u] : links) {
-    double bps = std::min(part(l.from, l.lane_from, true), part(l.to, l.lane_to, false));
-    for (const auto& hop : u.wan) bps = std::min(bps, hop.first->bandwidth_bps / over_wan.at(hop));
+    double bps = std::numeric_limits<double>::infinity();
+    if (lanes_paced) {
+      // The parts of the NICs (a node's max_rate already shared among its
+      // lanes: lane_shares) and of the WAN links' rates.
+      bps = std::min(part(l.from, l.lane_from, true), part(l.to, l.lane_to, false));
+      for (const auto& hop : u.wan) bps = std::min(bps, hop.first->rate_bps() / over_wan.at(hop));
+    } else {
+      // The limits alone, in any plan: a node's max_rate split evenly over the
+      // links it sends on (exact where they all run at once; below the limit
+      // where they take turns, as a binomial tree's do), and a WAN link's
+      // over the plan's links that cross it that way.
+      if (grid.max_rate_bps > 0) bps = std::min(bps, grid.max_rate_bps / links_from.at(l.from));
+      for (const auto& hop : u.wan)
+        if (hop.first->max_rate_bps > 0)
+          bps = std::min(bps, hop.first->max_rate_bps / over_wan.at(hop));
+    }
     if (!(bps > 0) || bps == std::numeric_limits<double>::infinity()) continue;
     paces.push_back({l.from, l.to, l.lane_from, l.lane_to,
                      bps / static_cast<double>(u.streams) * kPacedPayloadShare / 8});

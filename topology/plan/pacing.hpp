@@ -22,6 +22,18 @@
 // and chains a link's part changes as others start and stop. Only when the
 // grid asks (defaults.pace_lanes), since it trusts the bandwidths the topology
 // declares: a NIC faster than declared would be held to the declared rate.
+//
+// Rate limits (defaults.max_rate or --max-rate for what each node sends in
+// all; a WAN link's max_rate for all that crosses it each way) are paced in
+// every plan: with pace_lanes in multilane as parts of the lanes' shares
+// (lane_shares scales a node's sending lanes down to its max_rate) and of the
+// WAN links' rates (WanLink::rate_bps); otherwise
+//   pace of each of L's streams = min(max_rate / (links A sends on),
+//                                     WAN max_rate / (plan links over W that way))
+//                                 / S x kPacedPayloadShare
+// An even split is exact where a node's links all run at once (multilane,
+// chain); where they take turns (binomial, binary) it keeps the node below
+// its limit, not at it.
 #pragma once
 
 #include <map>
@@ -51,13 +63,14 @@ struct LinkPace {
 // What each lane `plan` uses gets of its NIC, in bit/s, keyed (rank, lane,
 // egress): the NIC's bandwidth over the plan's lanes that use it that way, as
 // TCP shares a NIC among connections that all have data. A lane alone on its
-// NIC (or the only one the plan uses there) gets all of it. The simulator's
-// lane resources and the paces below both start from this.
+// NIC (or the only one the plan uses there) gets all of it. A node's sending
+// lanes are scaled down together to its max_rate. The simulator's lane
+// resources and the paces below both start from this.
 std::map<std::tuple<int, int, bool>, double> lane_shares(const Grid& grid, const Plan& plan);
 
 // The paces of `plan`'s links on `grid`, ordered by (from, to, lane_from,
-// lane_to), one per link that carries bytes; empty when the grid does not ask
-// for pacing or the plan is not multilane.
+// lane_to), one per link that carries bytes; empty when nothing asks for
+// pacing (pace_lanes in a multilane plan, a rate limit in any).
 std::vector<LinkPace> link_paces(const Grid& grid, const Plan& plan);
 
 // The pace of one link in `paces` (as link_paces returns), 0 when it has none.

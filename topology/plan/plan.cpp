@@ -78,6 +78,11 @@ std::optional<Algorithm> parse_algorithm(std::string_view name) {
 
 std::string algorithm_unavailable(const Grid& grid, Algorithm algorithm) {
   if (algorithm != Algorithm::kMulticast) return {};
+  // Its datagrams are paced to the receivers' NICs by the sender alone, not
+  // within a limit the node's TCP links share.
+  if (grid.rate_limited())
+    return "the multicast algorithm does not keep to a rate limit (defaults.max_rate, "
+           "--max-rate or a WAN link's max_rate); choose another algorithm or drop the limit";
   for (const Site& site : grid.sites) {
     if (site.ranks.size() < 2 || site.multicast.enabled) continue;
     const std::string where = site.where.file.empty() ? "" : " (" + site.where.str() + ")";

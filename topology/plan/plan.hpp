@@ -82,7 +82,8 @@ struct Plan {
 };
 
 // Why `algorithm` cannot run on `grid`, empty when it can. Only multicast has
-// a precondition: every site of two or more nodes carries IP multicast.
+// preconditions: every site of two or more nodes carries IP multicast, and no
+// rate limit applies (Grid::rate_limited).
 std::string algorithm_unavailable(const Grid& grid, Algorithm algorithm);
 // The registry's algorithms `grid` can run, in registry order.
 std::vector<Algorithm> available_algorithms(const Grid& grid);
