@@ -778,8 +778,9 @@ asio::awaitable<void> collect_probe_reports(Launcher& l, ProbeOutcome& outcome, 
   for (int r = 0; r < l.size(); ++r) {
     auto report = co_await l.next<control::ProbeReport>(r);
     std::string bad;
+    int set_aside = 0;
     if (report.phase != i) bad = "a report of phase " + std::to_string(report.phase);
-    for (const auto& smp : report.samples) {
+    for (auto& smp : report.samples) {
       if (!bad.empty()) break;
       if (smp.flow >= static_cast<int>(phase.flows.size())) {
         bad = "a sample of flow " + std::to_string(smp.flow) + ", which phase " +
@@ -789,15 +790,17 @@ asio::awaitable<void> collect_probe_reports(Launcher& l, ProbeOutcome& outcome, 
       const auto& f = phase.flows[static_cast<size_t>(smp.flow)];
       const int measurer = f.kind == topology::ProbeKind::kRate ? f.to : f.from;
       // A rate is counted over a window of 40 % of the phase (or from the
-      // first piece to the last inside it): one far shorter, or a rate no
-      // NIC has, is not a measurement.
+      // first piece to the last inside it): one far shorter (a rank the
+      // scheduler starved), or a rate no NIC has, is not a measurement. It is
+      // set aside, not used: the NIC then keeps its declared figure.
       const double rate = smp.rate_bps();
       if (f.kind == topology::ProbeKind::kRate && smp.bytes > 0 &&
-          (smp.seconds < 0.05 * phase.seconds || rate > kMaxProbedRate))
-        bad = "a sample of flow " + std::to_string(smp.flow) + " of " + std::to_string(smp.bytes) +
-              " bytes in " + std::to_string(smp.seconds) + " s, no measurement of a " +
-              topology::format_duration(phase.seconds) + " phase";
-      else if (measurer != r)
+          (smp.seconds < 0.05 * phase.seconds || !(rate <= kMaxProbedRate))) {
+        ++set_aside;
+        smp.bytes = 0;
+        smp.seconds = 0;
+      }
+      if (measurer != r)
         bad = "a sample of flow " + std::to_string(smp.flow) + ", which rank " +
               std::to_string(measurer) + " measures";
       else if (seen[static_cast<size_t>(smp.flow)])
@@ -809,6 +812,11 @@ asio::awaitable<void> collect_probe_reports(Launcher& l, ProbeOutcome& outcome, 
       l.fail(Cause::kOther, l.who(r) + " sent " + bad);
       l.check();
     }
+    if (set_aside > 0)
+      l.say(lanes::log::Level::kNotice,
+            "probe phase \"" + phase.name + "\": " + std::to_string(set_aside) + " sample" +
+                (set_aside == 1 ? "" : "s") + " of " + l.who(r) +
+                " set aside (a window far shorter than the phase's, or an impossible rate)");
     auto& all = outcome.samples[static_cast<size_t>(i)];
     all.insert(all.end(), report.samples.begin(), report.samples.end());
   }

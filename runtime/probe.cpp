@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -11,7 +10,6 @@
 #include "lanes/tcp_info.hpp"
 #include "runtime/event.hpp"
 #include "runtime/executor.hpp"
-#include "topology/plan/pacing.hpp"
 #include "topology/units.hpp"
 
 namespace gridbcast::runtime {
@@ -171,45 +169,6 @@ asio::awaitable<void> write_header(PhaseRun& run, lanes::Stream& socket, lanes::
   if (ec) throw BroadcastError("sending to " + peer + " failed: " + ec.message());
 }
 
-// The pace of each stream of rate flow `flow` this rank sends, bytes/s (0:
-// none): within the grid's rate limits, as a broadcast's links are
-// (topology/plan/pacing.hpp). The node's max_rate split over every stream it
-// sends in the phase, a WAN link's over every stream of the phase that
-// crosses it that way. A probe measures nothing above a limit: plans may not
-// use more anyway.
-double probe_pace(const PhaseRun& run, int flow) {
-  const topology::Grid& g = run.transport.grid();
-  if (!g.rate_limited()) return 0;
-  const ProbeFlow& f = run.phase.flows[static_cast<size_t>(flow)];
-  double bps = std::numeric_limits<double>::infinity();
-  if (g.max_rate_bps > 0) {
-    int mine = 0;
-    for (const ProbeFlow& o : run.phase.flows)
-      if (o.kind == ProbeKind::kRate && o.from == f.from) mine += o.streams;
-    bps = g.max_rate_bps / mine;
-  }
-  const auto hops = [&](const ProbeFlow& o) {
-    std::vector<std::pair<const topology::WanLink*, int>> out;  // each hop, with the site it leaves
-    int site = g.site_of(o.from);
-    if (site == g.site_of(o.to)) return out;
-    for (const topology::WanLink* w : g.wan_path(site, g.site_of(o.to))) {
-      out.emplace_back(w, site);
-      site = w->site_a == site ? w->site_b : w->site_a;
-    }
-    return out;
-  };
-  for (const auto& hop : hops(f)) {
-    if (!(hop.first->max_rate_bps > 0)) continue;
-    int over = 0;
-    for (const ProbeFlow& o : run.phase.flows)
-      if (o.kind == ProbeKind::kRate)
-        for (const auto& h : hops(o))
-          if (h == hop) over += o.streams;
-    bps = std::min(bps, hop.first->max_rate_bps / over);
-  }
-  return bps * topology::kPacedPayloadShare / 8;
-}
-
 // Sends pieces on one stream until the receiver closes the connection at the
 // end of its window (a reset or a broken pipe: the normal end), or half the
 // grace past twice the phase's seconds (then it closes it itself).
@@ -221,8 +180,7 @@ asio::awaitable<void> send_rate(PhaseRun& run, int flow, int stream) {
   lanes::Stream* socket = co_await run.transport.outgoing(
       LinkKey{f.to, f.nic_from, f.nic_to, f.stream + stream}, Clock::now() + run.options.grace);
   run.active.push_back(socket);
-  // A broadcast's pace must not hold the measurement; a rate limit must.
-  socket->set_pace(probe_pace(run, flow));
+  socket->set_pace(0);  // a broadcast's pace must not hold the measurement
   run.waiting_on[task] = "sending to " + peer;
   const auto header = lanes::encode(lanes::FrameHeader{
       lanes::FrameKind::kProbe, run.seq, static_cast<std::uint64_t>(flow), kPieceBytes});
@@ -303,7 +261,11 @@ asio::awaitable<void> close_window(PhaseRun& run, Arrivals& a) {
       a.base[s] = *n;
     else
       a.counting = false;
-  a.window_end.expires_at(a.at(topology::kProbeWindowTo));
+  // A whole window's length from the first reading, however late that was
+  // (the senders go on until this end closes their connections).
+  const auto length = std::chrono::duration_cast<Clock::duration>(
+      a.seconds * (topology::kProbeWindowTo - topology::kProbeWindowFrom));
+  a.window_end.expires_at(std::max(a.at(topology::kProbeWindowTo), a.counted_from + length));
   std::tie(ec) = co_await a.window_end.async_wait(lanes::kAsTuple);
   if (ec || run.error) co_return;
   std::uint64_t bytes = 0;

@@ -1,6 +1,7 @@
 #include "runtime/subgrid.hpp"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -57,6 +58,8 @@ topology::Grid restrict_grid(const topology::Grid& grid, const std::vector<int>&
   // sites are contiguous in rank order, that is the original site order.
   std::vector<int> parent(out.sites.size());
   std::iota(parent.begin(), parent.end(), 0);
+  // The original links each of out.wan stands for (its path), for the limits.
+  std::vector<std::vector<const topology::WanLink*>> hops_of;
   for (const auto& link : grid.wan) {
     const int a = site_map[static_cast<size_t>(link.site_a)];
     const int b = site_map[static_cast<size_t>(link.site_b)];
@@ -65,6 +68,7 @@ topology::Grid restrict_grid(const topology::Grid& grid, const std::vector<int>&
     l.site_a = a;
     l.site_b = b;
     out.wan.push_back(l);
+    hops_of.push_back({&link});
     parent[static_cast<size_t>(find(parent, a))] = find(parent, b);
   }
   std::vector<int> old_of(out.sites.size());
@@ -89,9 +93,6 @@ topology::Grid restrict_grid(const topology::Grid& grid, const std::vector<int>&
         l.latency_s += hop->latency_s;
         l.bandwidth_bps = l.bandwidth_bps == 0 ? hop->bandwidth_bps
                                                : std::min(l.bandwidth_bps, hop->bandwidth_bps);
-        if (hop->max_rate_bps > 0)
-          l.max_rate_bps =
-              l.max_rate_bps == 0 ? hop->max_rate_bps : std::min(l.max_rate_bps, hop->max_rate_bps);
         l.streams = l.streams == 0 ? hop->streams : std::min(l.streams, hop->streams);
         l.tls = l.tls || hop->tls;
         if (l.congestion.empty()) l.congestion = hop->congestion;
@@ -101,8 +102,24 @@ topology::Grid restrict_grid(const topology::Grid& grid, const std::vector<int>&
       l.loss = 1.0 - kept;
       if (l.streams == 0) l.streams = 1;
       out.wan.push_back(l);
+      hops_of.push_back(path);
       parent[static_cast<size_t>(find(parent, a))] = find(parent, b);
     }
+  }
+  // A WAN link's max_rate is for everything that crosses it: where several
+  // links of the subgrid stand for paths through one original link, each gets
+  // an equal part of its limit, so their paces together stay within it.
+  std::map<const topology::WanLink*, int> uses;
+  for (const auto& hops : hops_of)
+    for (const auto* hop : hops) ++uses[hop];
+  for (size_t i = 0; i < out.wan.size(); ++i) {
+    double limit = 0;
+    for (const auto* hop : hops_of[i])
+      if (hop->max_rate_bps > 0) {
+        const double part = hop->max_rate_bps / uses.at(hop);
+        limit = limit == 0 ? part : std::min(limit, part);
+      }
+    out.wan[i].max_rate_bps = limit;
   }
   return out;
 }

@@ -129,9 +129,12 @@ std::vector<ProbePhase> probe_schedule(const Grid& g, const ProbeSettings& s) {
   }
   if (!latency.flows.empty()) phases.push_back(std::move(latency));
 
+  // Under a rate limit a rate phase, which sends as fast as the links allow,
+  // would break it: only latencies are probed (estimate says so).
+  const bool rates = !g.rate_limited();
   // NIC j alone for all but the last index: a NIC that shares with another
   // shows as one of the two running faster alone than all together.
-  if (most >= 2)
+  if (rates && most >= 2)
     for (int j = 0; j + 1 < most; ++j) {
       ProbePhase alone{
           "nic " + std::to_string(j) + " alone", s.lan_seconds, {}, ProbePhaseKind::kAlone};
@@ -140,6 +143,7 @@ std::vector<ProbePhase> probe_schedule(const Grid& g, const ProbeSettings& s) {
       if (!alone.flows.empty()) phases.push_back(std::move(alone));
     }
   for (const int step : {1, -1}) {
+    if (!rates) break;
     ProbePhase all{step > 0 ? "all nics, ring ahead" : "all nics, ring behind",
                    s.lan_seconds,
                    {},
@@ -155,6 +159,7 @@ std::vector<ProbePhase> probe_schedule(const Grid& g, const ProbeSettings& s) {
   double wan_seconds = s.wan_seconds;
   for (const WanLink& l : g.wan) wan_seconds = std::max(wan_seconds, 60 * l.latency_s);
   for (const bool forward : {true, false}) {
+    if (!rates) break;
     ProbePhase wan{forward ? "wan, each link's first site to its second"
                            : "wan, each link's second site to its first",
                    wan_seconds,
@@ -297,6 +302,12 @@ ProbeEstimate estimate(const Grid& declared, const std::vector<ProbePhase>& phas
   ProbeEstimate out;
   out.measured = declared;
   Grid& m = out.measured;
+  const bool rates = !g.rate_limited();  // probe_schedule probed none under a limit
+  if (!rates)
+    out.notes.push_back(
+        "rate limits are set (defaults.max_rate, --max-rate or a WAN link's max_rate): NIC and "
+        "WAN rates were not probed, since a probe sends as fast as the links allow; the declared "
+        "figures stand");
   for (int r = 0; r < p; ++r) {
     const Node& node = g.nodes[static_cast<size_t>(r)];
     for (int j = 0; j < probed_nics(node); ++j) {
@@ -329,6 +340,8 @@ ProbeEstimate estimate(const Grid& declared, const std::vector<ProbePhase>& phas
                             "topology gets the higher");
       if (nic > 0)
         m.nodes[rj].nics[jj].bandwidth_bps = nic;
+      else if (!rates)
+        continue;  // said once, above
       else if (ringed.count({r, j}))
         out.notes.push_back(nic_name(g, r, j) +
                             ": its flows brought nothing countable in their windows: its declared "
@@ -420,7 +433,7 @@ ProbeEstimate estimate(const Grid& declared, const std::vector<ProbePhase>& phas
   for (const Node& n : m.nodes) {
     std::set<int> used;
     for (int l = 0; l < k; ++l) used.insert(n.lane_nic_index(l));
-    if (static_cast<int>(used.size()) < k) m.pace_lanes = true;
+    if (rates && static_cast<int>(used.size()) < k) m.pace_lanes = true;
   }
   for (const ProbeRow& row : out.rows) out.flagged += row.flagged() ? 1 : 0;
   return out;

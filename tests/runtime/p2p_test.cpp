@@ -5,14 +5,17 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <map>
 #include <numeric>
 #include <thread>
+#include <tuple>
 
 #include "lanes/wire.hpp"
 #include "runtime/buffer.hpp"
 #include "runtime/subgrid.hpp"
 #include "support/grids.hpp"
 #include "support/ranks.hpp"
+#include "topology/plan/pacing.hpp"
 #include "topology/plan/plan.hpp"
 #include "topology/plan/verify.hpp"
 
@@ -345,6 +348,44 @@ TEST(Subgrid, DropsEmptySitesAndSummarisesPathsThroughThem) {
     }
   EXPECT_THROW(restrict_grid(grid, {2, 1}), std::invalid_argument);
   EXPECT_THROW(restrict_grid(grid, {0, 6}), std::invalid_argument);
+}
+
+// A WAN link's max_rate holds for everything that crosses it, also where the
+// subgrid's links stand for paths through it: a hub site with nobody left
+// between three others gives three links through the hub's links, each a
+// part of the limits, so no plan's paces over one real link add up past it.
+TEST(Subgrid, LinksThroughOneLimitedLinkShareItsLimit) {
+  auto grid = make_grid({1, 1, 1, 1}, 1);
+  ASSERT_EQ(grid.wan.size(), 3u);
+  for (int i = 0; i < 3; ++i) {  // a star: s0 the hub, s1, s2, s3 around it
+    grid.wan[static_cast<size_t>(i)].site_a = 0;
+    grid.wan[static_cast<size_t>(i)].site_b = i + 1;
+  }
+  ASSERT_EQ(grid.wan[0].site_b, 1);
+  grid.wan[0].max_rate_bps = 90e6;  // s0 - s1
+  // Without the hub, s1's paths to s2 and to s3 both cross s1 - s0.
+  const auto sub = restrict_grid(grid, {1, 2, 3});
+  ASSERT_EQ(sub.sites.size(), 3u);
+  double parts = 0;
+  for (const auto& l : sub.wan)
+    if (l.max_rate_bps > 0) parts += l.max_rate_bps;
+  EXPECT_GT(parts, 0);
+  EXPECT_LE(parts, 90e6 * (1 + 1e-12));
+  for (const auto& info : topology::algorithms()) {
+    if (info.id == topology::Algorithm::kMulticast) continue;  // refused under a limit
+    const auto plan = topology::build_plan(sub, info.id, 0, 1 << 20);
+    std::map<std::tuple<int, int, int, int>, int> streams;
+    for (const auto& t : plan.transfers) {
+      int& n = streams[{t.from, t.to, t.lane_from, t.lane_to}];
+      n = std::max(n, t.streams);
+    }
+    double leaving = 0;  // everything paced out of s0, all of it over s0 - s1
+    for (const auto& p : topology::link_paces(sub, plan))
+      if (sub.site_of(p.from) == 0 && sub.site_of(p.to) != 0)
+        leaving += p.bytes_per_second * streams.at({p.from, p.to, p.lane_from, p.lane_to});
+    EXPECT_GT(leaving, 0) << info.name;
+    EXPECT_LE(leaving, 90e6 * topology::kPacedPayloadShare / 8 * (1 + 1e-12)) << info.name;
+  }
 }
 
 }  // namespace

@@ -153,8 +153,8 @@ TEST(ProbeSchedule, SettingsOutOfRangeAreRefusedAndSlowLinksGetLongerWanPhases) 
 // ends' NICs, each shared evenly among the flows on it in the phase (a fan's
 // target has several); the WAN flows of one direction share the link.
 std::vector<std::vector<ProbeSample>> model_samples(const Grid& truth,
-                                                     const std::vector<ProbePhase>& phases,
-                                                     double window_s = 0.1) {
+                                                    const std::vector<ProbePhase>& phases,
+                                                    double window_s = 0.1) {
   std::vector<std::vector<ProbeSample>> out(phases.size());
   for (size_t p = 0; p < phases.size(); ++p) {
     const auto& ph = phases[p];
@@ -275,6 +275,30 @@ TEST(ProbeEstimate, ANicWithoutAPeerInItsSiteKeepsItsDeclaredFigureAndSaysSo) {
   bool said = false;
   for (const auto& n : e.notes) said = said || n.find("s0n0 nic 0") != std::string::npos;
   EXPECT_TRUE(said) << ::testing::PrintToString(e.notes);
+}
+
+// Under a rate limit a rate phase would break it (or, paced, measure the
+// limit): only latencies are probed, the estimate says why once, and the
+// declared rates stand.
+TEST(ProbeSchedule, UnderARateLimitOnlyLatenciesAreProbed) {
+  for (const bool wan_limit : {false, true}) {
+    Grid g = testing::make_grid({3, 3}, 2);
+    if (wan_limit)
+      g.wan[0].max_rate_bps = 100e6;
+    else
+      g.max_rate_bps = 1e9;
+    const auto phases = probe_schedule(probe_grid(g));
+    ASSERT_FALSE(phases.empty());
+    for (const ProbePhase& ph : phases)
+      for (const ProbeFlow& f : ph.flows) EXPECT_EQ(f.kind, ProbeKind::kLatency) << ph.name;
+    const ProbeEstimate e = estimate(g, phases, model_samples(g, phases));
+    for (size_t r = 0; r < g.nodes.size(); ++r)
+      EXPECT_DOUBLE_EQ(e.measured.nodes[r].nics[0].bandwidth_bps, g.nodes[r].nics[0].bandwidth_bps);
+    EXPECT_DOUBLE_EQ(e.measured.wan[0].bandwidth_bps, g.wan[0].bandwidth_bps);
+    int said = 0;
+    for (const auto& n : e.notes) said += n.find("rates were not probed") != std::string::npos;
+    EXPECT_EQ(said, 1) << ::testing::PrintToString(e.notes);
+  }
 }
 
 // testbed-hetero-3x's gamma5 has one 100 Mbit/s NIC among nodes of 50 Mbit/s
