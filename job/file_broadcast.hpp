@@ -33,6 +33,9 @@
 namespace gridbcast::job {
 
 inline constexpr std::uint64_t kDefaultWindowBytes = 64ull << 20;
+// A file of at least this many chunks goes in at least this many windows
+// (each at most half of --window): see per_window in file_broadcast.cpp.
+inline constexpr std::uint64_t kMinWindows = 8;
 
 struct FileSpec {
   std::string source;  // the root's: path of the file to send

@@ -17,8 +17,13 @@ mpi_packages=(mpich libmpich-dev openmpi-bin libopenmpi-dev python3-mpi4py pytho
 # starts its own daemons under a temporary directory; the packaged services
 # are not used).
 slurm_packages=(slurm-wlm munge)
+# pdsh, clustershell and openssh-server (with its client): the tools people
+# distribute files with today, which scripts/bench_file_peers.py compares with
+# (it starts its own sshd in each emulated node; the packaged service is not
+# used).
+file_peer_packages=(pdsh clustershell openssh-server openssh-client)
 missing=()
-for p in "${packages[@]}" "${mpi_packages[@]}" "${slurm_packages[@]}"; do
+for p in "${packages[@]}" "${mpi_packages[@]}" "${slurm_packages[@]}" "${file_peer_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -27,7 +32,21 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
   export DEBIAN_FRONTEND=noninteractive
   "${sudo_cmd[@]}" apt-get update -qq
-  "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}"
+  # No service the packages bring (ssh, slurmd, munge) is started or left
+  # running: a policy-rc.d that refuses every start, for this install only,
+  # unless the machine has one of its own.
+  policy=/usr/sbin/policy-rc.d
+  placed=0
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\n# scripts/setup.sh: no service starts during its install\nexit 101\n' |
+      "${sudo_cmd[@]}" tee "$policy" >/dev/null
+    "${sudo_cmd[@]}" chmod 755 "$policy"
+    placed=1
+  fi
+  status=0
+  "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}" || status=$?
+  [ $placed -eq 1 ] && "${sudo_cmd[@]}" rm -f "$policy"
+  [ $status -eq 0 ] || exit $status
 fi
 
 build_type=${GRIDBCAST_BUILD_TYPE:-RelWithDebInfo}
