@@ -43,6 +43,10 @@ class Pricer {
       const double l = grid.sites[static_cast<size_t>(site)].latency_s;
       return l > 0 ? l : model.lan_latency_s;
     };
+    // Under a rate limit every link runs at most at its pace (pacing.hpp),
+    // which in trees is below what the lanes would give it: as simulate().
+    const std::vector<LinkPace> paces =
+        grid.rate_limited() ? link_paces(grid, plan) : std::vector<LinkPace>{};
     std::map<LaneKey, int> lane_index;
     for (const Transfer& t : plan.transfers) {
       const auto& src = grid.nodes[static_cast<size_t>(t.from)];
@@ -65,6 +69,8 @@ class Pricer {
         const double rtt = 2 * one_way + hop_latency(src.site) + hop_latency(dst.site);
         bps = std::min(bps, t.streams * tcp_stream_limit(rtt, 1 - pass, tcp) * 8 / eff);
       }
+      if (const double pace = pace_of(paces, t.from, t.to, t.lane_from, t.lane_to); pace > 0)
+        bps = std::min(bps, pace * std::max(1, t.streams) * 8 / kPacedPayloadShare);
       Hop h;
       h.rate = bps / 8 * eff;  // payload bytes per second
       h.latency = latency;

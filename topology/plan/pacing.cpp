@@ -92,9 +92,9 @@ std::vector<LinkPace> link_paces(const Grid& grid, const Plan& plan) {
       for (const auto& hop : u.wan) bps = std::min(bps, hop.first->rate_bps() / over_wan.at(hop));
     } else {
       // The limits alone, in any plan: a node's max_rate split evenly over the
-      // links it sends on (exact where they all run at once; below the limit
-      // where they take turns, as a binomial tree's do), and a WAN link's
-      // over the plan's links that cross it that way.
+      // links it sends on (they run at once; a plan's later phase, as an
+      // allgather after its scatter, stays below it), and a WAN link's over
+      // the plan's links that cross it that way.
       if (grid.max_rate_bps > 0) bps = std::min(bps, grid.max_rate_bps / links_from.at(l.from));
       for (const auto& hop : u.wan)
         if (hop.first->max_rate_bps > 0)

@@ -31,9 +31,9 @@
 //   pace of each of L's streams = min(max_rate / (links A sends on),
 //                                     WAN max_rate / (plan links over W that way))
 //                                 / S x kPacedPayloadShare
-// An even split is exact where a node's links all run at once (multilane,
-// chain); where they take turns (binomial, binary) it keeps the node below
-// its limit, not at it.
+// The executor runs a node's transfers at once (each as its bytes arrive),
+// so an even split adds up to the limit; where a plan's phases use different
+// links (scatter, then allgather) each phase stays below it.
 #pragma once
 
 #include <map>
