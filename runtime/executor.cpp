@@ -279,8 +279,7 @@ asio::awaitable<ExecStats> execute(Transport& transport, const topology::Plan& p
   // link's segments are dealt round-robin over its streams, and the receiver
   // derives the same lists, so each receiving stream knows how many frames it reads.
   topology::SegmentOptions so;
-  so.segment_bytes =
-      topology::resolve_segment_bytes(transport.grid(), plan, options.segment_bytes);
+  so.segment_bytes = topology::resolve_segment_bytes(transport.grid(), plan, options.segment_bytes);
   topology::RankSegments mine = topology::rank_segments(plan, me, so);
   // Tasks start in link order (peer, lane_from, lane_to).
   auto by_key = [](int peer_a, const topology::LinkSegments& a, int peer_b,

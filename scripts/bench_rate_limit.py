@@ -73,7 +73,6 @@ def with_wan_limit(src, dst, rate):
 def one(label, topo, plan_topo, tb_id, env, nodes, args, extra, node_limit, wan_limit):
     plan = json.loads(must(run([BIN, "plan", plan_topo, "--size", args.size, "--algorithm",
                                 args.algorithm, "--format", "json"] + extra), "plan").stdout)
-    names = [n["name"] for n in plan["nodes"]]
     site = {n["rank"]: n["site"] for n in plan["nodes"]}
     wan_bytes = sum(t["length"] for t in plan["transfers"] if site[t["from"]] != site[t["to"]])
     bound = plan["max_flow_bound_seconds"]
@@ -98,7 +97,6 @@ def one(label, topo, plan_topo, tb_id, env, nodes, args, extra, node_limit, wan_
         print(line, flush=True)
         rows.append((t / bound, rates[busiest] / node_limit if node_limit else 0,
                      wan_rate / wan_limit if wan_limit else 0))
-    del names
     return rows
 
 
