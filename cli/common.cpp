@@ -213,10 +213,11 @@ std::string algorithm_list() {
 }
 
 topology::Algorithm resolve_algorithm(const std::string& name, const topology::Grid& g,
-                                      std::uint64_t size, int root) {
+                                      std::uint64_t size, int root,
+                                      const topology::CostModel& model) {
   if (name == "auto")
     return topology::select_algorithm(g, root, size,
-                                      topology::SelectionThresholds::from_environment());
+                                      topology::SelectionThresholds::from_environment(), model);
   auto a = topology::parse_algorithm(name);
   if (!a)
     throw CLI::ValidationError(

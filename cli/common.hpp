@@ -12,6 +12,7 @@
 #include "job/launcher.hpp"
 #include "topology/grid.hpp"
 #include "topology/plan/plan.hpp"
+#include "topology/simulate.hpp"
 
 namespace gridbcast::cli {
 
@@ -55,10 +56,12 @@ std::uint64_t parse_size_option(const std::string& text, const char* option);
 // "multilane, binomial, ...": every algorithm's name.
 std::string algorithm_list();
 
-// "auto" (topology::select_algorithm: the thresholds' rule) or an
+// "auto" (topology::select_algorithm: the cost model's choice, or the
+// thresholds' rule where the environment gives thresholds) or an
 // algorithm's name; anything else is a usage error (--algorithm).
 topology::Algorithm resolve_algorithm(const std::string& name, const topology::Grid& g,
-                                      std::uint64_t size, int root = 0);
+                                      std::uint64_t size, int root = 0,
+                                      const topology::CostModel& model = {});
 
 // A --root outside the grid is a bad value (exit 2), not a failure of the run.
 void check_root(int root, const topology::Grid& g);

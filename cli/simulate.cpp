@@ -108,7 +108,7 @@ struct Simulate {
     const topology::MaxFlowBound s_bound = topology::max_flow_bound(grid, s_root);
     for (std::uint64_t size : sizes) {
       for (const auto& name : names) {
-        const auto algo = resolve_algorithm(name, grid, size, s_root);
+        const auto algo = resolve_algorithm(name, grid, size, s_root, model);
         const auto plan = topology::build_plan(grid, algo, s_root, size);
         const auto r = topology::simulate(grid, plan, model);
         const double lb = topology::lower_bound_seconds(grid, s_root, size);

@@ -35,6 +35,7 @@ topology::Grid restrict_grid(const topology::Grid& grid, const std::vector<int>&
   out.pace_lanes = grid.pace_lanes;
   out.max_rate_bps = grid.max_rate_bps;
   out.segment_overhead_s = grid.segment_overhead_s;
+  out.hop_overhead_s = grid.hop_overhead_s;
   // The members' transport opened the world's lanes: plan for exactly those.
   out.lanes = grid.lane_count();
   std::vector<int> site_map(grid.sites.size(), -1);  // old site -> new site

@@ -9,6 +9,12 @@ bound. Needs root. Tears the testbed down at the end, also on failure.
 
 An algorithm written NAME/K runs with --lanes K (e.g. multilane/2 is the
 two-lane plan on a grid whose nodes have more NICs), in the same testbed.
+With `auto` among the algorithms, each size ends with auto's regret: its
+measured median over the fastest algorithm's measured in the same run
+(docs/PERFORMANCE.md, "Selection from the model"):
+
+  scripts/bench_testbed.py site-configs/testbed-8x8.yaml --sizes 1KiB,64KiB,1MiB,16MiB \
+      --algorithms auto,multilane,binomial,scatter_rd,chain --iterations 5
 """
 import argparse, json, os, subprocess, sys
 
@@ -37,6 +43,7 @@ def main():
               f"{'max-flow s':>15}{'x bound':>9}")
         for size_text in args.sizes.split(","):
             size = parse_size(size_text)
+            measured = {}
             for spec in args.algorithms.split(","):
                 algo, _, lanes = spec.partition("/")
                 lane_args = ["--lanes", lanes] if lanes else []
@@ -52,10 +59,21 @@ def main():
                 # "x bound": over the max-flow bound (docs/ALGORITHMS.md), which on a
                 # homogeneous grid is the simple one.
                 t, pred, lb = r["seconds"]["median"], p["predicted_seconds"], r["max_flow_bound_seconds"]
-                rows.append(dict(algorithm=spec, bytes=size, measured=t, predicted=pred, lower_bound=lb,
-                                 verified=r["verified"]))
-                print(f"{spec:<20}{size_text:>8}{t:>12.4f}{pred:>13.4f}{(pred - t) / t:>+10.1%}"
+                ran = r["per_iteration"][0]["algorithm"] if r.get("per_iteration") else r["algorithm"]
+                label = f"auto ({ran})" if algo == "auto" else spec
+                measured[spec] = (t, ran)
+                rows.append(dict(algorithm=spec, ran=ran, bytes=size, measured=t, predicted=pred,
+                                 lower_bound=lb, verified=r["verified"]))
+                print(f"{label:<20}{size_text:>8}{t:>12.4f}{pred:>13.4f}{(pred - t) / t:>+10.1%}"
                       f"{lb:>15.4f}{t / lb:>9.2f}", flush=True)
+            others = {k: v for k, v in measured.items() if k != "auto"}
+            if "auto" in measured and others:
+                fastest = min(others, key=lambda k: others[k][0])
+                t_auto, ran = measured["auto"]
+                regret = t_auto / others[fastest][0]
+                rows.append(dict(regret=regret, bytes=size, auto_ran=ran, fastest=fastest))
+                print(f"# {size_text}: auto ran {ran}, {t_auto:.4f} s; fastest measured {fastest}, "
+                      f"{others[fastest][0]:.4f} s; regret {regret:.3f}", flush=True)
     finally:
         subprocess.run([BIN, "testbed", "down", topo], stdout=subprocess.DEVNULL)
     if args.json:

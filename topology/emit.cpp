@@ -69,7 +69,8 @@ std::string grid_to_yaml(const Grid& g, const GridComments& comments) {
   w.comment("top");
   y << YAML::BeginMap << YAML::Key << "name" << YAML::Value << g.name;
   const bool defaults = g.segment_bytes != 0 || g.lanes != 0 || !g.congestion.empty() ||
-                        g.pace_lanes || g.probe || g.segment_overhead_s > 0 || g.max_rate_bps > 0;
+                        g.pace_lanes || g.probe || g.segment_overhead_s > 0 ||
+                        g.hop_overhead_s > 0 || g.max_rate_bps > 0;
   if (defaults) {
     y << YAML::Key << "defaults" << YAML::Value << YAML::BeginMap;
     if (g.segment_bytes != 0)
@@ -81,6 +82,8 @@ std::string grid_to_yaml(const Grid& g, const GridComments& comments) {
     if (g.max_rate_bps > 0) y << YAML::Key << "max_rate" << YAML::Value << bits(g.max_rate_bps);
     if (g.segment_overhead_s > 0)
       y << YAML::Key << "segment_overhead" << YAML::Value << nanoseconds(g.segment_overhead_s);
+    if (g.hop_overhead_s > 0)
+      y << YAML::Key << "hop_overhead" << YAML::Value << nanoseconds(g.hop_overhead_s);
     y << YAML::EndMap;
   }
   y << YAML::Key << "sites" << YAML::Value << YAML::BeginSeq;

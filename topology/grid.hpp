@@ -154,6 +154,14 @@ struct Grid {
   // share a host's cores (the emulated grid), it is that many times a
   // rank's own.
   double segment_overhead_s = 0;
+  // defaults.hop_overhead: the software time a hop adds to a segment's way
+  // beyond the wire and the per-segment work: the receiver's wake-up before
+  // it can forward (CostModel::hop_overhead_s); 0: the model's default. It
+  // does not hold a lane (other segments flow meanwhile), so it decides
+  // small messages, where the number of hops does, and barely large ones.
+  // Where many ranks share a host's cores (the emulated grid), a wake-up
+  // waits for a core: measured there, it is the topology's to say.
+  double hop_overhead_s = 0;
   // defaults.probe: `gridbcast launch` measures the network first (launch
   // --probe, topology/probe.hpp) and plans from what it measured.
   bool probe = false;

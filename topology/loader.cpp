@@ -322,9 +322,10 @@ class Loader {
   }
 
   void load_defaults(const Field& defaults) {
-    const std::vector<Field> fs = fields(defaults.value, "\"defaults\"",
-                                         {"nic_bandwidth", "segment", "segment_overhead", "lanes",
-                                          "congestion", "pace_lanes", "probe", "max_rate", "wan"});
+    const std::vector<Field> fs =
+        fields(defaults.value, "\"defaults\"",
+               {"nic_bandwidth", "segment", "segment_overhead", "hop_overhead", "lanes",
+                "congestion", "pace_lanes", "probe", "max_rate", "wan"});
     if (const Field* f = find(fs, "nic_bandwidth")) nic_bandwidth_ = positive_bandwidth(*f);
     if (const Field* f = find(fs, "segment")) {
       grid_.segment_bytes = quantity(*f, "a size such as \"256 KiB\"", parse_size);
@@ -338,6 +339,11 @@ class Loader {
       grid_.segment_overhead_s = quantity(*f, "a duration such as \"20 us\"", parse_duration);
       if (grid_.segment_overhead_s <= 0 || grid_.segment_overhead_s > 0.1)
         fail(*f, "\"segment_overhead\" must be above 0 and at most 100 ms");
+    }
+    if (const Field* f = find(fs, "hop_overhead")) {
+      grid_.hop_overhead_s = quantity(*f, "a duration such as \"300 us\"", parse_duration);
+      if (grid_.hop_overhead_s <= 0 || grid_.hop_overhead_s > 1)
+        fail(*f, "\"hop_overhead\" must be above 0 and at most 1 s");
     }
     if (const Field* f = find(fs, "wan"); f != nullptr && !f->value.IsNull()) {
       wan_defaults_ = wan_settings(f->value, "\"defaults.wan\"");

@@ -54,7 +54,7 @@ class Pricer {
       double bps = std::min(
           shares.at({t.from, t.lane_from, true}) / links_on_lane.at({t.from, t.lane_from, true}),
           shares.at({t.to, t.lane_to, false}) / links_on_lane.at({t.to, t.lane_to, false}));
-      double latency = hop_latency(dst.site);
+      double latency = hop_latency(dst.site) + hop_overhead(grid, model);
       if (src.site != dst.site) {
         double one_way = 0, pass = 1;
         for (const WanLink* l : grid.wan_path(src.site, dst.site)) {
@@ -183,7 +183,7 @@ std::string exact(double v) {
 std::string fingerprint(const Grid& g) {
   std::string f = g.name + "|" + std::to_string(g.lanes) + "|" + std::to_string(g.pace_lanes) +
                   "|" + std::to_string(g.segment_bytes) + "|" + exact(g.segment_overhead_s) + "|" +
-                  g.congestion + "|" + exact(g.max_rate_bps);
+                  exact(g.hop_overhead_s) + "|" + g.congestion + "|" + exact(g.max_rate_bps);
   for (const Site& s : g.sites) {
     f += "|s" + std::to_string(s.ranks.size()) + "," + exact(s.latency_s) + "," +
          std::to_string(s.multicast.enabled);
@@ -199,13 +199,36 @@ std::string fingerprint(const Grid& g) {
   return f;
 }
 
-Prediction price(const Grid& grid, Algorithm a, int root, std::uint64_t size, bool simulated,
-                 const CostModel& model) {
-  const Plan plan = build_plan(grid, a, root, size);
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4f s", s);
+  return buf;
+}
+
+}  // namespace
+
+std::uint64_t priced_size(std::uint64_t size) {
+  const int k = std::bit_width(size);
+  if (k <= 4) return size;
+  // The leading bit and the three after it name the class; its middle is
+  // half a class step above its start.
+  const int step = k - 4;
+  return (size >> step << step) + (std::uint64_t{1} << (step - 1));
+}
+
+const std::vector<Algorithm>& model_candidates() {
+  static const std::vector<Algorithm> kCandidates = {Algorithm::kMultilane, Algorithm::kBinomial,
+                                                     Algorithm::kScatterRd, Algorithm::kChain};
+  return kCandidates;
+}
+
+Prediction predict(const Grid& grid, Algorithm algorithm, int root, std::uint64_t size,
+                   const CostModel& model) {
+  const Plan plan = build_plan(grid, algorithm, root, size);
   Prediction p;
-  p.algorithm = a;
+  p.algorithm = algorithm;
   p.segment_bytes = resolve_segment_bytes(grid, plan, model.segment_bytes);
-  if (simulated) {
+  if (grid.size() <= kMaxSimulatedRanks && size <= kMaxSimulatedBytes) {
     CostModel m = model;
     m.segment_bytes = p.segment_bytes;
     p.seconds = simulate(grid, plan, m).makespan_s;
@@ -215,60 +238,64 @@ Prediction price(const Grid& grid, Algorithm a, int root, std::uint64_t size, bo
   return p;
 }
 
-std::string seconds_text(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.4f s", s);
-  return buf;
-}
-
-}  // namespace
-
 Selection select_broadcast(const Grid& grid, int root, std::uint64_t size,
                            const SelectionThresholds& thresholds, const CostModel& model) {
   Selection sel;
-  sel.chosen = threshold_algorithm(grid, size, thresholds);
-  sel.why = thresholds.given ? "the thresholds given"
-            : sel.chosen == Algorithm::kMulticast
-                ? "below " + format_bytes(thresholds.multicast_bytes) + ", multicast"
-            : sel.chosen == Algorithm::kBinomial ? "below " + format_bytes(thresholds.small_bytes)
-                                                 : format_bytes(thresholds.small_bytes) + " and up";
   sel.priced_bytes = size;
-  if (grid.size() < 2 || size == 0) return sel;
-  // The middle of the size's class: [2^(k-1), 2^k) is priced at 3 x 2^(k-2).
-  const int k = std::bit_width(size);
-  const std::uint64_t priced = k >= 2 ? (std::uint64_t{3} << (k - 2)) : size;
-  const std::string key = fingerprint(grid) + "|r" + std::to_string(root) + "|k" +
-                          std::to_string(k) + "|c" + exact(model.segment_overhead_s) + "," +
+  if (grid.size() < 2 || size == 0) {
+    // Nothing moves: every plan is empty.
+    sel.chosen = threshold_algorithm(grid, size, thresholds);
+    sel.why = "nothing to send";
+    return sel;
+  }
+  const std::uint64_t priced = priced_size(size);
+  const std::string key = fingerprint(grid) + "|r" + std::to_string(root) + "|p" +
+                          std::to_string(priced) + "|c" + exact(model.segment_overhead_s) + "," +
+                          exact(model.hop_overhead_s) + "," + exact(model.lan_latency_s) + "," +
                           std::to_string(model.segment_bytes) + "," +
                           std::to_string(static_cast<int>(model.congestion));
   static std::mutex mu;
   static std::map<std::string, Selection> cache;
+  bool cached = false;
   {
     std::lock_guard lock(mu);
     if (auto it = cache.find(key); it != cache.end()) {
-      Selection cached = it->second;
-      cached.chosen = sel.chosen;
-      cached.why = sel.why;
-      return cached;
+      sel = it->second;
+      cached = true;
     }
   }
-  const bool simulated = grid.size() <= kMaxSimulatedRanks && priced <= kMaxSimulatedBytes;
-  for (const Algorithm a : {Algorithm::kMultilane, Algorithm::kBinomial})
-    sel.predictions.push_back(price(grid, a, root, priced, simulated, model));
-  std::stable_sort(sel.predictions.begin(), sel.predictions.end(),
-                   [](const Prediction& a, const Prediction& b) { return a.seconds < b.seconds; });
-  sel.priced_bytes = priced;
-  sel.bound_seconds = max_flow_bound_seconds(grid, root, priced);
-  sel.method = simulated ? "simulated" : "analytic";
-  std::lock_guard lock(mu);
-  if (cache.size() >= 1024) cache.clear();  // bounded; a miss only costs the pricing again
-  cache.emplace(key, sel);
+  if (!cached) {
+    for (const Algorithm a : model_candidates())
+      if (algorithm_unavailable(grid, a).empty())
+        sel.predictions.push_back(predict(grid, a, root, priced, model));
+    // Compared in whole microseconds, so that the last bits of a
+    // floating-point sum never decide: every rank must choose alike. A tie
+    // goes to the earlier candidate.
+    std::stable_sort(sel.predictions.begin(), sel.predictions.end(),
+                     [](const Prediction& a, const Prediction& b) {
+                       return std::llround(a.seconds * 1e6) < std::llround(b.seconds * 1e6);
+                     });
+    sel.priced_bytes = priced;
+    sel.bound_seconds = max_flow_bound_seconds(grid, root, priced);
+    sel.method = grid.size() <= kMaxSimulatedRanks && priced <= kMaxSimulatedBytes ? "simulated"
+                                                                                   : "analytic";
+    sel.chosen = sel.predictions.front().algorithm;
+    sel.why = "the model's fastest";
+    std::lock_guard lock(mu);
+    if (cache.size() >= 1024) cache.clear();  // bounded; a miss only costs the pricing again
+    cache.emplace(key, sel);
+  }
+  if (thresholds.given) {
+    sel.chosen = threshold_algorithm(grid, size, thresholds);
+    sel.why = "the thresholds given";
+  }
   return sel;
 }
 
-Algorithm select_algorithm(const Grid& grid, int /*root*/, std::uint64_t size,
-                           const SelectionThresholds& thresholds) {
-  return threshold_algorithm(grid, size, thresholds);
+Algorithm select_algorithm(const Grid& grid, int root, std::uint64_t size,
+                           const SelectionThresholds& thresholds, const CostModel& model) {
+  if (thresholds.given) return threshold_algorithm(grid, size, thresholds);
+  return select_broadcast(grid, root, size, thresholds, model).chosen;
 }
 
 std::string describe(const Selection& s) {

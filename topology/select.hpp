@@ -1,6 +1,6 @@
-// Choices made with the cost model: the segment size of a plan; and the
-// model's prediction for each candidate algorithm beside what `auto` runs
-// (select_broadcast). Pure: no sockets.
+// Choices made with the cost model: the segment size of a plan, and the
+// algorithm `auto` runs (select_broadcast), with the model's prediction for
+// each candidate. Pure: no sockets.
 //
 // Segments. A pipelined plan's time is about
 //
@@ -9,7 +9,8 @@
 // where M is the message, R the max-flow rate, B the bytes a lane carries at
 // rate r, c the work one segment costs each end (CostModel::
 // segment_overhead_s) and depth(s) the longest chain of hops from the root,
-// each costing s / (the hop's rate) + c + its latency: the pipeline's fill.
+// each costing s / (the hop's rate) + c + its latency and hop overhead
+// (CostModel::hop_overhead_s): the pipeline's fill.
 // Small segments fill it sooner and cost more frames; model_segment takes
 // the s among powers of two from 16 KiB to 4 MiB that minimises T. Measured
 // on testbed-8x8 (multilane, 1 MiB): 64 KiB segments 1.73 x the bound,
@@ -42,20 +43,23 @@ std::uint64_t model_segment(const Grid& grid, const Plan& plan, const CostModel&
 inline constexpr std::uint64_t kSmallestModelSegment = 16 * 1024;
 inline constexpr std::uint64_t kLargestModelSegment = 4 * 1024 * 1024;
 
-// Algorithms. `auto` runs the thresholds' rule (threshold_algorithm:
-// binomial below 64 KiB, multilane above), and select_broadcast says what the
-// cost model predicts for each candidate beside it (`plan`, `launch -v`,
-// `simulate -a auto`). The model does not choose yet: below about 64 KiB it
-// prices a hop's software cost (a wake-up, a system call, on the emulated
-// grid about 0.5 ms with 16 ranks on 2 cores) at 30 us, and predicted
-// multilane and binomial alike at 1 KiB on testbed-8x8 where binomial
-// measured 11 % faster (docs/PERFORMANCE.md, "Segments from the model").
-// The candidates priced are the algorithms whose predictions were checked
-// against the emulated grid: multilane and binomial, each with its
-// model_segment; the simulator prices grids up to kMaxSimulatedRanks ranks
-// and sizes up to kMaxSimulatedBytes, analytic_seconds the rest. A size
-// class (the sizes of one bit width) is priced once, at the middle of the
-// class, and cached.
+// Algorithms. `auto` runs the plan the cost model predicts fastest for the
+// grid, root and size (select_broadcast), among model_candidates(): the
+// algorithms whose prices the emulated grid confirmed best (docs/ALGORITHMS.md,
+// "Selection"; docs/PERFORMANCE.md, "Selection from the model"). Each is priced with its
+// own model_segment; the simulator prices grids up to kMaxSimulatedRanks
+// ranks and sizes up to kMaxSimulatedBytes, analytic_seconds the rest. A
+// size class (an eighth of an octave: the sizes that share their leading
+// four bits, so within 12.5 % of each other) is priced once, at its middle
+// (priced_size), and cached for the process: every rank prices alike and
+// compares whole microseconds, so all choose the same plan without a word
+// between them. Thresholds given (the environment's GRIDBCAST_SMALL_BYTES,
+// GRIDBCAST_MULTICAST_BYTES, GRIDBCAST_MULTICAST_MIN_SITE_NODES, or the
+// provider's configuration) override the model with the thresholds' rule
+// (threshold_algorithm). Multicast is not a candidate: the simulator does
+// not price datagrams, and it has not measured faster than multilane or
+// binomial at any size (docs/PERFORMANCE.md, "Multicast"); the thresholds
+// still select it.
 struct Prediction {
   Algorithm algorithm = Algorithm::kMultilane;
   std::uint64_t segment_bytes = 0;
@@ -63,7 +67,7 @@ struct Prediction {
 };
 struct Selection {
   Algorithm chosen = Algorithm::kMultilane;  // what `auto` runs
-  std::string why;                           // "below 64 KiB", "GRIDBCAST_SMALL_BYTES given", ...
+  std::string why;                           // "the model's fastest", "the thresholds given", ...
   std::vector<Prediction> predictions;       // the model's, fastest first (empty: none priced)
   std::uint64_t priced_bytes = 0;            // the size the class was priced at
   double bound_seconds = 0;                  // the max-flow bound at that size
@@ -72,13 +76,28 @@ struct Selection {
 inline constexpr int kMaxSimulatedRanks = 256;
 inline constexpr std::uint64_t kMaxSimulatedBytes = std::uint64_t{4} << 20;
 
+// The size a size's class is priced at: itself below 16 bytes, else the
+// middle of the sizes that share its leading four bits (1 MiB -> 1 MiB +
+// 64 KiB; 3 MiB -> 3 MiB + 128 KiB).
+std::uint64_t priced_size(std::uint64_t size);
+
+// What `auto` may run, in the order that breaks a tie.
+const std::vector<Algorithm>& model_candidates();
+
+// The model's time for `algorithm` at exactly `size` bytes with its
+// resolved segment: simulated within the limits above, analytic beyond.
+Prediction predict(const Grid& grid, Algorithm algorithm, int root, std::uint64_t size,
+                   const CostModel& model = {});
+
 Selection select_broadcast(const Grid& grid, int root, std::uint64_t size,
                            const SelectionThresholds& thresholds = {}, const CostModel& model = {});
-// What `auto` runs: select_broadcast(...).chosen, without the pricing.
+// What `auto` runs: select_broadcast(...).chosen (the thresholds' rule,
+// unpriced, when thresholds are given).
 Algorithm select_algorithm(const Grid& grid, int root, std::uint64_t size,
-                           const SelectionThresholds& thresholds = {});
-// "auto runs binomial (below 64 KiB); the model: multilane (segment 16 KiB)
-// 0.0107 s = 1.06 x the bound, binomial 0.0108 s = 1.07 x (simulated at 768 B)"
+                           const SelectionThresholds& thresholds = {}, const CostModel& model = {});
+// "auto runs binomial (the model's fastest); the model: binomial 0.0108 s =
+// 1.07 x the bound, multilane (segment 16 KiB) 0.0131 s = 1.30 x the bound,
+// ... (simulated at 768 B)"
 std::string describe(const Selection& s);
 
 }  // namespace gridbcast::topology

@@ -114,6 +114,10 @@ double segment_overhead(const Grid& grid, const CostModel& model) {
   return grid.segment_overhead_s > 0 ? grid.segment_overhead_s : model.segment_overhead_s;
 }
 
+double hop_overhead(const Grid& grid, const CostModel& model) {
+  return grid.hop_overhead_s > 0 ? grid.hop_overhead_s : model.hop_overhead_s;
+}
+
 double tcp_stream_limit(double rtt_s, double loss, const CostModel& m) {
   double limit = rtt_s > 0 ? m.tcp_window_bytes / rtt_s : 1e300;
   if (loss > 0 && rtt_s > 0) {
@@ -177,7 +181,7 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
       const double l = grid.sites[static_cast<size_t>(site)].latency_s;
       return l > 0 ? l : model.lan_latency_s;
     };
-    double latency = hop(dst.site);
+    double latency = hop(dst.site) + hop_overhead(grid, model);
     int wan = -1;
     if (src.site != dst.site) {
       const auto path = grid.wan_path(src.site, dst.site);

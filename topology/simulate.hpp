@@ -54,6 +54,14 @@ struct CostModel {
   // trade-off the segment choice weighs (topology/select.hpp). An estimate
   // from the code, checked against the emulated grid in docs/PERFORMANCE.md.
   double segment_overhead_s = 20e-6;
+  // The software time each hop adds to a segment's way without holding a
+  // lane: the receiver's wake-up before it can forward. 0 on hosts with a
+  // core to spare for each rank (lan_latency_s covers the stack); where
+  // ranks share cores it is what a wake-up waits for one, which the
+  // topology gives (defaults.hop_overhead, Grid::hop_overhead_s). It makes
+  // a plan's hop count price right at small sizes, where the count decides
+  // between algorithms (topology/select.hpp).
+  double hop_overhead_s = 0;
   // The frame header each segment carries (kFrameOverheadBytes).
   std::uint64_t frame_header_bytes = 32;
 };
@@ -72,6 +80,9 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model = 
 // The per-segment cost the model charges on `grid`: the topology's
 // segment_overhead if it gives one, else the model's.
 double segment_overhead(const Grid& grid, const CostModel& model);
+// The per-hop software time on `grid`: the topology's hop_overhead if it
+// gives one, else the model's.
+double hop_overhead(const Grid& grid, const CostModel& model);
 
 // One TCP stream's throughput limit in bytes/s under a round-trip time and loss,
 // for the model's congestion control.

@@ -1,5 +1,7 @@
 #include "topology/loader.hpp"
 
+#include "topology/emit.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -155,16 +157,33 @@ TEST(LoaderErrors, UnknownWanKey) {
                       "bandwidth, max_rate, loss, streams, tls, congestion");
 }
 
+// The cost model's figures: a duration each, within bounds, with the
+// position of the bad value; a good one loads and survives the emitter.
+TEST(LoaderErrors, ModelOverheadsAreBoundedDurations) {
+  const std::string sites = "sites: [{name: s, nodes: [{name: n, nics: [{address: 127.0.0.1}]}]}]";
+  EXPECT_CONFIG_ERROR(yaml({"defaults:", "  hop_overhead: 0 us", sites}), 2, 17,
+                      "\"hop_overhead\" must be above 0 and at most 1 s");
+  EXPECT_CONFIG_ERROR(yaml({"defaults:", "  hop_overhead: 2 s", sites}), 2, 17,
+                      "\"hop_overhead\" must be above 0 and at most 1 s");
+  EXPECT_CONFIG_ERROR(yaml({"defaults:", "  hop_overhead: fast", sites}), 2, 17,
+                      "\"hop_overhead\": ");
+  EXPECT_CONFIG_ERROR(yaml({"defaults:", "  segment_overhead: 1 s", sites}), 2, 21,
+                      "\"segment_overhead\" must be above 0 and at most 100 ms");
+  const Grid g = load_grid_string(yaml({"defaults:", "  hop_overhead: 250 us", sites}), "t.yaml");
+  EXPECT_DOUBLE_EQ(g.hop_overhead_s, 250e-6);
+  EXPECT_DOUBLE_EQ(load_grid_string(grid_to_yaml(g), "again.yaml").hop_overhead_s, 250e-6);
+}
+
 TEST(LoaderErrors, UnknownDefaultsKeys) {
-  EXPECT_CONFIG_ERROR(
-      yaml({
-          "defaults:",         // 1
-          "  nic_bw: 1 Gbit",  // 2
-          "sites: []",         // 3
-      }),
-      2, 3,
-      "unknown key \"nic_bw\" in \"defaults\"; allowed keys: nic_bandwidth, "
-      "segment, segment_overhead, lanes, congestion, pace_lanes, probe, max_rate, wan");
+  EXPECT_CONFIG_ERROR(yaml({
+                          "defaults:",         // 1
+                          "  nic_bw: 1 Gbit",  // 2
+                          "sites: []",         // 3
+                      }),
+                      2, 3,
+                      "unknown key \"nic_bw\" in \"defaults\"; allowed keys: nic_bandwidth, "
+                      "segment, segment_overhead, hop_overhead, lanes, congestion, pace_lanes, "
+                      "probe, max_rate, wan");
   EXPECT_CONFIG_ERROR(yaml({
                           "defaults:",      // 1
                           "  wan:",         // 2

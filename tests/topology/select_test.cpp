@@ -1,13 +1,19 @@
 // topology/select: the segment the model picks for a plan, the analytic
-// estimate against the simulator, and what `auto` runs beside what the model
-// predicts of each candidate.
+// estimate against the simulator, and the algorithm `auto` runs: the
+// model's fastest, and how far that is from the best (regret).
 #include "topology/select.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
 #include "support/grids.hpp"
 #include "topology/loader.hpp"
 #include "topology/plan/segments.hpp"
+#include "topology/units.hpp"
 
 namespace gridbcast::topology {
 namespace {
@@ -54,36 +60,150 @@ TEST(AnalyticSeconds, FollowsTheSimulatorForMultilane) {
     }
 }
 
-TEST(SelectBroadcast, AutoRunsTheThresholdsAndThePredictionsComeBeside) {
+TEST(SelectBroadcast, AutoRunsTheModelsFastestAndSaysWhy) {
   const Grid g = testbed("testbed-8x8");
-  const Selection small = select_broadcast(g, 0, 1024);
-  EXPECT_EQ(small.chosen, Algorithm::kBinomial);
-  EXPECT_EQ(small.why, "below 64 KiB");
-  ASSERT_EQ(small.predictions.size(), 2u);
-  EXPECT_LE(small.predictions[0].seconds, small.predictions[1].seconds);
-  EXPECT_EQ(small.method, "simulated");
-  EXPECT_EQ(small.priced_bytes, 1536u);  // the middle of [1024, 2048)
   const Selection big = select_broadcast(g, 0, 3 << 20);
   EXPECT_EQ(big.chosen, Algorithm::kMultilane);
-  ASSERT_EQ(big.predictions.size(), 2u);
-  EXPECT_EQ(big.predictions[0].algorithm, Algorithm::kMultilane);
+  EXPECT_EQ(big.why, "the model's fastest");
+  ASSERT_EQ(big.predictions.size(), model_candidates().size());
+  EXPECT_EQ(big.predictions[0].algorithm, big.chosen);
+  for (size_t i = 1; i < big.predictions.size(); ++i)
+    EXPECT_LE(big.predictions[i - 1].seconds, big.predictions[i].seconds);
+  EXPECT_EQ(big.method, "simulated");
+  EXPECT_EQ(big.priced_bytes, (3u << 20) + (128u << 10));  // the middle of [3, 3.25) MiB
+  EXPECT_EQ(priced_size(1 << 20), (1u << 20) + (64u << 10));
+  EXPECT_EQ(priced_size(15), 15u);
+  EXPECT_EQ(priced_size(16), 17u);     // [16, 18)
+  EXPECT_EQ(priced_size(1023), 992u);  // [960, 1024)
+  for (std::uint64_t size : {std::uint64_t{100}, std::uint64_t{12345}, std::uint64_t{5} << 40}) {
+    EXPECT_LE(priced_size(size), size + size / 8) << size;
+    EXPECT_GE(priced_size(size), size - size / 8) << size;
+  }
   EXPECT_GT(big.bound_seconds, 0);
   const std::string text = describe(big);
-  EXPECT_NE(text.find("auto runs multilane (64 KiB and up); the model: multilane (segment "),
+  EXPECT_NE(text.find("auto runs multilane (the model's fastest); the model: multilane (segment "),
             std::string::npos)
       << text;
+  EXPECT_NE(text.find(", binomial "), std::string::npos) << "the runner-up is named: " << text;
   // Every size of a class gets the same pricing, whoever asks first.
   const Selection same = select_broadcast(g, 0, (3 << 20) + 12345);
   EXPECT_EQ(same.priced_bytes, big.priced_bytes);
   EXPECT_EQ(same.predictions[0].seconds, big.predictions[0].seconds);
-  // Thresholds given: they decide and say so.
+  // Thresholds given: they decide and say so; the predictions stay beside.
   SelectionThresholds t;
   t.small_bytes = 8 << 20;
   t.given = true;
   const Selection given = select_broadcast(g, 0, 3 << 20, t);
   EXPECT_EQ(given.chosen, Algorithm::kBinomial);
   EXPECT_EQ(given.why, "the thresholds given");
+  EXPECT_EQ(given.predictions.size(), big.predictions.size());
   EXPECT_EQ(select_algorithm(g, 0, 3 << 20, t), Algorithm::kBinomial);
+  // Nothing to send: no pricing.
+  EXPECT_TRUE(select_broadcast(g, 0, 0).predictions.empty());
+}
+
+// The measured case that kept the thresholds' rule (docs/PERFORMANCE.md,
+// "Selection from the model"): on testbed-8x8 a 1 KiB broadcast runs
+// faster down binomial's four hops than multilane's seven, because each
+// hop costs its wake-up (the topology's hop_overhead, 16 ranks sharing 2
+// cores). Without that figure the model cannot tell them apart.
+TEST(SelectBroadcast, TheHopsCostDecidesSmallMessages) {
+  const Grid g = testbed("testbed-8x8");
+  ASSERT_GT(g.hop_overhead_s, 0) << "testbed-8x8.yaml gives defaults.hop_overhead";
+  EXPECT_EQ(select_algorithm(g, 0, 1024), Algorithm::kBinomial);
+  EXPECT_EQ(select_algorithm(g, 0, 1 << 20), Algorithm::kMultilane);
+  const double with = predict(g, Algorithm::kMultilane, 0, 1024).seconds -
+                      predict(g, Algorithm::kBinomial, 0, 1024).seconds;
+  Grid free = g;
+  free.hop_overhead_s = 0;
+  const double without = predict(free, Algorithm::kMultilane, 0, 1024).seconds -
+                         predict(free, Algorithm::kBinomial, 0, 1024).seconds;
+  EXPECT_GT(with, without) << "multilane's extra hops cost more where a hop costs more";
+}
+
+// What `auto` runs is the candidate predict() prices fastest, recomputed
+// here without the selection's cache, for several roots: the choice is a
+// function of the grid, the root and the size class alone.
+TEST(SelectBroadcast, TheChoiceIsTheCandidatesArgminForEveryRoot) {
+  for (const char* name : {"testbed-2x4", "testbed-hetero-nics", "three-sites-hetero"}) {
+    const Grid g = testbed(name);
+    for (const int root : {0, g.size() / 2, g.size() - 1})
+      for (const std::uint64_t asked : {std::uint64_t{1536}, std::uint64_t{96} << 10,
+                                        std::uint64_t{3} << 20, std::uint64_t{3} << 26}) {
+        const std::uint64_t size = priced_size(asked);
+        Algorithm best = Algorithm::kMultilane;
+        long long best_us = -1;
+        for (const Algorithm a : model_candidates()) {
+          if (!algorithm_unavailable(g, a).empty()) continue;
+          const long long us = std::llround(predict(g, a, root, size).seconds * 1e6);
+          if (best_us < 0 || us < best_us) {
+            best_us = us;
+            best = a;
+          }
+        }
+        EXPECT_EQ(select_algorithm(g, root, asked), best)
+            << name << " root " << root << " size " << asked;
+      }
+  }
+}
+
+// Selection regret, the issue's measure: for every shipped topology and
+// sizes 1 KiB .. 1 GiB (x4), the model's time for what `auto` runs is within
+// 5 % of the fastest candidate's at that very size, roots first and last.
+// The choice is made once per size class, at its middle: this checks that a
+// class is narrow enough. The algorithms that are not candidates are priced
+// too and their best gap printed, not asserted: the model is known to price
+// them 16-50 % off the emulated grid (docs/PERFORMANCE.md, "Selection from
+// the model"), which is why they are not candidates.
+TEST(SelectBroadcast, AutosRegretIsWithinFivePercentOnEveryShippedTopology) {
+  int checked = 0;
+  double worst = 1, outside = 1;
+  std::string worst_case, outside_case;
+  for (const auto& e : std::filesystem::directory_iterator(GRIDBCAST_SOURCE_DIR "/site-configs")) {
+    if (e.path().extension() != ".yaml") continue;
+    const Grid g = load_grid_file(e.path().string());
+    const std::string name = e.path().filename().string();
+    for (const int root : {0, g.size() - 1})
+      for (std::uint64_t size = 1024; size <= (std::uint64_t{1} << 30); size *= 4) {
+        const Algorithm chosen = select_algorithm(g, root, size);
+        const std::string where = name + " root " + std::to_string(root) + " " +
+                                  format_bytes(size) + ": auto ran " +
+                                  std::string(algorithm_name(chosen));
+        double best = 0, mine = 0, other = 0;
+        std::string best_name, other_name;
+        for (const Algorithm a : available_algorithms(g)) {
+          if (a == Algorithm::kMulticast) continue;  // datagrams are not priced
+          const double t = predict(g, a, root, size).seconds;
+          if (a == chosen) mine = t;
+          const auto& c = model_candidates();
+          const bool candidate = std::find(c.begin(), c.end(), a) != c.end();
+          double& b = candidate ? best : other;
+          std::string& n = candidate ? best_name : other_name;
+          if (n.empty() || t < b) {
+            b = t;
+            n = algorithm_name(a);
+          }
+        }
+        ASSERT_GT(mine, 0) << where;
+        const double regret = mine / best;
+        EXPECT_LE(regret, 1.05) << where << " (" << mine << " s), " << best_name << " " << best
+                                << " s";
+        if (regret > worst) {
+          worst = regret;
+          worst_case = where + " vs " + best_name;
+        }
+        if (!other_name.empty() && mine / other > outside) {
+          outside = mine / other;
+          outside_case = where + " vs " + other_name;
+        }
+        ++checked;
+      }
+  }
+  EXPECT_GE(checked, 15 * 2 * 11);
+  std::printf(
+      "selection regret: %d cases, worst %.3f (%s); against the non-candidates, "
+      "worst %.3f (%s)\n",
+      checked, worst, worst_case.c_str(), outside, outside_case.c_str());
 }
 
 TEST(SelectBroadcast, LargeGridsArePricedAnalyticallyInBoundedTime) {
@@ -92,7 +212,7 @@ TEST(SelectBroadcast, LargeGridsArePricedAnalyticallyInBoundedTime) {
   const Selection s = select_broadcast(g, 0, 64 << 20);
   EXPECT_EQ(s.method, "analytic");
   EXPECT_EQ(s.chosen, Algorithm::kMultilane);
-  ASSERT_EQ(s.predictions.size(), 2u);
+  ASSERT_EQ(s.predictions.size(), model_candidates().size());
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));
 }
 
