@@ -160,7 +160,8 @@ TEST(LoaderErrors, UnknownWanKey) {
 // The cost model's figures: a duration each, within bounds, with the
 // position of the bad value; a good one loads and survives the emitter.
 TEST(LoaderErrors, ModelOverheadsAreBoundedDurations) {
-  const std::string sites = "sites: [{name: s, nodes: [{name: n, nics: [{address: 127.0.0.1}]}]}]";
+  const std::string sites =
+      "sites: [{name: s, nodes: [{name: n, nics: [{address: 127.0.0.1, bandwidth: 1 Gbit}]}]}]";
   EXPECT_CONFIG_ERROR(yaml({"defaults:", "  hop_overhead: 0 us", sites}), 2, 17,
                       "\"hop_overhead\" must be above 0 and at most 1 s");
   EXPECT_CONFIG_ERROR(yaml({"defaults:", "  hop_overhead: 2 s", sites}), 2, 17,
