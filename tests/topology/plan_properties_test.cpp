@@ -2,6 +2,8 @@
 // causality, exactness and the multilane invariants (topology/plan/verify.cpp).
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <set>
 #include <tuple>
 
@@ -72,12 +74,51 @@ INSTANTIATE_TEST_SUITE_P(Plans, EveryAlgorithm,
                          [](const auto& p) { return std::string(algorithm_name(p.param)); });
 
 TEST(Multilane, LaneMatchingHoldsForEveryMemberCountInRootAndOtherSites) {
-  // Root sites have n-1 members, other sites n: cover both for n up to 300.
+  // Root sites have n-1 members, other sites n: cover both for n up to 300,
+  // in a middle site too (it feeds the next from the top of large trees).
   for (int n = 1; n <= 300; ++n) {
-    const Grid g = make_grid({n, n});
+    const Grid g = make_grid({n, n, n});
     const Plan plan = build_multilane(g, 0, 1000);
     const PlanCheck check = verify_plan(g, plan);
     ASSERT_TRUE(check.ok()) << "n=" << n << ": " << check.errors.front();
+  }
+}
+
+// A site followed by another feeds it from the top of its trees once they
+// are large (kTopFeedMembers): the rank that sends each half over the WAN is
+// the one that took that half into the site, so the next site waits one hop
+// for it, not the site's depth. A small site, and the last, keep the heaps.
+TEST(Multilane, ANextSiteIsFedFromTheTopOfLargeTrees) {
+  for (const int n : {16, 17, 40, 41, 255}) {
+    const Grid g = make_grid({n, n, n});
+    const Plan plan = build_multilane(g, 0, 1 << 20);
+    ASSERT_TRUE(verify_plan(g, plan).ok()) << n;
+    for (const int site : {0, 1}) {
+      // Who took each half into this site, and who sends it on.
+      std::map<std::uint64_t, int> entered, sent_on;
+      for (const Transfer& t : plan.transfers) {
+        const bool from_here = g.site_of(t.from) == site, to_here = g.site_of(t.to) == site;
+        if (to_here && (!from_here || t.from == plan.root)) entered.emplace(t.offset, t.to);
+        if (from_here && g.site_of(t.to) == site + 1) sent_on[t.offset] = t.from;
+      }
+      ASSERT_EQ(sent_on.size(), 2u) << n << " site " << site;
+      // Half A always; half B where both trees keep their top (an even count
+      // of members: the root site has n - 1).
+      const int members = site == 0 ? n - 1 : n;
+      EXPECT_EQ(sent_on.at(0), entered.at(0)) << n << " site " << site;
+      if (members % 2 == 0) {
+        EXPECT_EQ(sent_on.rbegin()->second, entered.at(sent_on.rbegin()->first))
+            << n << " site " << site;
+      }
+    }
+  }
+  // Small trees keep the heap: the last leaf's slot feeds the next site.
+  const Grid small = make_grid({6, 6, 6});
+  const Plan plan = build_multilane(small, 0, 1000);
+  for (const Transfer& t : plan.transfers) {
+    if (small.site_of(t.from) == 1 && small.site_of(t.to) == 2) {
+      EXPECT_NE(t.from, small.sites[1].ranks.front()) << "the heap's root has two children";
+    }
   }
 }
 

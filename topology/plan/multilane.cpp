@@ -18,6 +18,26 @@
 // one half per lane. Each site is left with exactly two idle sending slots; they
 // feed the two tree roots of the next site in the chain over the WAN.
 //
+// Feeding from the top. The idle slots of a heap are at its bottom, so a site
+// fed from a leaf of the one before waits for that site's whole depth: ten
+// chained sites of a thousand nodes wait nine times nine hops. Where a tree
+// has kTopFeedMembers or more and another site follows, its root keeps one
+// slot for the next site and has one child, below which the rest form the
+// heap:
+//
+//        a0 ──► WAN (next site's Tree A)       a0's other lane: a0' below
+//        │
+//        a0'          the tree is one hop deeper; the next site starts
+//       /   \.        log2(n) hops sooner
+//     a1'   a2' ...
+//
+// A tree can keep its top slot when it has at least as many members as the
+// other (its free slots still cover the other tree's leaf swap); with an odd
+// member count only Tree A does, and half B leaves from a slot left over at
+// the bottom, as before. The lanes below the top are oriented so that the
+// free slots of each tree match the other tree's needs lane by lane (the
+// first orientation that does, in a fixed order: every rank finds the same).
+//
 // Lanes: a member's lane for its own tree's half is fixed by its heap position
 // (Tree A: root 0, first child 1, second child 0; Tree B: root 1, first child 0,
 // second child 1); it receives the other half on the other lane. A switch per
@@ -42,6 +62,7 @@
 #include <array>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "topology/plan/builder.hpp"
@@ -67,9 +88,77 @@ struct TreeShape {
 constexpr TreeShape kTreeA{0, 1};
 constexpr TreeShape kTreeB{1, 0};
 
+// From this many members a tree feeds the next site from its root (above).
+// Below it the heap's bottom is at most two hops down and the extra hop at
+// the top would cost the site about what it saves the next one.
+constexpr size_t kTopFeedMembers = 8;
+
 int own_lane(const TreeShape& shape, size_t index) {
   if (index == 0) return shape.root_lane;
   return index % 2 == 1 ? shape.first_lane : 1 - shape.first_lane;
+}
+
+// Where a tree's members sit: a heap (index i's parent (i - 1) / 2), or, fed
+// from the top, member 0 above a heap of the others (index i >= 1 at heap
+// position i - 1). lane(i): the lane member i receives its own half on, and
+// its parent sends it on.
+struct Layout {
+  TreeShape shape;    // member 0's lane, and the heap's orientation below it
+  bool top = false;   // member 0 keeps a slot for the next site
+  TreeShape below{};  // with top: the heap under member 0
+
+  size_t parent(size_t i) const { return top ? (i == 1 ? 0 : (i - 2) / 2 + 1) : (i - 1) / 2; }
+  int lane(size_t i) const {
+    if (!top) return own_lane(shape, i);
+    return i == 0 ? shape.root_lane : own_lane(below, i - 1);
+  }
+  // (member, lane) of every child slot no member takes, shallow first.
+  std::vector<std::pair<size_t, int>> free_slots(size_t n) const {
+    std::vector<std::pair<size_t, int>> out;
+    if (!top) {
+      for (size_t i = 0; i < n; ++i)
+        for (size_t c : {2 * i + 1, 2 * i + 2})
+          if (c >= n) out.emplace_back(i, own_lane(shape, c));
+      return out;
+    }
+    const size_t m = n - 1;  // the heap under member 0
+    for (size_t k = 0; k < m; ++k)
+      for (size_t c : {2 * k + 1, 2 * k + 2})
+        if (c >= m) out.emplace_back(k + 1, own_lane(below, c));
+    return out;
+  }
+};
+
+// Each tree's layout: a heap, or fed from the top where it pays and a next
+// site follows, with the first orientation below the top whose free slots
+// cover the other tree's leaf swap lane by lane (tests/topology/
+// plan_properties_test checks that one exists for every member count).
+std::array<Layout, 2> layouts(const std::array<std::vector<int>, 2>& tree, bool next_site) {
+  const std::array<size_t, 2> n{tree[0].size(), tree[1].size()};
+  std::array<Layout, 2> out{Layout{kTreeA}, Layout{kTreeB}};
+  if (!next_site) return out;
+  std::array<bool, 2> top{};
+  for (int h = 0; h < 2; ++h)
+    top[static_cast<size_t>(h)] = n[static_cast<size_t>(h)] >= kTopFeedMembers &&
+                                  n[static_cast<size_t>(h)] >= n[static_cast<size_t>(1 - h)];
+  if (!top[0] && !top[1]) return out;
+  const std::array<TreeShape, 4> orientations{TreeShape{0, 1}, TreeShape{1, 0}, TreeShape{0, 0},
+                                              TreeShape{1, 1}};
+  // Whether tree h's free slots cover the other tree's members lane by lane.
+  const auto covers = [&](const std::array<Layout, 2>& l, int h) {
+    std::array<size_t, 2> have{}, need{};
+    for (const auto& [i, lane] : l[static_cast<size_t>(h)].free_slots(n[static_cast<size_t>(h)]))
+      ++have[static_cast<size_t>(lane)];
+    for (size_t j = 0; j < n[static_cast<size_t>(1 - h)]; ++j)
+      ++need[static_cast<size_t>(1 - l[static_cast<size_t>(1 - h)].lane(j))];
+    return have[0] >= need[0] && have[1] >= need[1];
+  };
+  for (const TreeShape a : orientations)
+    for (const TreeShape b : orientations) {
+      std::array<Layout, 2> l{Layout{kTreeA, top[0], a}, Layout{kTreeB, top[1], b}};
+      if ((n[0] == 0 || covers(l, 0)) && (n[1] == 0 || covers(l, 1))) return l;
+    }
+  return out;  // no orientation fits: the heaps, fed from their bottom
 }
 
 // One lane pair's two trees. Slots carry pair-local lanes 0 and 1; `lanes`
@@ -81,15 +170,15 @@ class SiteTrees {
 
   // Builds one site. `sources[h]` sends half h to the site (the root's lanes in
   // the root site, the previous site's idle slots elsewhere). Returns the site's
-  // idle sending slots, in a deterministic order.
+  // idle sending slots, in a deterministic order: slots kept at a tree's top
+  // for the next site first. `next_site`: another site follows in the chain.
   std::vector<Slot> build(const std::vector<int>& members, std::array<Slot, 2> sources,
-                          bool sources_inside_site) {
+                          bool sources_inside_site, bool next_site) {
     const size_t n = members.size();
     const size_t k_a = (n + 1) / 2;
     std::array<std::vector<int>, 2> tree;
     tree[0].assign(members.begin(), members.begin() + static_cast<long>(k_a));
     tree[1].assign(members.begin() + static_cast<long>(k_a), members.end());
-    const std::array<TreeShape, 2> shapes{kTreeA, kTreeB};
 
     std::vector<Slot> idle;
     if (n == 0) {
@@ -97,6 +186,7 @@ class SiteTrees {
       if (sources_inside_site) idle = {sources[0], sources[1]};
       return idle;
     }
+    const std::array<Layout, 2> layout = layouts(tree, next_site);
 
     // Sources feed the tree roots. An empty Tree B (one member) means the lone
     // member takes B straight from the source, on its other lane.
@@ -104,9 +194,9 @@ class SiteTrees {
       const auto& t = tree[static_cast<size_t>(h)];
       const Slot src = sources[static_cast<size_t>(h)];
       if (!t.empty()) {
-        emit(src, t[0], h, shapes[static_cast<size_t>(h)].root_lane);
+        emit(src, t[0], h, layout[static_cast<size_t>(h)].lane(0));
       } else {
-        emit(src, tree[0][0], h, 1 - kTreeA.root_lane);
+        emit(src, tree[0][0], h, 1 - layout[0].lane(0));
       }
     }
 
@@ -114,15 +204,12 @@ class SiteTrees {
     std::array<std::vector<Slot>, 2> free_slots;
     for (int h = 0; h < 2; ++h) {
       const auto& t = tree[static_cast<size_t>(h)];
-      const auto& shape = shapes[static_cast<size_t>(h)];
+      const Layout& l = layout[static_cast<size_t>(h)];
       for (size_t i = 1; i < t.size(); ++i)
-        emit(Slot{t[(i - 1) / 2], own_lane(shape, i)}, t[i], h, own_lane(shape, i));
-      for (size_t i = 0; i < t.size(); ++i) {
-        for (size_t c : {2 * i + 1, 2 * i + 2}) {
-          if (c >= t.size())
-            free_slots[static_cast<size_t>(h)].push_back(Slot{t[i], own_lane(shape, c)});
-        }
-      }
+        emit(Slot{t[l.parent(i)], l.lane(i)}, t[i], h, l.lane(i));
+      if (l.top && !t.empty()) idle.push_back(Slot{t[0], 1 - l.lane(1)});
+      for (const auto& [i, lane] : l.free_slots(t.size()))
+        free_slots[static_cast<size_t>(h)].push_back(Slot{t[i], lane});
     }
 
     // Leaf swap: the idle slots of tree h deliver half h to every member of the
@@ -133,10 +220,10 @@ class SiteTrees {
       if (tree[static_cast<size_t>(h)].empty()) continue;
       auto& slots = free_slots[static_cast<size_t>(h)];
       const auto& other = tree[static_cast<size_t>(1 - h)];
-      const auto& other_shape = shapes[static_cast<size_t>(1 - h)];
+      const Layout& other_layout = layout[static_cast<size_t>(1 - h)];
       std::vector<bool> used(slots.size(), false);
       for (size_t j = 0; j < other.size(); ++j) {
-        const int lane = 1 - own_lane(other_shape, j);
+        const int lane = 1 - other_layout.lane(j);
         size_t s = 0;
         while (s < slots.size() && (used[s] || slots[s].lane != lane)) ++s;
         if (s == slots.size())
@@ -197,7 +284,10 @@ Plan build_multilane(const Grid& grid, int root, std::uint64_t size) {
   // site's idle slots of that pair.
   std::vector<std::array<Slot, 2>> sources(pairs.size(), {Slot{root, 0}, Slot{root, 1}});
   bool root_site = true;
-  for (int site : grid.site_chain(grid.site_of(root))) {
+  const std::vector<int> chain = grid.site_chain(grid.site_of(root));
+  for (size_t position = 0; position < chain.size(); ++position) {
+    const int site = chain[position];
+    const bool next_site = position + 1 < chain.size();
     std::vector<int> members;
     for (int r : grid.sites[static_cast<size_t>(site)].ranks)
       if (r != root) members.push_back(r);
@@ -209,7 +299,7 @@ Plan build_multilane(const Grid& grid, int root, std::uint64_t size) {
       return members.empty();
     };
     for (size_t j = 0; j < pairs.size(); ++j) {
-      std::vector<Slot> idle = pairs[j].build(members, sources[j], root_site);
+      std::vector<Slot> idle = pairs[j].build(members, sources[j], root_site, next_site);
       if (idle.size() < 2) {
         // Cannot happen for a site with members (exactly two slots stay idle).
         throw std::logic_error("multilane: site " + grid.sites[static_cast<size_t>(site)].name +
