@@ -10,6 +10,8 @@
 #include "topology/bound.hpp"
 #include "topology/loader.hpp"
 #include "topology/plan/plan.hpp"
+#include "topology/plan/segments.hpp"
+#include "topology/select.hpp"
 #include "topology/simulate.hpp"
 #include "topology/units.hpp"
 
@@ -110,7 +112,23 @@ struct Simulate {
       for (const auto& name : names) {
         const auto algo = resolve_algorithm(name, grid, size, s_root, model);
         const auto plan = topology::build_plan(grid, algo, s_root, size);
-        const auto r = topology::simulate(grid, plan, model);
+        // Past the simulator's budget of segments, the one-pass estimate
+        // (topology/select.hpp), said so on stderr and in the row.
+        const std::uint64_t segments = topology::simulated_segments(grid, plan, model);
+        const bool analytic = segments > topology::kMaxSimulatedSegments;
+        topology::SimResult r;
+        if (analytic) {
+          std::cerr << "gridbcast simulate: " << topology::algorithm_name(algo) << " at "
+                    << topology::format_bytes(size) << " cuts into " << segments
+                    << " segments, more than the simulator holds ("
+                    << topology::kMaxSimulatedSegments << "): priced analytically\n";
+          r.makespan_s = topology::analytic_seconds(
+              grid, plan, topology::resolve_segment_bytes(grid, plan, model.segment_bytes), model);
+          r.slowest_rank = -1;
+          r.segments = segments;
+        } else {
+          r = topology::simulate(grid, plan, model);
+        }
         const double lb = topology::lower_bound_seconds(grid, s_root, size);
         const double mf = s_bound.seconds(size);
         if (s_json) {
@@ -123,12 +141,14 @@ struct Simulate {
                                      {"max_flow_bound_seconds", number(mf)},
                                      {"ratio_to_max_flow_bound", number(ratio)},
                                      {"slowest_rank", r.slowest_rank},
-                                     {"segments", r.segments}});
+                                     {"segments", r.segments},
+                                     {"method", analytic ? "analytic" : "simulated"}});
         } else {
-          std::printf("  %-18s %10s %14.6f %13.6f %13.6f %7.2f  %d\n",
+          std::printf("  %-18s %10s %14.6f %13.6f %13.6f %7.2f  %s\n",
                       std::string(topology::algorithm_name(algo)).c_str(),
                       topology::format_bytes(size).c_str(), r.makespan_s, mf, lb,
-                      mf > 0 ? r.makespan_s / mf : 0.0, r.slowest_rank);
+                      mf > 0 ? r.makespan_s / mf : 0.0,
+                      analytic ? "(analytic)" : std::to_string(r.slowest_rank).c_str());
         }
       }
     }

@@ -228,9 +228,10 @@ Prediction predict(const Grid& grid, Algorithm algorithm, int root, std::uint64_
   Prediction p;
   p.algorithm = algorithm;
   p.segment_bytes = resolve_segment_bytes(grid, plan, model.segment_bytes);
-  if (grid.size() <= kMaxSimulatedRanks && size <= kMaxSimulatedBytes) {
-    CostModel m = model;
-    m.segment_bytes = p.segment_bytes;
+  CostModel m = model;
+  m.segment_bytes = p.segment_bytes;
+  if (grid.size() <= kMaxSimulatedRanks && size <= kMaxSimulatedBytes &&
+      simulated_segments(grid, plan, m) <= kMaxSimulatedSegments) {
     p.seconds = simulate(grid, plan, m).makespan_s;
   } else {
     p.seconds = analytic_seconds(grid, plan, p.segment_bytes, model);

@@ -5,6 +5,7 @@
 #include <map>
 #include <queue>
 #include <stdexcept>
+#include <string>
 #include <tuple>
 #include <unordered_map>
 
@@ -129,7 +130,19 @@ double tcp_stream_limit(double rtt_s, double loss, const CostModel& m) {
   return limit;
 }
 
+std::uint64_t simulated_segments(const Grid& grid, const Plan& plan, const CostModel& model) {
+  const std::uint64_t seg =
+      std::max<std::uint64_t>(resolve_segment_bytes(grid, plan, model.segment_bytes), 1);
+  std::uint64_t n = 0;
+  for (const Transfer& t : plan.transfers) n += t.length / seg + (t.length % seg != 0 ? 1 : 0);
+  return n;
+}
+
 SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
+  if (const std::uint64_t n = simulated_segments(grid, plan, model); n > kMaxSimulatedSegments)
+    throw std::length_error(
+        "the plan cuts into " + std::to_string(n) + " segments, more than the simulator holds (" +
+        std::to_string(kMaxSimulatedSegments) + ", about 300 bytes each); price it analytically");
   const int p = grid.size();
   // The executor's segments: every link's, grouped by transfer in offset order.
   SegmentOptions so;

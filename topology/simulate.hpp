@@ -75,7 +75,19 @@ struct SimResult {
   std::uint64_t segments = 0;
 };
 
+// Throws std::length_error when the plan cuts into more than
+// kMaxSimulatedSegments segments (simulated_segments): the simulator holds
+// about 300 bytes a segment, and 1 GiB on ten sites of a thousand nodes
+// would be 330 million of them (95 GiB). analytic_seconds
+// (topology/select.hpp) prices such plans in one pass over the transfers.
 SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model = {});
+
+// 24 million segments: about 7 GiB of simulator state. 64 MiB on ten sites
+// of a thousand nodes (20.5 million) is simulated.
+inline constexpr std::uint64_t kMaxSimulatedSegments = 24'000'000;
+// The segments `plan` cuts into with the model's segment, without cutting
+// them: each transfer's length over the segment, rounded up.
+std::uint64_t simulated_segments(const Grid& grid, const Plan& plan, const CostModel& model = {});
 
 // The per-segment cost the model charges on `grid`: the topology's
 // segment_overhead if it gives one, else the model's.

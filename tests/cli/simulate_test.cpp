@@ -75,6 +75,26 @@ TEST(SimulateCommand, ReportsBothBoundsAndTheRatioToTheMaxFlowBound) {
   EXPECT_NE(table.out().find("max-flow s      simple s   ratio"), std::string::npos) << table.out();
 }
 
+// 1 GiB on ten sites of a thousand nodes is 330 million segments: the
+// simulator would need about 95 GiB (it was killed for memory). Past its
+// budget the command prices the plan analytically and says so.
+TEST(SimulateCommand, APlanPastTheSimulatorsBudgetIsPricedAnalyticallyAndSaysSo) {
+  Child big({kBin, "simulate", "--scale", "10x1000", "--size", "1GiB", "--algorithm", "multilane",
+             "--json"});
+  ASSERT_EQ(big.wait(120s), 0) << big.err();
+  const auto j = last_json(big.out());
+  EXPECT_EQ(j["method"], "analytic") << big.out();
+  EXPECT_EQ(j["slowest_rank"], -1);
+  EXPECT_GT(j["segments"].get<double>(), 24e6);
+  EXPECT_GE(j["ratio_to_max_flow_bound"].get<double>(), 1.0);
+  EXPECT_LT(j["ratio_to_max_flow_bound"].get<double>(), 1.2);
+  EXPECT_NE(big.err().find("priced analytically"), std::string::npos) << big.err();
+  Child small(
+      {kBin, "simulate", kSrc + "/site-configs/testbed-2x2.yaml", "--size", "1MiB", "--json"});
+  ASSERT_EQ(small.wait(60s), 0) << small.err();
+  EXPECT_EQ(last_json(small.out())["method"], "simulated");
+}
+
 TEST(PlanCommand, TextAndJsonGiveTheMaxFlowAndTheSimpleBound) {
   Child json({kBin, "plan", kSrc + "/site-configs/testbed-2x2.yaml", "--size", "1MiB", "--format",
               "json"});

@@ -242,5 +242,24 @@ TEST(Simulate, TenSitesOfAThousandStayWithinFivePercentOfTheBoundAtOneMebibyte) 
   EXPECT_GE(ratio, 1.0);
 }
 
+// The simulator's memory is bounded: a plan past kMaxSimulatedSegments is
+// refused before anything is cut, naming the count.
+TEST(Simulate, RefusesAPlanPastItsBudgetOfSegments) {
+  const Grid g = testing::make_grid({2});
+  const Plan plan = build_plan(g, Algorithm::kMultilane, 0, std::uint64_t{32} << 20);
+  CostModel m;
+  m.segment_bytes = 1;  // 32 Mi segments
+  EXPECT_EQ(simulated_segments(g, plan, m), std::uint64_t{32} << 20);
+  try {
+    (void)simulate(g, plan, m);
+    ADD_FAILURE() << "simulated " << simulated_segments(g, plan, m) << " segments";
+  } catch (const std::length_error& e) {
+    EXPECT_NE(std::string(e.what()).find("33554432 segments"), std::string::npos) << e.what();
+  }
+  m.segment_bytes = 0;
+  EXPECT_LE(simulated_segments(g, plan, m), kMaxSimulatedSegments);
+  EXPECT_GT(simulate(g, plan, m).makespan_s, 0);
+}
+
 }  // namespace
 }  // namespace gridbcast::topology
