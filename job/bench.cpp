@@ -145,6 +145,8 @@ class PointRunner {
     start_ = Clock::now();
     // Every copy starts empty, so the check afterwards sees what this point delivered.
     if (c_.rank() != root_ && bytes > 0) std::memset(buffer_, 0, bytes);
+    // `auto` prices a size class on its first broadcast: here, untimed.
+    if (!algorithm_) (void)c_.auto_algorithm(bytes, root_);
     sync_.step(0, true);
     if (c_.size() == 1) bcast();  // nothing to time, but say what would run
 

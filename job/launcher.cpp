@@ -975,6 +975,11 @@ LaunchResult Launcher::run() {
                                   : listener->address();
   Backend::Env env = {{"GRIDBCAST_LAUNCHER", address + ":" + std::to_string(listener->port())},
                       {"GRIDBCAST_JOB_ID", job.str()}};
+  // The thresholds that make `auto` follow the old rule reach every rank the
+  // way they reach the launcher (ssh forwards no environment of its own).
+  for (const char* name :
+       {"GRIDBCAST_SMALL_BYTES", "GRIDBCAST_MULTICAST_BYTES", "GRIDBCAST_MULTICAST_MIN_SITE_NODES"})
+    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') env.push_back({name, v});
   // The ranks say as much as the launcher (its -v/-q).
   if (const auto level = lanes::log::level(); level != lanes::log::Level::kNotice)
     env.push_back({lanes::log::kLevelEnv, lanes::log::level_name(level)});

@@ -114,17 +114,36 @@ struct Communicator::Impl {
     std::unique_ptr<lanes::MulticastReceiver> receiver;
     std::unique_ptr<lanes::MulticastSender> sender;
   };
+  // What `auto` chose on one grid, by (root, priced size): the model prices a
+  // class once per process (topology/select.hpp), and a communicator's later
+  // broadcasts of the class skip even the selection's lookup, whose key
+  // grows with the grid. Bounded: a miss only costs the lookup again.
+  struct AutoChoices {
+    std::map<std::pair<int, std::uint64_t>, topology::Algorithm> by_class;
+    topology::Algorithm choose(const topology::Grid& g, int root, std::uint64_t bytes,
+                               const topology::SelectionThresholds& thresholds) {
+      const auto key = std::make_pair(root, topology::priced_size(bytes));
+      if (auto it = by_class.find(key); it != by_class.end()) return it->second;
+      const topology::Algorithm a = topology::select_algorithm(g, root, bytes, thresholds);
+      if (by_class.size() >= 4096) by_class.clear();
+      by_class.emplace(key, a);
+      return a;
+    }
+  };
+
   struct Group {
     std::vector<int> members;  // world ranks in group rank order
     std::vector<int> sorted;   // ascending: index in `grid` -> world rank
     // The topology restricted to the members; shared with its broadcasts in flight.
     std::shared_ptr<const topology::Grid> grid;
     std::uint64_t seq = 0;
+    AutoChoices auto_choices;  // what `auto` ran, by root and size class
   };
 
   topology::Grid grid;
   int rank;
   CommOptions options;
+  AutoChoices auto_choices;  // the world's
   asio::io_context io{1};
   Transport transport;
   Messenger messenger{transport};
@@ -384,8 +403,9 @@ struct Communicator::Impl {
   Started world_broadcast(void* buffer, std::uint64_t bytes, int root,
                           std::optional<topology::Algorithm> algorithm) {
     if (failed) std::rethrow_exception(failed);
+    // Named: no pricing. `auto`: the model's choice, the same on every rank.
     const auto algo =
-        algorithm.value_or(topology::select_algorithm(grid, root, bytes, options.thresholds));
+        algorithm ? *algorithm : auto_choices.choose(grid, root, bytes, options.thresholds);
     return started(topology::build_plan(grid, algo, root, bytes), seq++, buffer, nullptr, rank, 0);
   }
   Started group_broadcast(std::uint64_t context, void* buffer, std::uint64_t bytes, int root,
@@ -401,8 +421,9 @@ struct Communicator::Impl {
     const int root_world = g.members[static_cast<size_t>(root)];
     const int root_index = static_cast<int>(
         std::lower_bound(g.sorted.begin(), g.sorted.end(), root_world) - g.sorted.begin());
-    const auto algo = algorithm.value_or(
-        topology::select_algorithm(*g.grid, root_index, bytes, options.thresholds));
+    const auto algo = algorithm
+                          ? *algorithm
+                          : g.auto_choices.choose(*g.grid, root_index, bytes, options.thresholds);
     topology::Plan plan = topology::build_plan(*g.grid, algo, root_index, bytes);
     const std::uint64_t segment =
         topology::resolve_segment_bytes(*g.grid, plan, options.segment_bytes);
@@ -651,6 +672,14 @@ std::vector<topology::ProbeSample> Communicator::probe(int index, const topology
 BcastInfo Communicator::bcast(void* buffer, std::uint64_t bytes, int root,
                               std::optional<topology::Algorithm> algorithm) {
   return impl_->run(impl_->world_broadcast(buffer, bytes, root, algorithm));
+}
+
+topology::Algorithm Communicator::auto_algorithm(std::uint64_t bytes, int root) {
+  auto& im = *impl_;
+  if (root < 0 || root >= im.grid.size())
+    throw std::invalid_argument("root " + std::to_string(root) + " is outside 0.." +
+                                std::to_string(im.grid.size() - 1));
+  return im.auto_choices.choose(im.grid, root, bytes, im.options.thresholds);
 }
 
 P2pRequest Communicator::ibcast(void* buffer, std::uint64_t bytes, int root,

@@ -90,6 +90,11 @@ class Communicator {
   // call throws the same error.
   BcastInfo bcast(void* buffer, std::uint64_t bytes, int root,
                   std::optional<topology::Algorithm> algorithm = std::nullopt);
+  // What bcast() without an algorithm runs for these bytes and root: the cost
+  // model's choice (topology/select.hpp), priced on the first call of each
+  // size class and root and remembered. A benchmark asks before it starts
+  // its clock, so that the pricing is not timed.
+  topology::Algorithm auto_algorithm(std::uint64_t bytes, int root);
 
   // Subgroups (what MPI communicators from split and dup map onto): world ranks
   // in the group's rank order, including this rank, under a context id that is

@@ -269,9 +269,11 @@ Selection select_broadcast(const Grid& grid, int root, std::uint64_t size,
     for (const Algorithm a : model_candidates())
       if (algorithm_unavailable(grid, a).empty())
         sel.predictions.push_back(predict(grid, a, root, priced, model));
-    // Compared in whole microseconds, so that the last bits of a
-    // floating-point sum never decide: every rank must choose alike. A tie
-    // goes to the earlier candidate.
+    // Every rank runs the same binary on the same figures, so the sums come
+    // out bit for bit alike and so does the choice. Whole microseconds, ties
+    // to the earlier candidate, narrow what the last bits could decide on a
+    // host that rounds differently to times a rounding error from a half
+    // microsecond.
     std::stable_sort(sel.predictions.begin(), sel.predictions.end(),
                      [](const Prediction& a, const Prediction& b) {
                        return std::llround(a.seconds * 1e6) < std::llround(b.seconds * 1e6);

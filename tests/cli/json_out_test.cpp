@@ -188,7 +188,8 @@ TEST(JsonSchema, Simulate) {
                                         {"max_flow_bound_seconds", T::number_float},
                                         {"ratio_to_max_flow_bound", T::number_float},
                                         {"slowest_rank", T::number_unsigned},
-                                        {"segments", T::number_unsigned}});
+                                        {"segments", T::number_unsigned},
+                                        {"method", T::string}});
   EXPECT_EQ(lines[1]["algorithm"], "binomial");
   EXPECT_GT(lines[1]["predicted_seconds"].get<double>(), 0);
 }

@@ -19,6 +19,26 @@ using namespace std::chrono_literals;
 const std::string kBin = GRIDBCAST_BINARY;
 const std::string kSrc = GRIDBCAST_SOURCE_DIR;
 
+// `auto` is the cost model's choice, said on stderr with -v; a threshold in
+// the launcher's environment brings back the old rule on every rank (the
+// launcher passes it on, as ssh would not) and says so.
+TEST(Launch, AutoIsTheModelsChoiceUnlessThresholdsAreGiven) {
+  Child model({kBin, "launch", "--size", "1MiB", "--json", "-v"});
+  ASSERT_EQ(model.wait(120s), 0) << model.err();
+  EXPECT_EQ(last_json(model.out())["algorithm"], "multilane") << model.out();
+  EXPECT_NE(model.err().find("auto runs multilane (the model's fastest); the model: multilane"),
+            std::string::npos)
+      << model.err();
+  Child given({"/usr/bin/env", "GRIDBCAST_SMALL_BYTES=8388608", kBin, "launch", "--size", "1MiB",
+               "--json", "-v"});
+  ASSERT_EQ(given.wait(120s), 0) << given.err();
+  const auto j = last_json(given.out());
+  EXPECT_EQ(j["algorithm"], "binomial") << given.out();
+  EXPECT_EQ(j["verified"], true);
+  EXPECT_NE(given.err().find("auto runs binomial (the thresholds given)"), std::string::npos)
+      << given.err();
+}
+
 TEST(Launch, EmbeddedDefaultBroadcastsAndVerifiesEveryCopy) {
   Child c({kBin, "launch", "--size", "3MiB", "--json"});
   ASSERT_EQ(c.wait(120s), 0) << c.err();

@@ -112,6 +112,19 @@ TEST(Multilane, ANextSiteIsFedFromTheTopOfLargeTrees) {
       }
     }
   }
+  // Every count from 16 on feeds half A from the top: the lane search found
+  // an orientation (without one the builder falls back to the heaps).
+  for (int n = 16; n <= 300; ++n) {
+    const Grid g = make_grid({n, n, n});
+    const Plan plan = build_multilane(g, 0, 1000);
+    int feeder = -1, entry = -1;
+    for (const Transfer& t : plan.transfers) {
+      if (t.offset != 0) continue;
+      if (g.site_of(t.from) == 0 && g.site_of(t.to) == 1 && entry < 0) entry = t.to;
+      if (g.site_of(t.from) == 1 && g.site_of(t.to) == 2) feeder = t.from;
+    }
+    ASSERT_EQ(feeder, entry) << "n=" << n;
+  }
   // Small trees keep the heap: the last leaf's slot feeds the next site.
   const Grid small = make_grid({6, 6, 6});
   const Plan plan = build_multilane(small, 0, 1000);
