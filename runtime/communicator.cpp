@@ -114,36 +114,19 @@ struct Communicator::Impl {
     std::unique_ptr<lanes::MulticastReceiver> receiver;
     std::unique_ptr<lanes::MulticastSender> sender;
   };
-  // What `auto` chose on one grid, by (root, priced size): the model prices a
-  // class once per process (topology/select.hpp), and a communicator's later
-  // broadcasts of the class skip even the selection's lookup, whose key
-  // grows with the grid. Bounded: a miss only costs the lookup again.
-  struct AutoChoices {
-    std::map<std::pair<int, std::uint64_t>, topology::Algorithm> by_class;
-    topology::Algorithm choose(const topology::Grid& g, int root, std::uint64_t bytes,
-                               const topology::SelectionThresholds& thresholds) {
-      const auto key = std::make_pair(root, topology::priced_size(bytes));
-      if (auto it = by_class.find(key); it != by_class.end()) return it->second;
-      const topology::Algorithm a = topology::select_algorithm(g, root, bytes, thresholds);
-      if (by_class.size() >= 4096) by_class.clear();
-      by_class.emplace(key, a);
-      return a;
-    }
-  };
-
   struct Group {
     std::vector<int> members;  // world ranks in group rank order
     std::vector<int> sorted;   // ascending: index in `grid` -> world rank
     // The topology restricted to the members; shared with its broadcasts in flight.
     std::shared_ptr<const topology::Grid> grid;
     std::uint64_t seq = 0;
-    AutoChoices auto_choices;  // what `auto` ran, by root and size class
+    topology::AutoChoices auto_choices;  // what `auto` ran, by root and size class
   };
 
   topology::Grid grid;
   int rank;
   CommOptions options;
-  AutoChoices auto_choices;  // the world's
+  topology::AutoChoices auto_choices;  // the world's
   asio::io_context io{1};
   Transport transport;
   Messenger messenger{transport};

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 
@@ -282,6 +283,8 @@ Selection select_broadcast(const Grid& grid, int root, std::uint64_t size,
     sel.bound_seconds = max_flow_bound_seconds(grid, root, priced);
     sel.method = grid.size() <= kMaxSimulatedRanks && priced <= kMaxSimulatedBytes ? "simulated"
                                                                                    : "analytic";
+    if (sel.predictions.empty())  // multilane and binomial run on every grid
+      throw std::logic_error("select_broadcast: no candidate algorithm runs on " + grid.name);
     sel.chosen = sel.predictions.front().algorithm;
     sel.why = "the model's fastest";
     std::lock_guard lock(mu);
@@ -299,6 +302,16 @@ Algorithm select_algorithm(const Grid& grid, int root, std::uint64_t size,
                            const SelectionThresholds& thresholds, const CostModel& model) {
   if (thresholds.given) return threshold_algorithm(grid, size, thresholds);
   return select_broadcast(grid, root, size, thresholds, model).chosen;
+}
+
+Algorithm AutoChoices::choose(const Grid& grid, int root, std::uint64_t bytes,
+                              const SelectionThresholds& thresholds) {
+  const auto key = std::make_pair(root, priced_size(bytes));
+  if (auto it = by_class_.find(key); it != by_class_.end()) return it->second;
+  const Algorithm a = select_algorithm(grid, root, bytes, thresholds);
+  if (by_class_.size() >= 4096) by_class_.clear();
+  by_class_.emplace(key, a);
+  return a;
 }
 
 std::string describe(const Selection& s) {

@@ -18,8 +18,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "topology/plan/plan.hpp"
@@ -95,6 +97,19 @@ Selection select_broadcast(const Grid& grid, int root, std::uint64_t size,
 // unpriced, when thresholds are given).
 Algorithm select_algorithm(const Grid& grid, int root, std::uint64_t size,
                            const SelectionThresholds& thresholds = {}, const CostModel& model = {});
+// What `auto` chose, remembered by (root, priced size) for one grid: the
+// model prices a class once per process, and a communicator that keeps one
+// of these skips even select_broadcast's lookup, whose key grows with the
+// grid. Bounded: past 4096 classes it forgets, and a miss asks again.
+class AutoChoices {
+ public:
+  Algorithm choose(const Grid& grid, int root, std::uint64_t bytes,
+                   const SelectionThresholds& thresholds);
+
+ private:
+  std::map<std::pair<int, std::uint64_t>, Algorithm> by_class_;
+};
+
 // "auto runs binomial (the model's fastest); the model: binomial 0.0108 s =
 // 1.07 x the bound, multilane (segment 16 KiB) 0.0131 s = 1.30 x the bound,
 // ... (simulated at 768 B)"

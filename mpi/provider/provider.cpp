@@ -244,9 +244,7 @@ struct CommState {
   // This communicator's MPI_Ibcasts through gridbcast, in the order they were
   // started; the first one runs (they share s.priv's tags and the links).
   std::deque<struct Ibcast*> ibcasts;
-  // What `auto` chose, by (grid root, priced size): the model prices a class
-  // once per process, and later calls skip the selection's lookup too.
-  std::map<std::pair<int, std::uint64_t>, topology::Algorithm> auto_choices;
+  topology::AutoChoices auto_choices;  // what `auto` chose, by grid root and size class
 };
 
 struct Stats {
@@ -525,13 +523,8 @@ topology::Algorithm choose(const Config& config, CommState& s, std::uint64_t byt
   if (config.algorithm) return *config.algorithm;
   topology::SelectionThresholds t = config.thresholds;
   if (config.transport != Transport::kLanes) t.multicast_bytes = 0;  // datagrams need lanes
-  const int root_grid = s.placement.grid_of_comm[static_cast<size_t>(root)];
-  const auto key = std::make_pair(root_grid, topology::priced_size(bytes));
-  if (auto it = s.auto_choices.find(key); it != s.auto_choices.end()) return it->second;
-  const auto a = topology::select_algorithm(s.placement.grid, root_grid, bytes, t);
-  if (s.auto_choices.size() >= 4096) s.auto_choices.clear();  // bounded; a miss prices again
-  s.auto_choices.emplace(key, a);
-  return a;
+  return s.auto_choices.choose(s.placement.grid,
+                               s.placement.grid_of_comm[static_cast<size_t>(root)], bytes, t);
 }
 
 int ibcasts_in_flight();

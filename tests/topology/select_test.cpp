@@ -206,6 +206,21 @@ TEST(SelectBroadcast, AutosRegretIsWithinFivePercentOnEveryShippedTopology) {
       checked, worst, worst_case.c_str(), outside, outside_case.c_str());
 }
 
+// A communicator's memory of auto's choices gives what the selection gives,
+// for every size of a class and per root.
+TEST(AutoChoices, RemembersTheSelectionsChoiceByRootAndClass) {
+  const Grid g = testbed("testbed-8x8");
+  AutoChoices memo;
+  for (const int root : {0, 9})
+    for (const std::uint64_t size : {std::uint64_t{1024}, std::uint64_t{1100},
+                                     std::uint64_t{1} << 20, std::uint64_t{64} << 20}) {
+      EXPECT_EQ(memo.choose(g, root, size, {}), select_algorithm(g, root, size)) << size;
+      EXPECT_EQ(memo.choose(g, root, size, {}), select_algorithm(g, root, size)) << size;
+    }
+  EXPECT_EQ(memo.choose(g, 0, 1024, {}), Algorithm::kBinomial);
+  EXPECT_EQ(memo.choose(g, 0, 1 << 20, {}), Algorithm::kMultilane);
+}
+
 TEST(SelectBroadcast, LargeGridsArePricedAnalyticallyInBoundedTime) {
   const Grid g = synthetic_grid(10, 1000);
   const auto start = std::chrono::steady_clock::now();
