@@ -90,6 +90,9 @@ struct FileResult {
   std::string algorithm;           // what the broadcasts of the largest window ran
   std::uint64_t buffer_bytes = 0;  // this rank's window buffers
   double seconds = 0;
+  // From the start to the plan: the root's digests and, with resume, every
+  // rank's check of what it holds (no data moves before the plan).
+  double check_seconds = 0;
 };
 
 // Every rank calls it with the same root. Throws std::runtime_error starting

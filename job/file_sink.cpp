@@ -7,6 +7,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstring>
@@ -401,6 +404,20 @@ void FileSink::write(std::uint64_t offset, const std::byte* data, std::uint64_t 
 std::uint64_t FileSink::read_partial(std::uint64_t offset, std::byte* data,
                                      std::uint64_t bytes) const {
   return pread_full(fd_, temp_path(), data, bytes, offset);
+}
+
+std::uint64_t FileSink::partial_next_data(std::uint64_t from) const {
+  if (from >= meta_.size) return meta_.size;
+  const off_t at = ::lseek(fd_, static_cast<off_t>(from), SEEK_DATA);
+  if (at < 0) return errno == ENXIO ? meta_.size : from;  // ENXIO: no data from `from` on
+  return std::min<std::uint64_t>(static_cast<std::uint64_t>(at), meta_.size);
+}
+
+std::uint64_t FileSink::partial_next_hole(std::uint64_t from) const {
+  if (from >= meta_.size) return meta_.size;
+  const off_t at = ::lseek(fd_, static_cast<off_t>(from), SEEK_HOLE);
+  if (at < 0) return meta_.size;
+  return std::clamp<std::uint64_t>(static_cast<std::uint64_t>(at), from + 1, meta_.size);
 }
 
 std::uint64_t FileSink::read_existing(std::uint64_t offset, std::byte* data,

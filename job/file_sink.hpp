@@ -105,6 +105,14 @@ class FileSink {
   // Reads what the temporary file (resume: a partial of an earlier run) holds;
   // returns the bytes read (fewer at its end).
   std::uint64_t read_partial(std::uint64_t offset, std::byte* data, std::uint64_t bytes) const;
+  // Where the temporary file holds data at or after `from`: the next data's
+  // offset (its size when none follows) and the end of that data (the next
+  // hole). The file is allocated whole, and a range allocated but never
+  // written is a hole to the file system (SEEK_DATA, SEEK_HOLE), so a resume
+  // reads only what an earlier run wrote. Where the file system cannot tell,
+  // all of it is data.
+  std::uint64_t partial_next_data(std::uint64_t from) const;
+  std::uint64_t partial_next_hole(std::uint64_t from) const;
   // Reads what an existing DIR/NAME holds (resume); 0 when there is none.
   std::uint64_t read_existing(std::uint64_t offset, std::byte* data, std::uint64_t bytes) const;
   bool reused_partial() const { return reused_partial_; }

@@ -251,6 +251,7 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
       result.bytes += r.size;
       result.chunks += r.chunks;
       result.chunks_sent += r.chunks_sent;
+      result.check_seconds += r.check_seconds;
       result.algorithm = r.algorithm;
       digest_input += e.path + '\0' + r.root_digest + '\0';
       result.per_file.push_back(std::move(r));

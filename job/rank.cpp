@@ -19,6 +19,7 @@
 #include "runtime/buffer.hpp"
 #include "runtime/communicator.hpp"
 #include "runtime/endpoints.hpp"
+#include "topology/units.hpp"
 
 namespace gridbcast::job {
 namespace {
@@ -184,7 +185,8 @@ int run_file_rank(Session& session) {
     if (rank == it.root && params.resume)
       lanes::log::notice("gridbcast rank " + std::to_string(rank) + ": resume: sent " +
                          std::to_string(r.chunks_sent) + " of " + std::to_string(r.chunks) +
-                         " chunks; every copy held the others intact");
+                         " chunks; every copy held the others intact (checked in " +
+                         topology::format_duration(r.check_seconds) + ")");
     if (rank == it.root && r.files + r.symlinks + r.directories > 1)
       lanes::log::notice("gridbcast rank " + std::to_string(rank) + ": " + std::to_string(r.files) +
                          " files (" + std::to_string(r.bytes) + " bytes), " +

@@ -62,6 +62,7 @@ def main():
     ap.add_argument("--victim", default="w3", help="the node whose rank is killed")
     ap.add_argument("--at", type=float, default=0.3, help="when, as a fraction of the undisturbed time")
     ap.add_argument("--dir", default="/var/tmp")
+    ap.add_argument("--log", help="write the healed run's standard error here (with -v and timestamps)")
     args = ap.parse_args()
     require_binary("bench_heal")
     if emulated_grid_unavailable("bench_heal"):
@@ -73,6 +74,8 @@ def main():
     victim = nodes.index(args.victim)
     tb_id = f"heal{os.getpid()}"
     env = dict(os.environ, GRIDBCAST_TESTBED_ID=tb_id)
+    if args.log:
+        env.update(GRIDBCAST_LOG_LEVEL="info", GRIDBCAST_LOG_TIMESTAMPS="1")
     work = tempfile.mkdtemp(prefix="gridbcast-bench-heal-", dir=args.dir)
     up = subprocess.run([BIN, "testbed", "up", args.topology, "--id", tb_id], capture_output=True, text=True)
     try:
@@ -91,6 +94,9 @@ def main():
         print(f"undisturbed: {base:.2f} s, {s0.get('ranks')} ranks, verified {s0.get('verified')}")
         rc, healed, killed, s1, err = launch(args, src, os.path.join(work, "healed"), env,
                                              victim, args.at * base)
+        if args.log:
+            with open(args.log, "w") as f:
+                f.write(f"# killed at {killed:.2f} s after the start\n" + err)
         resent = next((l.split("resume: ", 1)[1] for l in err.splitlines() if "resume: sent" in l), "?")
         missing = [m["node"] for m in s1.get("missing", [])]
         print(f"{args.victim} (rank {victim}) killed at {killed:.2f} s: exit status {rc}, "

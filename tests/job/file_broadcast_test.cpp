@@ -365,6 +365,70 @@ FileSpec resume_spec(const fs::path& dir, int r) {
   return s;
 }
 
+// Resume reads back only the chunks a partial holds data for: a chunk that
+// never landed is a hole, told from the file system's map and not by reading
+// it. The source's tail is zeros, so a check that read the holes (zeros, and
+// the zero chunk's digest) would keep them: what each rank keeps is exactly
+// what its first run wrote, and every copy is whole.
+TEST(FileBroadcast, ResumeKeepsOnlyWhatLandedAlthoughTheRestReadsAsTheSourcesZeros) {
+  {
+    TempDir probe;
+    SinkOptions o;
+    o.resume = true;
+    FileMeta meta;
+    meta.size = 1 << 20;
+    if (FileSink::open((probe / "f").string(), meta, o).partial_next_data(0) == 0)
+      GTEST_SKIP() << "this file system does not report holes (SEEK_DATA)";
+  }
+  const auto grid = make_grid({3});
+  TempDir dir;
+  const std::uint64_t chunks = 24;
+  std::string data = pattern_bytes(8 * kChunk, 21);
+  data.resize(chunks * kChunk, '\0');  // chunks 8..23 are zeros
+  write_file(dir / "src", data);
+  auto spec_of = [&](bool stop) {
+    return [&, stop](int r) {
+      FileSpec s = resume_spec(dir.path(), r);
+      if (stop && r == 2)
+        s.after_window = [](std::uint64_t w) {
+          if (w == 1) throw std::runtime_error("stopped by the test");
+        };
+      return s;
+    };
+  };
+  {
+    Ranks ranks(grid, quick_timeout());
+    const Outcome first = run(ranks, 0, spec_of(true));
+    ASSERT_TRUE(first.errors.count(2)) << "rank 2 stops";
+  }
+  const fs::path partial = dir / "n2" / partial_name("copy");
+  ASSERT_TRUE(fs::exists(partial));
+  // What rank 2's partial holds intact, and what it wrote at all (nonzero
+  // bytes: the source's first 8 chunks are a pattern without a zero chunk).
+  const std::string held = slurp(partial.string());
+  std::uint64_t written = 0;
+  for (std::uint64_t c = 0; c < 8; ++c)
+    if (held.compare(c * kChunk, kChunk, data, c * kChunk, kChunk) == 0) ++written;
+  ASSERT_GT(written, 0u);
+  ASSERT_LT(written, 8u) << "rank 2 stopped before the zeros";
+  {
+    // Reading the holes just now put pages of zeros in the cache, which
+    // SEEK_DATA calls data: dropped, as for a partial nobody read.
+    const int fd = ::open(partial.c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+  Ranks ranks(grid);
+  const Outcome second = run(ranks, 0, spec_of(false));
+  ASSERT_TRUE(second.errors.empty()) << second.errors.begin()->second;
+  EXPECT_EQ(second.results.at(2).chunks_kept, written)
+      << "the zero chunks that never landed are sent, not taken from the holes";
+  EXPECT_EQ(second.results.at(0).chunks_sent, chunks - written);
+  for (int r = 1; r < 3; ++r)
+    EXPECT_EQ(slurp((dir / ("n" + std::to_string(r)) / "copy").string()), data) << "rank " << r;
+}
+
 // Resume's digests (on the root) and checks (on every other rank) take as long
 // as the disk does, with nothing on the wire: ranks tell the ones waiting for
 // them that they still work, so a check longer than the timeout is not a

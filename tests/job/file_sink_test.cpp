@@ -336,6 +336,31 @@ TEST(FileSink, ResumeKeepsThePartialOnFailureAndReusesIt) {
   EXPECT_TRUE(temporaries(dir.path()).empty());
 }
 
+// A resume reads only what an earlier run wrote: the partial is allocated
+// whole, and what never landed is a hole to the file system. Reading a hole
+// would fill the page cache with zeros that SEEK_DATA then calls data, so the
+// ranges are what the sink reports before anything is read.
+TEST(FileSink, ThePartialReportsTheRangesAnEarlierRunWrote) {
+  TempDir dir;
+  SinkOptions o;
+  o.resume = true;
+  const std::uint64_t size = 8 << 20, at = 3 << 20, len = 1 << 20;
+  {
+    FileSink sink = FileSink::open((dir / "copy.bin").string(), meta_for(size), o);
+    const std::string block(len, 'x');
+    sink.write(at, bytes_of(block), len);
+  }
+  FileSink again = FileSink::open((dir / "copy.bin").string(), meta_for(size), o);
+  ASSERT_TRUE(again.reused_partial());
+  if (again.partial_next_data(0) == 0)
+    GTEST_SKIP() << "this file system does not report holes (SEEK_DATA)";
+  EXPECT_EQ(again.partial_next_data(0), at);
+  EXPECT_EQ(again.partial_next_hole(at), at + len);
+  EXPECT_EQ(again.partial_next_data(at + len), size) << "nothing after the block";
+  EXPECT_EQ(again.partial_next_data(size), size);
+  EXPECT_EQ(again.partial_next_hole(size), size);
+}
+
 TEST(FileSink, ResumeRefusesAPartialThatIsASymlink) {
   TempDir dir;
   write_text(dir / "victim", "precious");
