@@ -6,9 +6,9 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "job/file_sink.hpp"
-#include "job/file_source.hpp"
-#include "job/file_tree.hpp"
+#include "files/file_sink.hpp"
+#include "files/file_source.hpp"
+#include "files/file_tree.hpp"
 
 namespace gridbcast::cli {
 
@@ -28,7 +28,7 @@ std::string prepare_file_job(const FileJobRequest& req, const topology::Grid& gr
                                  "directory");
     // Standard input has no size in advance: spooled to a file first.
     const char* tmp = std::getenv("TMPDIR");
-    spool = job::spool_to_file(0, tmp && *tmp ? tmp : "/tmp");
+    spool = files::spool_to_file(0, tmp && *tmp ? tmp : "/tmp");
     sources = {spool};
   }
   try {
@@ -41,7 +41,7 @@ std::string prepare_file_job(const FileJobRequest& req, const topology::Grid& gr
       if (several) {
         std::string name;
         try {
-          name = job::source_name(src);
+          name = files::source_name(src);
         } catch (const std::runtime_error& e) {
           throw CLI::ValidationError("--file", e.what());
         }
@@ -51,13 +51,13 @@ std::string prepare_file_job(const FileJobRequest& req, const topology::Grid& gr
                                                      src + " is the second)");
         names.push_back(name);
       }
-      for (const auto& e : job::scan_tree(params.files.back())) {
+      for (const auto& e : files::scan_tree(params.files.back())) {
         params.size += e.size;
-        if (e.kind == job::TreeEntry::Kind::kFile) ++params.file_count;
+        if (e.kind == files::TreeEntry::Kind::kFile) ++params.file_count;
       }
     }
     // Mode, mtime and identity of a single source, for the ranks' checks.
-    const job::FileMeta meta = job::stat_file(params.files.front());
+    const files::FileMeta meta = files::stat_file(params.files.front());
     params.file_mode = several ? 0 : meta.mode;
     params.file_mtime_ns = several ? 0 : meta.mtime.ns_saturated();
     params.source_dev = several ? 0 : meta.dev;
@@ -81,8 +81,8 @@ std::string prepare_file_job(const FileJobRequest& req, const topology::Grid& gr
       const std::string out = job::output_path(params.output, r, node.name);
       for (const auto& src : params.files) {
         try {
-          job::refuse_copy_over_source(several ? out + "/" + job::source_name(src) : out, src,
-                                       job::stat_file(src));
+          files::refuse_copy_over_source(several ? out + "/" + files::source_name(src) : out, src,
+                                       files::stat_file(src));
         } catch (const std::runtime_error& e) {
           throw CLI::ValidationError(
               "--output", "rank " + std::to_string(r) + " (node " + node.name + "): " + e.what());

@@ -10,7 +10,7 @@
 #include <iostream>
 
 #include "job/bench.hpp"
-#include "job/file_tree.hpp"
+#include "files/file_tree.hpp"
 #include "job/params.hpp"
 #include "job/protocol.hpp"
 #include "job/session.hpp"
@@ -133,15 +133,15 @@ int run_file_rank(Session& session) {
   const JobParams& params = session.params();
   runtime::Communicator& comm = session.communicator();
   const auto& node = grid.nodes[static_cast<size_t>(rank)];
-  install_signal_cleanup();
-  FileSpec spec;
+  files::install_signal_cleanup();
+  files::FileSpec spec;
   if (params.files.size() == 1) {
     spec.source = params.files.front();
     spec.expected_size = params.size;
   } else {
     spec.sources = params.files;
   }
-  if (params.output.find("{node}") != std::string::npos) check_node_name_for_path(node.name);
+  if (params.output.find("{node}") != std::string::npos) files::check_node_name_for_path(node.name);
   spec.output = output_path(params.output, params.label(rank), node.name);
   spec.window_bytes = params.window_bytes;
   spec.resume = params.resume;
@@ -153,7 +153,7 @@ int run_file_rank(Session& session) {
     control::Done done = begin_iteration(session, i);
     spec.algorithm =
         it.algorithm == "auto" ? std::nullopt : topology::parse_algorithm(it.algorithm);
-    const TreeResult r = broadcast_tree(comm, spec, it.root);
+    const files::TreeResult r = files::broadcast_tree(comm, spec, it.root);
     done.t1_ns = now_ns();
     if (rank == it.root) {
       if (params.file_count != 0 && r.files != params.file_count)
@@ -166,7 +166,7 @@ int run_file_rank(Session& session) {
       // at most kMaxFileRecordsPerList.
       control::FileList list{i, {}};
       for (size_t f = 0; f < r.per_file.size(); ++f) {
-        const FileResult& fr = r.per_file[f];
+        const files::FileResult& fr = r.per_file[f];
         list.files.push_back({fr.name, fr.size, fr.chunks, fr.chunks_sent, fr.root_digest});
         if (list.files.size() == control::kMaxFileRecordsPerList || f + 1 == r.per_file.size()) {
           session.send(list);

@@ -20,13 +20,14 @@ for san in address,undefined thread; do
   echo "== sanitizer build: $san ($dir)"
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS=-O1 \
     -DGRIDBCAST_WERROR=ON -DGRIDBCAST_SANITIZE="$san" >/dev/null
-  # The job layer's suite (control protocol, file streaming, launcher and
-  # backends as processes) under ASan+UBSan; TSan keeps to the engine's.
+  # The file pipeline's and the job layer's suites (file streaming; control
+  # protocol, launcher and backends as processes) under ASan+UBSan; TSan
+  # keeps to the engine's.
   suites=(topology_tests lanes_tests runtime_tests)
   targets=("${suites[@]}")
   # job_tests also start the launcher and ranks as processes: that build's own
   # gridbcast, so they run sanitized too.
-  [ "$san" = thread ] || { suites+=(job_tests); targets+=(job_tests gridbcast); }
+  [ "$san" = thread ] || { suites+=(files_tests job_tests); targets+=(files_tests job_tests gridbcast); }
   cmake --build "$dir" -j"$(nproc)" --target "${targets[@]}"
   # TSan runs ~10x slower: the largest loopback shapes stay with the other builds.
   f="$filter"
@@ -38,4 +39,4 @@ for san in address,undefined thread; do
       "$dir/tests/$t" --gtest_brief=1 --gtest_filter="$f"
   done
 done
-echo "sanitizer suites: 7 passed, 0 failed"
+echo "sanitizer suites: 8 passed, 0 failed"

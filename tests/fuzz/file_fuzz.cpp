@@ -1,4 +1,4 @@
-// Fuzz target: the file broadcast's decoders (job/file_wire.hpp) take any
+// Fuzz target: the file broadcast's decoders (files/file_wire.hpp) take any
 // bytes a root could send (header, tree header, manifest); they accept or
 // refuse (FileWireError), never read or allocate out of bounds, and what they
 // accept is within the documented limits (and a header or manifest re-encodes
@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "job/file_wire.hpp"
+#include "files/file_wire.hpp"
 
-using namespace gridbcast::job;
+using namespace gridbcast::files;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;

@@ -26,11 +26,11 @@
 #include <string>
 #include <vector>
 
-#include "job/chunk_digest.hpp"
-#include "job/file_sink.hpp"
+#include "files/chunk_digest.hpp"
+#include "files/file_sink.hpp"
 #include "runtime/communicator.hpp"
 
-namespace gridbcast::job {
+namespace gridbcast::files {
 
 inline constexpr std::uint64_t kDefaultWindowBytes = 64ull << 20;
 // A file of at least this many chunks goes in at least this many windows
@@ -100,4 +100,4 @@ struct FileResult {
 // that failed first when another rank's failure stops this one.
 FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int root);
 
-}  // namespace gridbcast::job
+}  // namespace gridbcast::files

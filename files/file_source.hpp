@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <string>
 
-#include "job/file_io.hpp"
+#include "files/file_io.hpp"
 
-namespace gridbcast::job {
+namespace gridbcast::files {
 
 // What identifies the source and what every copy takes from it.
 struct FileMeta {
@@ -54,4 +54,4 @@ class FileSource {
 // Returns the path; the caller removes it when the job ends.
 std::string spool_to_file(int input_fd, const std::string& dir);
 
-}  // namespace gridbcast::job
+}  // namespace gridbcast::files

@@ -1,4 +1,4 @@
-#include "job/file_broadcast.hpp"
+#include "files/file_broadcast.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -8,11 +8,11 @@
 #include <stdexcept>
 #include <vector>
 
-#include "job/file_source.hpp"
-#include "job/file_wire.hpp"
+#include "files/file_source.hpp"
+#include "files/file_wire.hpp"
 #include "runtime/buffer.hpp"
 
-namespace gridbcast::job {
+namespace gridbcast::files {
 namespace {
 
 // Messages of this module, in network byte order. The header and the plan are
@@ -463,4 +463,4 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
   return r;
 }
 
-}  // namespace gridbcast::job
+}  // namespace gridbcast::files

@@ -1,4 +1,4 @@
-#include "job/file_sink.hpp"
+#include "files/file_sink.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -17,9 +17,9 @@
 #include <utility>
 #include <vector>
 
-#include "job/file_io.hpp"
+#include "files/file_io.hpp"
 
-namespace gridbcast::job {
+namespace gridbcast::files {
 namespace {
 
 // Temporary files a signal handler removes: fixed slots, written before they
@@ -448,4 +448,4 @@ void install_signal_cleanup() {
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &sa, nullptr);
 }
 
-}  // namespace gridbcast::job
+}  // namespace gridbcast::files

@@ -1,4 +1,4 @@
-#include "job/beneath.hpp"
+#include "files/beneath.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -6,9 +6,9 @@
 
 #include <stdexcept>
 
-#include "job/file_io.hpp"
+#include "files/file_io.hpp"
 
-namespace gridbcast::job {
+namespace gridbcast::files {
 namespace {
 
 // Calls fn(component) for each component of a checked `rel`.
@@ -120,4 +120,4 @@ UniqueFd make_beneath(int dir, const std::string& dir_path, const std::string& r
   return held;
 }
 
-}  // namespace gridbcast::job
+}  // namespace gridbcast::files

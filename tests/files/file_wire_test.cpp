@@ -4,14 +4,14 @@
 // = 1, then an 8191-byte window written past a one-page mapping), a chunk
 // count that sized a 32 TB digest list, and manifests that put a file below
 // a symlink, listed one path twice or declared an entry per byte.
-#include "job/file_wire.hpp"
+#include "files/file_wire.hpp"
 
 #include <gtest/gtest.h>
 
 #include <limits>
 #include <vector>
 
-namespace gridbcast::job {
+namespace gridbcast::files {
 namespace {
 
 FileHeader good_header() {
@@ -241,4 +241,4 @@ TEST(FileWire, EntriesAreBoundedByTheBytesTheyTake) {
 }
 
 }  // namespace
-}  // namespace gridbcast::job
+}  // namespace gridbcast::files

@@ -5,7 +5,7 @@
 // the source itself) is refused before anything is created; a full or
 // read-only file system fails naming the path and the errno text; a signal
 // removes the temporary file.
-#include "job/file_sink.hpp"
+#include "files/file_sink.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -30,7 +30,7 @@
 #include "support/temp_dir.hpp"
 #include "support/tmpfs.hpp"
 
-namespace gridbcast::job {
+namespace gridbcast::files {
 namespace {
 
 namespace fs = std::filesystem;
@@ -430,4 +430,4 @@ TEST(FileSink, SigtermKeepsAPartialWithBytesAndRemovesAnEmptyOne) {
 }
 
 }  // namespace
-}  // namespace gridbcast::job
+}  // namespace gridbcast::files

@@ -25,9 +25,9 @@
 #include <string>
 #include <vector>
 
-#include "job/file_source.hpp"
+#include "files/file_source.hpp"
 
-namespace gridbcast::job {
+namespace gridbcast::files {
 
 struct FileWireError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -164,4 +164,4 @@ class WireReader {
   const std::byte* end_;
 };
 
-}  // namespace gridbcast::job
+}  // namespace gridbcast::files

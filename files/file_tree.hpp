@@ -26,10 +26,10 @@
 #include <string>
 #include <vector>
 
-#include "job/file_broadcast.hpp"
-#include "job/file_wire.hpp"
+#include "files/file_broadcast.hpp"
+#include "files/file_wire.hpp"
 
-namespace gridbcast::job {
+namespace gridbcast::files {
 
 // The root's walk: a regular file is one entry with an empty path; a directory
 // is itself (path "") then everything under it, parents before children, in
@@ -59,4 +59,4 @@ struct TreeResult {
 // does, naming the rank, the path and the errno text.
 TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int root);
 
-}  // namespace gridbcast::job
+}  // namespace gridbcast::files

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace gridbcast::job {
+namespace gridbcast::files {
 
 inline constexpr std::uint64_t kDefaultChunkBytes = 4ull << 20;
 
@@ -44,4 +44,4 @@ struct ChunkLayout {
 // string for a file without chunks).
 Digest root_digest(const std::vector<Digest>& chunks);
 
-}  // namespace gridbcast::job
+}  // namespace gridbcast::files

@@ -14,7 +14,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace gridbcast::job {
+namespace gridbcast::files {
 
 // "PATH: WHAT: ERRNO TEXT", e.g. "/data/x.bin: cannot write 4194304 bytes at
 // offset 0: No space left on device".
@@ -58,4 +58,4 @@ std::uint64_t pread_full(int fd, const std::string& path, std::byte* data, std::
 void pwrite_full(int fd, const std::string& path, const std::byte* data, std::uint64_t bytes,
                  std::uint64_t offset);
 
-}  // namespace gridbcast::job
+}  // namespace gridbcast::files

@@ -1,10 +1,10 @@
-#include "job/file_wire.hpp"
+#include "files/file_wire.hpp"
 
 #include <algorithm>
 #include <cstring>
 #include <unordered_set>
 
-namespace gridbcast::job {
+namespace gridbcast::files {
 namespace {
 
 constexpr std::uint64_t kMagic = 0x4742'4649'4c45'3032ull;  // "GBFILE02"
@@ -279,4 +279,4 @@ std::vector<TreeEntry> decode_manifest(const std::string& bytes) {
   return out;
 }
 
-}  // namespace gridbcast::job
+}  // namespace gridbcast::files

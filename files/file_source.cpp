@@ -1,4 +1,4 @@
-#include "job/file_source.hpp"
+#include "files/file_source.hpp"
 
 #include <fcntl.h>
 #include <sys/random.h>
@@ -9,9 +9,9 @@
 #include <utility>
 #include <vector>
 
-#include "job/file_io.hpp"
+#include "files/file_io.hpp"
 
-namespace gridbcast::job {
+namespace gridbcast::files {
 namespace {
 
 constexpr std::uint64_t kMaxIo = 1ull << 30;
@@ -142,4 +142,4 @@ std::string spool_to_file(int input_fd, const std::string& dir) {
   return path;
 }
 
-}  // namespace gridbcast::job
+}  // namespace gridbcast::files

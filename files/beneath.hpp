@@ -18,7 +18,7 @@
 #include <string>
 #include <utility>
 
-namespace gridbcast::job {
+namespace gridbcast::files {
 
 // A file descriptor closed when it goes.
 class UniqueFd {
@@ -63,4 +63,4 @@ UniqueFd open_beneath(int dir, const std::string& dir_path, const std::string& r
 // or root), is refused naming the path.
 UniqueFd make_beneath(int dir, const std::string& dir_path, const std::string& rel, mode_t mode);
 
-}  // namespace gridbcast::job
+}  // namespace gridbcast::files

@@ -1,13 +1,13 @@
 // job/chunk_digest.cpp: chunk boundaries, SHA-256 against known values, and a
 // root digest that changes with any byte of any chunk.
-#include "job/chunk_digest.hpp"
+#include "files/chunk_digest.hpp"
 
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-namespace gridbcast::job {
+namespace gridbcast::files {
 namespace {
 
 const std::byte* bytes_of(const std::string& s) {
@@ -44,4 +44,4 @@ TEST(ChunkDigest, RootDigestIsTheHashOfTheChunkDigestsInOrder) {
 }
 
 }  // namespace
-}  // namespace gridbcast::job
+}  // namespace gridbcast::files

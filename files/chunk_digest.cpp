@@ -1,11 +1,11 @@
-#include "job/chunk_digest.hpp"
+#include "files/chunk_digest.hpp"
 
 #include <openssl/evp.h>
 
 #include <algorithm>
 #include <stdexcept>
 
-namespace gridbcast::job {
+namespace gridbcast::files {
 
 Digest sha256(const std::byte* data, std::uint64_t bytes) {
   Digest out{};
@@ -35,4 +35,4 @@ Digest root_digest(const std::vector<Digest>& chunks) {
   return sha256(reinterpret_cast<const std::byte*>(chunks.data()), chunks.size() * sizeof(Digest));
 }
 
-}  // namespace gridbcast::job
+}  // namespace gridbcast::files

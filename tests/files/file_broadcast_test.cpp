@@ -7,7 +7,7 @@
 // partial file under the final name; a rerun with resume after a rank stopped
 // moves only the chunks some rank lacked; a file far larger than the window is
 // sent with bounded memory.
-#include "job/file_broadcast.hpp"
+#include "files/file_broadcast.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -32,7 +32,7 @@
 #include <thread>
 #include <vector>
 
-#include "job/file_wire.hpp"
+#include "files/file_wire.hpp"
 #include "runtime/buffer.hpp"
 #include "support/grids.hpp"
 #include "support/process.hpp"
@@ -40,7 +40,7 @@
 #include "support/temp_dir.hpp"
 #include "support/tmpfs.hpp"
 
-namespace gridbcast::job {
+namespace gridbcast::files {
 namespace {
 
 namespace fs = std::filesystem;
@@ -649,9 +649,9 @@ TEST(FileBroadcast, ModificationTimesBefore1970AndAfter2262ArriveExactly) {
   }
 }
 }  // namespace
-}  // namespace gridbcast::job
+}  // namespace gridbcast::files
 
-namespace gridbcast::job {
+namespace gridbcast::files {
 namespace {
 
 // LONG (about 30 s): a 2 GiB file through a 64 MiB window. The child process
@@ -749,4 +749,4 @@ TEST(FileBroadcast, AChunkDamagedInFlightIsCaughtAsItLands) {
 }
 
 }  // namespace
-}  // namespace gridbcast::job
+}  // namespace gridbcast::files

@@ -30,10 +30,10 @@
 #include <cstdint>
 #include <string>
 
-#include "job/beneath.hpp"
-#include "job/file_source.hpp"
+#include "files/beneath.hpp"
+#include "files/file_source.hpp"
 
-namespace gridbcast::job {
+namespace gridbcast::files {
 
 // Alignment of offset, length and memory for FileSink's direct writes.
 inline constexpr std::uint64_t kDirectAlign = 4096;
@@ -142,4 +142,4 @@ class FileSink {
 // process (a rank's driver), before the first FileSink.
 void install_signal_cleanup();
 
-}  // namespace gridbcast::job
+}  // namespace gridbcast::files

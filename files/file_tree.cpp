@@ -1,4 +1,4 @@
-#include "job/file_tree.hpp"
+#include "files/file_tree.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -9,11 +9,11 @@
 #include <filesystem>
 #include <stdexcept>
 
-#include "job/beneath.hpp"
-#include "job/file_io.hpp"
-#include "job/file_sink.hpp"
+#include "files/beneath.hpp"
+#include "files/file_io.hpp"
+#include "files/file_sink.hpp"
 
-namespace gridbcast::job {
+namespace gridbcast::files {
 namespace {
 
 namespace fs = std::filesystem;
@@ -295,4 +295,4 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
   return result;
 }
 
-}  // namespace gridbcast::job
+}  // namespace gridbcast::files

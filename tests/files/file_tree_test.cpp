@@ -2,7 +2,7 @@
 // directory arrives whole, with modes and mtimes of files and directories,
 // symlinks as links (never followed), empty files and directories; a single
 // file through the same entry lands at the output path itself.
-#include "job/file_tree.hpp"
+#include "files/file_tree.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -24,7 +24,7 @@
 #include "support/ranks.hpp"
 #include "support/temp_dir.hpp"
 
-namespace gridbcast::job {
+namespace gridbcast::files {
 namespace {
 
 namespace fs = std::filesystem;
@@ -442,4 +442,4 @@ TEST(FileTree, ACopyOfATreeOverItselfIsRefusedFileByFile) {
   EXPECT_EQ(slurp((dir / "src" / "x.bin").string()), pattern_bytes(100'000, 4));
 }
 }  // namespace
-}  // namespace gridbcast::job
+}  // namespace gridbcast::files
