@@ -112,23 +112,54 @@ struct WindowLayout {
   std::uint64_t bytes = 0;            // digests + data
 };
 
+// One rank's part in one file's broadcast, as the stages every rank goes
+// through in step: agree on the header (and, with resume, the digests), open
+// the copy and check what it holds, agree on the plan (which chunks move, or
+// who failed), stream the windows. Each stage's state is a member the later
+// stages read.
+struct FileRun {
+  FileRun(runtime::Communicator& c, const FileSpec& s, int r)
+      : comm(c), spec(s), root(r), rank(c.rank()), is_root(c.rank() == r), me(who(c.rank())) {}
+
+  runtime::Communicator& comm;
+  const FileSpec& spec;
+  const int root;
+  const std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  const int rank;
+  const bool is_root;
+  const std::string me;
+
+  FileHeader h;
+  FileSource source;            // the root's
+  std::vector<Digest> digests;  // per chunk; filled as chunks are read or land
+  runtime::BcastInfo info;      // of the header's broadcast, then the first window's
+  ChunkLayout layout;
+  std::uint64_t count = 0, bitmap_bytes = 0, per_window = 0, buffer_bytes = 0;
+  FileSink sink;  // every other rank's copy
+  std::uint64_t kept = 0;
+  std::vector<std::uint8_t> needed;  // this rank's, then the plan's (any rank's)
+  runtime::MappedBuffer bufs[2];
+  std::string my_error;  // this rank's failure before the plan, said in its status
+  double check_seconds = 0;
+  std::vector<std::uint64_t> todo;  // the chunks that move
+  std::vector<WindowLayout> windows;
+
+  std::string who(int r) const {
+    return "rank " + std::to_string(r) + " (node " +
+           comm.grid().nodes.at(static_cast<size_t>(r)).name + ")";
+  }
+  void agree_header();
+  void open_and_check();
+  void agree_plan();
+  void stream_windows();
+  FileResult result() const;
+};
+
 }  // namespace
 
-FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int root) {
-  const auto start = std::chrono::steady_clock::now();
-  const int rank = comm.rank();
-  const auto& nodes = comm.grid().nodes;
-  auto who = [&](int r) {
-    return "rank " + std::to_string(r) + " (node " + nodes.at(static_cast<size_t>(r)).name + ")";
-  };
-  const std::string me = who(rank);
-  const bool is_root = rank == root;
-
+void FileRun::agree_header() {
   // 1. The header: the source's size, mode, mtime and identity, the chunk and
   // window sizes everyone uses, or why the root cannot send.
-  FileHeader h;
-  FileSource source;
-  std::vector<Digest> digests;  // per chunk; filled as chunks are read or land
   std::vector<std::byte> header_buf(kFileHeaderBytes);
   if (is_root) {
     try {
@@ -163,13 +194,13 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
         for (int r = 0; r < comm.size(); ++r)
           if (r != root) others.push_back(r);
         StillWorking note(comm, std::move(others));
-        const ChunkLayout layout{h.meta.size, h.chunk_bytes};
+        const ChunkLayout all{h.meta.size, h.chunk_bytes};
         auto buf = allocate(h.chunk_bytes);
-        digests.resize(layout.count());
-        for (std::uint64_t i = 0; i < layout.count(); ++i) {
-          source.read(layout.offset(i), buf.data(), layout.length(i));
-          digests[i] = sha256(buf.data(), layout.length(i));
-          if (spec.on_work) spec.on_work(layout.length(i));
+        digests.resize(all.count());
+        for (std::uint64_t i = 0; i < all.count(); ++i) {
+          source.read(all.offset(i), buf.data(), all.length(i));
+          digests[i] = sha256(buf.data(), all.length(i));
+          if (spec.on_work) spec.on_work(all.length(i));
           note.tick();
         }
       }
@@ -182,7 +213,7 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
   } else {
     await_go(comm, root);
   }
-  runtime::BcastInfo info = comm.bcast(header_buf.data(), kFileHeaderBytes, root, spec.algorithm);
+  info = comm.bcast(header_buf.data(), kFileHeaderBytes, root, spec.algorithm);
   if (!is_root) {
     try {
       h = decode_file_header(header_buf);
@@ -195,16 +226,18 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
     throw std::runtime_error(me + ": stopped: the root, " + who(root) +
                              ", cannot send: " + h.error);
   }
-  const ChunkLayout layout{h.meta.size, h.chunk_bytes};
-  const std::uint64_t count = layout.count();
-  const std::uint64_t bitmap_bytes = (count + 7) / 8;
+  layout = ChunkLayout{h.meta.size, h.chunk_bytes};
+  count = layout.count();
+  bitmap_bytes = (count + 7) / 8;
   if (h.resume) {
     digests.resize(count);
     comm.bcast(digests.data(), count * sizeof(Digest), root, spec.algorithm);
   } else {
     digests.resize(count);
   }
+}
 
+void FileRun::open_and_check() {
   // 2. Every other rank opens its copy (and with resume keeps what it holds
   // already), then tells the root it is ready and which chunks it needs.
   // Chunks per window: what half the window holds, but no more than an
@@ -214,15 +247,11 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
   // testbed-2x4 took 1.52 x the bound in two 32 MiB windows, 1.28 x in
   // eight of 8 MiB (docs/FILES.md, "Figures"). Every rank computes it from the
   // header alike.
-  const std::uint64_t per_window = std::max<std::uint64_t>(
+  per_window = std::max<std::uint64_t>(
       1, std::min((h.window_bytes / 2) / h.chunk_bytes,
                   std::max<std::uint64_t>(1, (count + kMinWindows - 1) / kMinWindows)));
-  const std::uint64_t buffer_bytes = digest_area(per_window) + per_window * h.chunk_bytes;
-  FileSink sink;
-  std::uint64_t kept = 0;
-  std::vector<std::uint8_t> needed(bitmap_bytes, 0);
-  runtime::MappedBuffer bufs[2];
-  std::string my_error;
+  buffer_bytes = digest_area(per_window) + per_window * h.chunk_bytes;
+  needed.assign(bitmap_bytes, 0);
   try {
     bufs[0] = allocate(buffer_bytes);
     bufs[1] = allocate(buffer_bytes);
@@ -272,7 +301,9 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
   } catch (const std::exception& e) {
     my_error = e.what();
   }
+}
 
+void FileRun::agree_plan() {
   // 3. The plan: the chunks any rank needs, or the first rank that failed.
   std::vector<std::byte> plan(kPlanBytes + bitmap_bytes);
   const std::uint64_t status_bytes = 8 + bitmap_bytes + kFileErrorBytes;
@@ -350,15 +381,14 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
                                " failed: " + failure);
   }
 
-  const double check_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  check_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
+void FileRun::stream_windows() {
   // 4. The needed chunks, window by window; the disk (or the digests) of one
   // window overlaps the network of the next.
-  std::vector<std::uint64_t> todo;
   for (std::uint64_t i = 0; i < count; ++i)
     if (test_bit(needed, i)) todo.push_back(i);
-  std::vector<WindowLayout> windows;
   for (std::uint64_t first = 0; first < todo.size(); first += per_window) {
     WindowLayout w;
     for (std::uint64_t j = first; j < std::min<std::uint64_t>(todo.size(), first + per_window);
@@ -443,7 +473,9 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
     if (io.valid()) io.get();
     if (!is_root) sink.commit();
   });
+}
 
+FileResult FileRun::result() const {
   FileResult r;
   r.path = is_root ? spec.source : sink.final_path();
   r.size = h.meta.size;
@@ -461,6 +493,15 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   r.check_seconds = check_seconds;
   return r;
+}
+
+FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int root) {
+  FileRun run(comm, spec, root);
+  run.agree_header();
+  run.open_and_check();
+  run.agree_plan();
+  run.stream_windows();
+  return run.result();
 }
 
 }  // namespace gridbcast::files
