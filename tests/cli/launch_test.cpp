@@ -280,6 +280,22 @@ TEST(Launch, AKilledRankIsHealedAroundAndTheSummaryNamesIt) {
             std::string::npos);
 }
 
+// The root of a --size job holds the only copy of what is left to send: its
+// loss cannot be healed, and the job fails naming it, with the exit status
+// of a failure (1), not of a job completed on survivors (3).
+TEST(Launch, ALostRootIsNotHealedAndTheJobFailsNamingIt) {
+  Child c({kBin, "launch", "--size", "64MiB", "--iterations", "20", "--json"});
+  const pid_t victim = rank_process(c.pid(), 0);
+  ASSERT_GT(victim, 0);
+  std::this_thread::sleep_for(1000ms);
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  ASSERT_EQ(c.wait(120s), 1) << c.out() << c.err();
+  EXPECT_NE(c.err().find("the root (rank 0) was lost: nothing to heal from"), std::string::npos)
+      << c.err();
+  EXPECT_EQ(c.err().find("healing:"), std::string::npos) << c.err();
+  EXPECT_NE(c.out().find("rank 0 (a1)"), std::string::npos) << c.out() << c.err();
+}
+
 // Hostile connections to the ranks' lane ports while a job runs: each is
 // rejected, the broadcasts stay verified, and the launcher's summary counts
 // them all, summed over the ranks that saw them.
