@@ -82,7 +82,7 @@ std::string prepare_file_job(const FileJobRequest& req, const topology::Grid& gr
       for (const auto& src : params.files) {
         try {
           files::refuse_copy_over_source(several ? out + "/" + files::source_name(src) : out, src,
-                                       files::stat_file(src));
+                                         files::stat_file(src));
         } catch (const std::runtime_error& e) {
           throw CLI::ValidationError(
               "--output", "rank " + std::to_string(r) + " (node " + node.name + "): " + e.what());

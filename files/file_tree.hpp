@@ -47,7 +47,7 @@ struct TreeResult {
   std::uint64_t bytes = 0;  // of the regular files
   std::uint64_t chunks = 0, chunks_sent = 0;
   double check_seconds = 0;  // summed over the files (FileResult::check_seconds)
-  std::string root_digest;  // over every entry and every file's root digest
+  std::string root_digest;   // over every entry and every file's root digest
   std::string algorithm;
   std::vector<FileResult> per_file;
 };

@@ -9,8 +9,8 @@
 #include <fstream>
 #include <iostream>
 
-#include "job/bench.hpp"
 #include "files/file_tree.hpp"
+#include "job/bench.hpp"
 #include "job/params.hpp"
 #include "job/protocol.hpp"
 #include "job/session.hpp"

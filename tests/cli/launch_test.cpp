@@ -258,15 +258,20 @@ TEST(Launch, AStoppedRankFailsTheJobWithinTheTimeout) {
   EXPECT_NE(c.err().find("rank 3 (a4"), std::string::npos) << c.err();
 }
 
+// SIGKILLs rank `rank` of the launch `c` about a second into its job.
+void kill_rank_after_a_second(Child& c, int rank) {
+  const pid_t victim = rank_process(c.pid(), rank);
+  ASSERT_GT(victim, 0);
+  std::this_thread::sleep_for(1000ms);
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+}
+
 // Healing a --size job (issue 27): rank 6 (b3) killed mid-job; the 7 others
 // run the job again among themselves, every copy verifies, and the JSON
 // summary says the job is not complete and which node is missing, and why.
 TEST(Launch, AKilledRankIsHealedAroundAndTheSummaryNamesIt) {
   Child c({kBin, "launch", "--size", "64MiB", "--iterations", "20", "--json"});
-  const pid_t victim = rank_process(c.pid(), 6);
-  ASSERT_GT(victim, 0);
-  std::this_thread::sleep_for(1000ms);
-  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  ASSERT_NO_FATAL_FAILURE(kill_rank_after_a_second(c, 6));
   ASSERT_EQ(c.wait(120s), 3) << c.out() << c.err();
   EXPECT_NE(c.err().find("lost rank 6 (b3): was killed by signal 9"), std::string::npos) << c.err();
   const auto j = last_json(c.out());
@@ -285,10 +290,7 @@ TEST(Launch, AKilledRankIsHealedAroundAndTheSummaryNamesIt) {
 // of a failure (1), not of a job completed on survivors (3).
 TEST(Launch, ALostRootIsNotHealedAndTheJobFailsNamingIt) {
   Child c({kBin, "launch", "--size", "64MiB", "--iterations", "20", "--json"});
-  const pid_t victim = rank_process(c.pid(), 0);
-  ASSERT_GT(victim, 0);
-  std::this_thread::sleep_for(1000ms);
-  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  ASSERT_NO_FATAL_FAILURE(kill_rank_after_a_second(c, 0));
   ASSERT_EQ(c.wait(120s), 1) << c.out() << c.err();
   EXPECT_NE(c.err().find("the root (rank 0) was lost: nothing to heal from"), std::string::npos)
       << c.err();

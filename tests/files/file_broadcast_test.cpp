@@ -286,6 +286,32 @@ TEST(FileBroadcast, AReadOnlyDestinationFailsEveryRankNamingPathAndErrno) {
   expect_all_failed(o, 2, {(dir / "ro" / ".copy.gridbcast-").string(), "Read-only file system"});
 }
 
+// Rank r copies DIR/src to DIR/nR/copy with --resume, in small chunks.
+FileSpec resume_spec(const fs::path& dir, int r) {
+  FileSpec s;
+  s.source = (dir / "src").string();
+  s.output = (dir / ("n" + std::to_string(r)) / "copy").string();
+  s.chunk_bytes = kChunk;
+  s.window_bytes = kWindow;
+  s.resume = true;
+  return s;
+}
+
+// A first run with resume in which rank 2 stops after window `last` (the
+// others then fail on their deadline), leaving partial copies for a rerun.
+void run_with_rank_2_stopping(const topology::Grid& grid, const fs::path& dir, std::uint64_t last) {
+  Ranks ranks(grid, quick_timeout());
+  const Outcome first = run(ranks, 0, [&](int r) {
+    FileSpec s = resume_spec(dir, r);
+    if (r == 2)
+      s.after_window = [last](std::uint64_t w) {
+        if (w == last) throw std::runtime_error("stopped by the test");
+      };
+    return s;
+  });
+  ASSERT_TRUE(first.errors.count(2)) << "rank 2 stops";
+}
+
 // Resume: a first run in which rank 2 stops after its 4th window (the others
 // then fail on their deadline); a rerun keeps what each destination holds,
 // checked against the digests, and moves only the chunks some rank lacks.
@@ -295,26 +321,7 @@ TEST(FileBroadcast, ResumeAfterAStoppedRankMovesOnlyTheMissingChunks) {
   const std::uint64_t chunks = 40;
   const std::string data = pattern_bytes(chunks * kChunk - 100, 11);
   write_file(dir / "src", data);
-  auto spec_of = [&](bool stop) {
-    return [&, stop](int r) {
-      FileSpec s;
-      s.source = (dir / "src").string();
-      s.output = (dir / ("n" + std::to_string(r)) / "copy").string();
-      s.chunk_bytes = kChunk;
-      s.window_bytes = kWindow;
-      s.resume = true;
-      if (stop && r == 2)
-        s.after_window = [](std::uint64_t w) {
-          if (w == 3) throw std::runtime_error("stopped by the test");
-        };
-      return s;
-    };
-  };
-  {
-    Ranks ranks(grid, quick_timeout());
-    const Outcome first = run(ranks, 0, spec_of(true));
-    ASSERT_TRUE(first.errors.count(2)) << "rank 2 stops";
-  }
+  ASSERT_NO_FATAL_FAILURE(run_with_rank_2_stopping(grid, dir.path(), 3));
   // What the rerun must move: every chunk that some rank's partial (or, for a
   // rank that finished, its copy) does not hold intact.
   std::set<std::uint64_t> missing;
@@ -337,7 +344,7 @@ TEST(FileBroadcast, ResumeAfterAStoppedRankMovesOnlyTheMissingChunks) {
   ASSERT_LT(missing.size(), chunks) << "the first run moved something";
   EXPECT_FALSE(fs::exists(dir / "n2" / "copy")) << "no copy of rank 2 under the final name";
   Ranks ranks(grid);
-  const Outcome second = run(ranks, 0, spec_of(false));
+  const Outcome second = run(ranks, 0, [&](int r) { return resume_spec(dir.path(), r); });
   ASSERT_TRUE(second.errors.empty()) << second.errors.begin()->second;
   std::cout << "resume: " << missing.size() << " of " << chunks
             << " chunks moved on the rerun; kept per rank:";
@@ -352,17 +359,6 @@ TEST(FileBroadcast, ResumeAfterAStoppedRankMovesOnlyTheMissingChunks) {
     EXPECT_EQ(slurp((dir / ("n" + std::to_string(r)) / "copy").string()), data) << "rank " << r;
   }
   EXPECT_TRUE(temporaries(dir.path()).empty());
-}
-
-// Rank r copies DIR/src to DIR/nR/copy with --resume, in small chunks.
-FileSpec resume_spec(const fs::path& dir, int r) {
-  FileSpec s;
-  s.source = (dir / "src").string();
-  s.output = (dir / ("n" + std::to_string(r)) / "copy").string();
-  s.chunk_bytes = kChunk;
-  s.window_bytes = kWindow;
-  s.resume = true;
-  return s;
 }
 
 // Resume reads back only the chunks a partial holds data for: a chunk that
@@ -386,21 +382,7 @@ TEST(FileBroadcast, ResumeKeepsOnlyWhatLandedAlthoughTheRestReadsAsTheSourcesZer
   std::string data = pattern_bytes(8 * kChunk, 21);
   data.resize(chunks * kChunk, '\0');  // chunks 8..23 are zeros
   write_file(dir / "src", data);
-  auto spec_of = [&](bool stop) {
-    return [&, stop](int r) {
-      FileSpec s = resume_spec(dir.path(), r);
-      if (stop && r == 2)
-        s.after_window = [](std::uint64_t w) {
-          if (w == 1) throw std::runtime_error("stopped by the test");
-        };
-      return s;
-    };
-  };
-  {
-    Ranks ranks(grid, quick_timeout());
-    const Outcome first = run(ranks, 0, spec_of(true));
-    ASSERT_TRUE(first.errors.count(2)) << "rank 2 stops";
-  }
+  ASSERT_NO_FATAL_FAILURE(run_with_rank_2_stopping(grid, dir.path(), 1));
   const fs::path partial = dir / "n2" / partial_name("copy");
   ASSERT_TRUE(fs::exists(partial));
   // What rank 2's partial holds intact, and what it wrote at all (nonzero
@@ -420,7 +402,7 @@ TEST(FileBroadcast, ResumeKeepsOnlyWhatLandedAlthoughTheRestReadsAsTheSourcesZer
     ::close(fd);
   }
   Ranks ranks(grid);
-  const Outcome second = run(ranks, 0, spec_of(false));
+  const Outcome second = run(ranks, 0, [&](int r) { return resume_spec(dir.path(), r); });
   ASSERT_TRUE(second.errors.empty()) << second.errors.begin()->second;
   EXPECT_EQ(second.results.at(2).chunks_kept, written)
       << "the zero chunks that never landed are sent, not taken from the holes";
