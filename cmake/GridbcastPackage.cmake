@@ -63,7 +63,7 @@ if(GRIDBCAST_DPKG_SHLIBDEPS)
 else()
   # Debian 12's names for what the binaries link (dpkg-shlibdeps derives the same).
   set(CPACK_DEBIAN_RUNTIME_PACKAGE_DEPENDS
-      "libc6 (>= 2.34), libgcc-s1, libstdc++6 (>= 12), libssl3 (>= 3.0.0), libyaml-cpp0.7")
+      "libc6 (>= 2.34), libgcc-s1, libstdc++6 (>= 12), libssl3 (>= 3.0.0), libyaml-cpp0.7, libzstd1")
   set(CPACK_DEBIAN_MPI_PROVIDERS_PACKAGE_DEPENDS "libc6 (>= 2.34), libstdc++6 (>= 12), libssl3")
 endif()
 set(CPACK_COMPONENTS_ALL runtime development)

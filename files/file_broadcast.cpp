@@ -8,9 +8,11 @@
 #include <stdexcept>
 #include <vector>
 
+#include "files/compress.hpp"
 #include "files/file_source.hpp"
 #include "files/file_wire.hpp"
 #include "runtime/buffer.hpp"
+#include "topology/bound.hpp"
 
 namespace gridbcast::files {
 namespace {
@@ -109,8 +111,14 @@ std::uint64_t digest_area(std::uint64_t chunks) {
 
 struct WindowLayout {
   std::vector<std::uint64_t> chunks;  // indices into the file's chunks
-  std::uint64_t bytes = 0;            // digests + data
+  std::vector<std::uint64_t> stored;  // their lengths
+  std::uint64_t data = 0;             // their bytes
+  std::uint64_t bytes = 0;            // uncompressed: digests + data
 };
+
+void put_u64(std::byte* at, std::uint64_t v) {
+  WireWriter(at).u64(v);
+}
 
 // One rank's part in one file's broadcast, as the stages every rank goes
 // through in step: agree on the header (and, with resume, the digests), open
@@ -138,8 +146,16 @@ struct FileRun {
   FileSink sink;  // every other rank's copy
   std::uint64_t kept = 0;
   std::vector<std::uint8_t> needed;  // this rank's, then the plan's (any rank's)
-  runtime::MappedBuffer bufs[2];
-  std::string my_error;  // this rank's failure before the plan, said in its status
+  // Two window buffers, three when compressed (the root packs window k+1
+  // while window k is sent and k+2 while k+1 is).
+  runtime::MappedBuffer bufs[3];
+  int nbufs = 2;
+  runtime::MappedBuffer stage;  // compressed: one chunk as stored
+  std::unique_ptr<ChunkCompressor> packer;
+  std::unique_ptr<ChunkDecompressor> unpacker;
+  std::string compression_why;
+  std::vector<std::uint64_t> wire;  // per window, the bytes of its broadcast
+  std::string my_error;             // this rank's failure before the plan, said in its status
   double check_seconds = 0;
   std::vector<std::uint64_t> todo;  // the chunks that move
   std::vector<WindowLayout> windows;
@@ -151,6 +167,10 @@ struct FileRun {
   void agree_header();
   void open_and_check();
   void agree_plan();
+  void plan_windows();
+  std::uint64_t fill(size_t k, std::byte* buf);
+  void drain(size_t k, const std::byte* buf, const WindowHead& head);
+  std::pair<std::uint64_t, std::uint64_t> wire_range(size_t k) const;
   void stream_windows();
   FileResult result() const;
 };
@@ -187,6 +207,15 @@ void FileRun::agree_header() {
                                  "-byte window (the window may be 2 bytes to " +
                                  std::to_string(kMaxWindowBytes) + " bytes: --window)");
       h.resume = spec.resume;
+      h.compressed = spec.compress == Compression::kZstd;
+      if (spec.compress == Compression::kAuto) {
+        // The best rate the grid allows from this root, in bytes per second.
+        double network = 0;
+        if (comm.size() > 1) network = topology::max_flow_bound(comm.grid(), root).rate_bps / 8;
+        const CompressionChoice c = choose_compression(source, h.meta.size, network);
+        h.compressed = c.compress;
+        compression_why = std::string("auto chose ") + (c.compress ? "zstd" : "off") + ": " + c.why;
+      }
       if (h.resume) {
         // Every chunk's digest before any data moves, so ranks can tell which
         // chunks they hold already.
@@ -247,14 +276,23 @@ void FileRun::open_and_check() {
   // testbed-2x4 took 1.52 x the bound in two 32 MiB windows, 1.28 x in
   // eight of 8 MiB (docs/FILES.md, "Figures"). Every rank computes it from the
   // header alike.
+  // Compressed, three buffers share the window.
+  nbufs = h.compressed ? 3 : 2;
   per_window = std::max<std::uint64_t>(
-      1, std::min((h.window_bytes / 2) / h.chunk_bytes,
+      1, std::min((h.window_bytes / static_cast<std::uint64_t>(nbufs)) / h.chunk_bytes,
                   std::max<std::uint64_t>(1, (count + kMinWindows - 1) / kMinWindows)));
-  buffer_bytes = digest_area(per_window) + per_window * h.chunk_bytes;
+  buffer_bytes = (h.compressed ? window_head_bytes(per_window) : digest_area(per_window)) +
+                 per_window * h.chunk_bytes;
   needed.assign(bitmap_bytes, 0);
   try {
-    bufs[0] = allocate(buffer_bytes);
-    bufs[1] = allocate(buffer_bytes);
+    for (int b = 0; b < nbufs; ++b) bufs[b] = allocate(buffer_bytes);
+    if (h.compressed) {
+      stage = allocate(h.chunk_bytes);
+      if (is_root)
+        packer = std::make_unique<ChunkCompressor>();
+      else
+        unpacker = std::make_unique<ChunkDecompressor>();
+    }
     if (!is_root) {
       SinkOptions so;
       so.dir_mode = spec.dir_mode;
@@ -350,9 +388,23 @@ void FileRun::agree_plan() {
       for (std::uint64_t b = 0; b < bitmap_bytes; ++b)
         all[b] = static_cast<std::uint8_t>(all[b] | theirs[b]);
     }
+    // Compressed, the first window's length goes in the plan: the root packs
+    // it now.
+    std::uint64_t first = 0;
+    if (failed < 0 && h.compressed) {
+      needed = all;
+      plan_windows();
+      try {
+        if (!windows.empty()) first = fill(0, bufs[0].data());
+      } catch (const std::exception& e) {
+        failed = root;
+        failure = e.what();
+      }
+    }
     WireWriter(plan.data())
         .u32(failed < 0 ? 0 : 1)
         .u32(static_cast<std::uint32_t>(failed < 0 ? 0 : failed))
+        .u64(first)
         .text(failure)
         .bytes(all.data(), bitmap_bytes);
     send_go(comm, root);
@@ -370,6 +422,7 @@ void FileRun::agree_plan() {
     WireReader rd(plan.data(), plan.size());
     const bool failed = rd.u32() != 0;
     const int failed_rank = static_cast<int>(rd.u32());
+    const std::uint64_t first = rd.u64();
     const std::string failure = rd.text();
     rd.bytes(needed.data(), bitmap_bytes);
     if (!my_error.empty()) throw std::runtime_error(me + ": " + my_error);
@@ -379,14 +432,23 @@ void FileRun::agree_plan() {
     if (failed)
       throw std::runtime_error(me + ": stopped before any data moved: " + who(failed_rank) +
                                " failed: " + failure);
+    if (todo.empty()) plan_windows();  // the compressed root's are made
+    wire.assign(windows.size() + 1, 0);
+    for (size_t k = 0; k < windows.size(); ++k) wire[k] = windows[k].bytes;
+    if (h.compressed && !windows.empty()) {
+      const auto [least, most] = wire_range(0);
+      if (first < least || first > most)
+        throw std::runtime_error(me + ": refused the root's plan: its first window is " +
+                                 std::to_string(first) + " bytes long (" + std::to_string(least) +
+                                 " to " + std::to_string(most) + ")");
+      wire[0] = first;
+    }
   }
 
   check_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-void FileRun::stream_windows() {
-  // 4. The needed chunks, window by window; the disk (or the digests) of one
-  // window overlaps the network of the next.
+void FileRun::plan_windows() {
   for (std::uint64_t i = 0; i < count; ++i)
     if (test_bit(needed, i)) todo.push_back(i);
   for (std::uint64_t first = 0; first < todo.size(); first += per_window) {
@@ -394,46 +456,104 @@ void FileRun::stream_windows() {
     for (std::uint64_t j = first; j < std::min<std::uint64_t>(todo.size(), first + per_window);
          ++j) {
       w.chunks.push_back(todo[j]);
-      w.bytes += layout.length(todo[j]);
+      w.stored.push_back(layout.length(todo[j]));
+      w.data += layout.length(todo[j]);
     }
-    w.bytes += digest_area(w.chunks.size());
+    w.bytes = w.data + digest_area(w.chunks.size());
     windows.push_back(std::move(w));
   }
+}
 
-  auto fill = [&](const WindowLayout& w, std::byte* buf) {
-    std::byte* data = buf + digest_area(w.chunks.size());
-    for (size_t j = 0; j < w.chunks.size(); ++j) {
-      const std::uint64_t c = w.chunks[j], len = layout.length(c);
+// Compressed: the bytes window k may take, its head and at least a byte per
+// chunk to its head and every chunk as stored.
+std::pair<std::uint64_t, std::uint64_t> FileRun::wire_range(size_t k) const {
+  if (k >= windows.size()) return {0, 0};
+  const WindowLayout& w = windows[k];
+  const std::uint64_t head = window_head_bytes(w.chunks.size());
+  return {head + w.chunks.size(), head + w.data};
+}
+
+// The root: reads window k's chunks into `buf`, digests them, and packs them
+// when compressed; returns the window's bytes. Compressed, the head's "next"
+// is left 0 for the loop to set.
+std::uint64_t FileRun::fill(size_t k, std::byte* buf) {
+  const WindowLayout& w = windows[k];
+  const std::uint64_t n = w.chunks.size();
+  auto digest = [&](std::uint64_t c, const std::byte* at, std::uint64_t len) {
+    const Digest d = sha256(at, len);
+    if (h.resume && d != digests[c])
+      throw std::runtime_error(me + ": " + spec.source + ": changed during the broadcast (chunk " +
+                               std::to_string(c) + " no longer matches its digest)");
+    digests[c] = d;
+    if (spec.on_work) spec.on_work(len);
+    return d;
+  };
+  if (!h.compressed) {
+    std::byte* data = buf + digest_area(n);
+    for (size_t j = 0; j < n; ++j) {
+      const std::uint64_t c = w.chunks[j], len = w.stored[j];
       source.read(layout.offset(c), data, len);
-      const Digest d = sha256(data, len);
-      if (h.resume && d != digests[c])
-        throw std::runtime_error(me + ": " + spec.source +
-                                 ": changed during the broadcast (chunk " + std::to_string(c) +
-                                 " no longer matches its digest)");
-      digests[c] = d;
+      const Digest d = digest(c, data, len);
       std::memcpy(buf + j * sizeof(Digest), d.data(), sizeof(Digest));
-      if (spec.on_work) spec.on_work(len);
       data += len;
     }
-  };
-  auto drain = [&](const WindowLayout& w, const std::byte* buf) {
-    const std::byte* data = buf + digest_area(w.chunks.size());
-    for (size_t j = 0; j < w.chunks.size(); ++j) {
-      const std::uint64_t c = w.chunks[j], len = layout.length(c);
-      Digest sent;
-      std::memcpy(sent.data(), buf + j * sizeof(Digest), sizeof(Digest));
-      const Digest got = sha256(data, len);
-      if (got != sent || (h.resume && got != digests[c]))
-        throw std::runtime_error(
-            me + ": chunk " + std::to_string(c) + " of " + sink.final_path() + " (bytes " +
-            std::to_string(layout.offset(c)) + ".." + std::to_string(layout.offset(c) + len) +
-            ") arrived damaged: SHA-256 " + to_hex(got) + ", the root's " + to_hex(sent));
-      digests[c] = got;
-      sink.write(layout.offset(c), data, len);
-      if (spec.on_work) spec.on_work(len);
+    return w.bytes;
+  }
+  const std::uint64_t head = window_head_bytes(n);
+  std::memset(buf, 0, head);
+  std::byte* data = buf + head;
+  for (size_t j = 0; j < n; ++j) {
+    const std::uint64_t c = w.chunks[j], len = w.stored[j];
+    source.read(layout.offset(c), stage.data(), len);
+    const Digest d = digest(c, stage.data(), len);
+    std::memcpy(buf + window_digest_offset(n, j), d.data(), sizeof(Digest));
+    const std::uint64_t packed = packer->pack(stage.data(), len, data);
+    put_u64(buf + 8 + 8 * j, packed);
+    data += packed;
+  }
+  return static_cast<std::uint64_t>(data - buf);
+}
+
+// Every other rank: checks window k's chunks against the digests that came
+// with them (and, with resume, the header's list) and writes them.
+void FileRun::drain(size_t k, const std::byte* buf, const WindowHead& head) {
+  const WindowLayout& w = windows[k];
+  const std::uint64_t n = w.chunks.size();
+  const std::byte* data = buf + (h.compressed ? window_head_bytes(n) : digest_area(n));
+  for (size_t j = 0; j < n; ++j) {
+    const std::uint64_t c = w.chunks[j], len = w.stored[j];
+    const std::string what = "chunk " + std::to_string(c) + " of " + sink.final_path() +
+                             " (bytes " + std::to_string(layout.offset(c)) + ".." +
+                             std::to_string(layout.offset(c) + len) + ")";
+    Digest sent;
+    std::memcpy(sent.data(), buf + (h.compressed ? window_digest_offset(n, j) : j * sizeof(Digest)),
+                sizeof(Digest));
+    const std::byte* bytes = data;
+    if (h.compressed) {
+      try {
+        unpacker->unpack(data, head.wire[j], stage.data(), len);
+      } catch (const FileWireError& e) {
+        throw std::runtime_error(me + ": " + what + " arrived damaged: " + e.what());
+      }
+      bytes = stage.data();
+      data += head.wire[j];
+    } else {
       data += len;
     }
-  };
+    const Digest got = sha256(bytes, len);
+    if (got != sent || (h.resume && got != digests[c]))
+      throw std::runtime_error(me + ": " + what + " arrived damaged: SHA-256 " + to_hex(got) +
+                               ", the root's " + to_hex(sent));
+    digests[c] = got;
+    sink.write(layout.offset(c), bytes, len);
+    if (spec.on_work) spec.on_work(len);
+  }
+}
+
+void FileRun::stream_windows() {
+  // 4. The needed chunks, window by window; the disk (or the digests) of one
+  // window overlaps the network of the next. Compressed, the root packs two
+  // windows ahead (window k's head says window k+1's length).
   auto with_rank = [&](auto&& fn) {
     try {
       fn();
@@ -443,32 +563,59 @@ void FileRun::stream_windows() {
       throw std::runtime_error(me + ": " + what);
     }
   };
+  const size_t n = windows.size();
+  auto bcast = [&](size_t k, std::byte* buf) {
+    const runtime::BcastInfo i = comm.bcast(buf, wire[k], root, spec.algorithm);
+    if (k == 0) info = i;
+  };
 
-  std::future<void> io;  // declared after the buffers and the sink: joined first
+  std::future<std::uint64_t> io;  // declared after the buffers and the sink: joined first
   with_rank([&] {
-    if (is_root && !windows.empty())
-      io = std::async(std::launch::async, [&] { fill(windows[0], bufs[0].data()); });
-    for (size_t k = 0; k < windows.size(); ++k) {
-      std::byte* buf = bufs[k % 2].data();
-      if (is_root) {
-        io.get();
-        if (k + 1 < windows.size())
-          io = std::async(std::launch::async,
-                          [&, k] { fill(windows[k + 1], bufs[(k + 1) % 2].data()); });
-        if (k == 0)
-          info = comm.bcast(buf, windows[k].bytes, root, spec.algorithm);
-        else
-          comm.bcast(buf, windows[k].bytes, root, spec.algorithm);
-      } else {
-        if (k == 0)
-          info = comm.bcast(buf, windows[k].bytes, root, spec.algorithm);
-        else
-          comm.bcast(buf, windows[k].bytes, root, spec.algorithm);
-        if (spec.on_arrival) spec.on_arrival(k, buf, windows[k].bytes);
-        if (io.valid()) io.get();
-        io = std::async(std::launch::async, [&, k, buf] { drain(windows[k], buf); });
+    if (is_root) {
+      // Window `ahead` is packed (or read) while window k goes.
+      const size_t ahead = h.compressed ? 2 : 1;
+      size_t started = h.compressed ? 1 : 0;  // compressed: window 0 was packed for the plan
+      auto begin_fill = [&](size_t k) {
+        std::byte* buf = bufs[k % static_cast<size_t>(nbufs)].data();
+        io = std::async(std::launch::async, [this, k, buf] { return fill(k, buf); });
+        started = k + 1;
+      };
+      if (started < n) begin_fill(started);
+      for (size_t k = 0; k < n; ++k) {
+        std::byte* buf = bufs[k % static_cast<size_t>(nbufs)].data();
+        if (!h.compressed) {
+          io.get();
+        } else if (k + 1 < n) {
+          wire[k + 1] = io.get();
+        }
+        if (started < n && started <= k + ahead) begin_fill(started);
+        if (h.compressed) put_u64(buf, wire[k + 1]);
+        bcast(k, buf);
+        if (spec.after_window) spec.after_window(k);
       }
-      if (spec.after_window) spec.after_window(k);
+    } else {
+      for (size_t k = 0; k < n; ++k) {
+        std::byte* buf = bufs[k % static_cast<size_t>(nbufs)].data();
+        bcast(k, buf);
+        if (spec.on_arrival) spec.on_arrival(k, buf, wire[k]);
+        WindowHead head;
+        if (h.compressed) {
+          const auto [least, most] = wire_range(k + 1);
+          try {
+            head = decode_window_head({buf, wire[k]}, windows[k].stored, least, most);
+          } catch (const FileWireError& e) {
+            throw std::runtime_error(me + ": refused window " + std::to_string(k) + ": " +
+                                     e.what());
+          }
+          wire[k + 1] = head.next;
+        }
+        if (io.valid()) io.get();
+        io = std::async(std::launch::async, [this, k, buf, head = std::move(head)] {
+          drain(k, buf, head);
+          return std::uint64_t{0};
+        });
+        if (spec.after_window) spec.after_window(k);
+      }
     }
     if (io.valid()) io.get();
     if (!is_root) sink.commit();
@@ -489,7 +636,10 @@ FileResult FileRun::result() const {
   for (std::uint64_t c : todo) r.bytes_sent += layout.length(c);
   r.windows = windows.size();
   r.algorithm = std::string(topology::algorithm_name(info.algorithm));
-  r.buffer_bytes = 2 * buffer_bytes;
+  r.buffer_bytes = static_cast<std::uint64_t>(nbufs) * buffer_bytes;
+  r.compressed = h.compressed;
+  r.compression_why = compression_why;
+  for (size_t k = 0; k < windows.size(); ++k) r.wire_bytes += wire[k];
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   r.check_seconds = check_seconds;
   return r;

@@ -18,6 +18,11 @@
 // Memory per rank: two window halves of `window_bytes / 2` (double buffering:
 // the network fills one while the disk drains the other), independent of the
 // file size. The chunk size is the root's, at most half a window.
+//
+// Compressed (--compress, files/compress.hpp), a window's length is known only
+// once the root has packed it: each window's head says the next one's, so the
+// root packs window k+1 before it sends window k and keeps three buffers of
+// about a third of the window each (see stream_windows).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +32,7 @@
 #include <vector>
 
 #include "files/chunk_digest.hpp"
+#include "files/compress.hpp"
 #include "files/file_sink.hpp"
 #include "runtime/communicator.hpp"
 
@@ -57,6 +63,9 @@ struct FileSpec {
   std::uint64_t source_dev = 0;
   std::uint64_t source_ino = 0;
   std::optional<topology::Algorithm> algorithm;
+  // The root's: whether chunks travel compressed (files/compress.hpp); the
+  // root's choice reaches every rank in the header.
+  Compression compress = Compression::kOff;
   // The root's: opens the source instead of FileSource::open(source) (a
   // tree's file, reached below its directory without following links).
   std::function<FileSource()> open_source;
@@ -93,6 +102,9 @@ struct FileResult {
   // From the start to the plan: the root's digests and, with resume, every
   // rank's check of what it holds (no data moves before the plan).
   double check_seconds = 0;
+  bool compressed = false;       // the chunks travelled packed by zstd
+  std::string compression_why;   // the root's, with auto: what it measured
+  std::uint64_t wire_bytes = 0;  // bytes of the windows' broadcasts (heads and digests too)
 };
 
 // Every rank calls it with the same root. Throws std::runtime_error starting

@@ -252,6 +252,10 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
       result.chunks += r.chunks;
       result.chunks_sent += r.chunks_sent;
       result.check_seconds += r.check_seconds;
+      result.bytes_sent += r.bytes_sent;
+      result.wire_bytes += r.wire_bytes;
+      if (r.compressed) ++result.files_compressed;
+      if (result.compression_why.empty()) result.compression_why = r.compression_why;
       result.algorithm = r.algorithm;
       digest_input += e.path + '\0' + r.root_digest + '\0';
       result.per_file.push_back(std::move(r));

@@ -47,7 +47,12 @@ struct TreeResult {
   std::uint64_t bytes = 0;  // of the regular files
   std::uint64_t chunks = 0, chunks_sent = 0;
   double check_seconds = 0;  // summed over the files (FileResult::check_seconds)
-  std::string root_digest;   // over every entry and every file's root digest
+  // Summed over the files: the bytes of the chunks sent, and of the windows'
+  // broadcasts that carried them (fewer when compressed).
+  std::uint64_t bytes_sent = 0, wire_bytes = 0;
+  std::uint64_t files_compressed = 0;
+  std::string compression_why;  // the root's, the first file's that has one
+  std::string root_digest;      // over every entry and every file's root digest
   std::string algorithm;
   std::vector<FileResult> per_file;
 };

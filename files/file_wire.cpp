@@ -7,7 +7,7 @@
 namespace gridbcast::files {
 namespace {
 
-constexpr std::uint64_t kMagic = 0x4742'4649'4c45'3032ull;  // "GBFILE02"
+constexpr std::uint64_t kMagic = 0x4742'4649'4c45'3033ull;  // "GBFILE03"
 
 [[noreturn]] void refuse(const std::string& what) {
   throw FileWireError("file broadcast: the root's " + what);
@@ -138,6 +138,7 @@ void encode_file_header(const FileHeader& h, std::byte* out) {
       .u64(h.chunk_bytes)
       .u64(h.window_bytes)
       .u32(h.resume ? 1 : 0)
+      .u32(h.compressed ? 1 : 0)
       .text(h.error);
 }
 
@@ -163,6 +164,9 @@ FileHeader decode_file_header(std::span<const std::byte> in) {
   const std::uint32_t resume = r.u32();
   if (resume > 1) refuse("header has a resume flag of " + std::to_string(resume));
   h.resume = resume == 1;
+  const std::uint32_t compressed = r.u32();
+  if (compressed > 1) refuse("header has a compression of " + std::to_string(compressed));
+  h.compressed = compressed == 1;
   h.error = r.text();
   if (!h.ok) return h;
   if (h.meta.size > kMaxFileBytes)
@@ -277,6 +281,43 @@ std::vector<TreeEntry> decode_manifest(const std::string& bytes) {
   }
   if (!c.done()) refuse("manifest has trailing bytes");
   return out;
+}
+
+}  // namespace gridbcast::files
+
+namespace gridbcast::files {
+
+std::uint64_t window_head_bytes(std::uint64_t chunks) {
+  const std::uint64_t bytes = window_digest_offset(chunks, chunks);
+  return (bytes + kWindowAlign - 1) / kWindowAlign * kWindowAlign;
+}
+
+WindowHead decode_window_head(std::span<const std::byte> window,
+                              std::span<const std::uint64_t> stored, std::uint64_t next_least,
+                              std::uint64_t next_most) {
+  const std::uint64_t n = stored.size();
+  const std::uint64_t head = window_head_bytes(n);
+  if (window.size() < head)
+    refuse("window of " + std::to_string(window.size()) + " bytes is shorter than its head of " +
+           std::to_string(head));
+  WireReader r(window.data(), head);
+  WindowHead w;
+  w.next = r.u64();
+  if (w.next < next_least || w.next > next_most)
+    refuse("window says the next is " + std::to_string(w.next) + " bytes long (" +
+           std::to_string(next_least) + " to " + std::to_string(next_most) + ")");
+  std::uint64_t left = window.size() - head;
+  w.wire.resize(n);
+  for (std::uint64_t j = 0; j < n; ++j) {
+    w.wire[j] = r.u64();
+    if (w.wire[j] == 0 || w.wire[j] > stored[j] || w.wire[j] > left)
+      refuse("window's chunk " + std::to_string(j) + " of " + std::to_string(stored[j]) +
+             " bytes is said to travel as " + std::to_string(w.wire[j]) + " bytes (1 to " +
+             std::to_string(std::min(stored[j], left)) + ")");
+    left -= w.wire[j];
+  }
+  if (left != 0) refuse("window has " + std::to_string(left) + " bytes past its last chunk");
+  return w;
 }
 
 }  // namespace gridbcast::files

@@ -10,8 +10,13 @@
 // the field; nothing is allocated from a field before it is checked.
 //
 //   header (kFileHeaderBytes, zero-padded)
-//   | magic "GBFILE02" | ok u32 | mode u32 | size u64 | mtime s i64 | mtime ns u32 |
-//   | dev u64 | ino u64 | chunk u64 | window u64 | resume u32 | error: u32 n, n bytes |
+//   | magic "GBFILE03" | ok u32 | mode u32 | size u64 | mtime s i64 | mtime ns u32 |
+//   | dev u64 | ino u64 | chunk u64 | window u64 | resume u32 | compressed u32 |
+//   | error: u32 n, n bytes |
+//
+//   a compressed window's head (files/compress.hpp), before its chunks' bytes
+//   | next window's bytes u64 | per chunk: bytes on the wire u64 |
+//   | per chunk: SHA-256 of its bytes as stored | zero padding to kWindowAlign |
 //
 //   manifest
 //   | entries u64 | per entry: path (u64 n, n bytes) | kind u64 | mode u64 |
@@ -64,6 +69,7 @@ struct FileHeader {
   std::uint64_t chunk_bytes = 0;
   std::uint64_t window_bytes = 0;
   bool resume = false;
+  bool compressed = false;  // windows carry a head and chunks packed by zstd
 };
 
 // `out` holds kFileHeaderBytes.
@@ -107,6 +113,29 @@ std::string encode_tree_header(const TreeHeader& h);  // kTreeHeaderBytes long
 // Refuses a status other than 0 or 1, a manifest longer than
 // kMaxManifestBytes, an error text past the header's end.
 TreeHeader decode_tree_header(const std::string& bytes);
+
+// A compressed window: the head, then each chunk's bytes as they travel (a
+// chunk as long as it is stored travels as it is), back to back. The head
+// says how long the next window is, so every rank knows the size of each
+// broadcast before it starts (the first one's comes in the plan).
+inline constexpr std::uint64_t kWindowAlign = 4096;
+std::uint64_t window_head_bytes(std::uint64_t chunks);
+struct WindowHead {
+  std::uint64_t next = 0;           // the next window's bytes; 0 after the last
+  std::vector<std::uint64_t> wire;  // per chunk, its bytes on the wire
+};
+// `window`: the whole window as received; `stored`: each chunk's length as
+// stored; the next window is [next_least, next_most] bytes long (both 0 after
+// the last). Refuses a head past the window's end, a chunk of 0 bytes or more
+// than it stores, chunks that do not fill the window exactly, a next length
+// outside its range. Digests are read by the caller at
+// window_digest_offset(chunks, j).
+WindowHead decode_window_head(std::span<const std::byte> window,
+                              std::span<const std::uint64_t> stored, std::uint64_t next_least,
+                              std::uint64_t next_most);
+inline std::uint64_t window_digest_offset(std::uint64_t chunks, std::uint64_t j) {
+  return 8 + 8 * chunks + 32 * j;
+}
 
 std::string encode_manifest(const std::vector<TreeEntry>& entries);
 // Besides the limits above, refuses what could make a rank write outside the

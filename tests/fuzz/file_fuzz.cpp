@@ -2,10 +2,12 @@
 // bytes a root could send (header, tree header, manifest); they accept or
 // refuse (FileWireError), never read or allocate out of bounds, and what they
 // accept is within the documented limits (and a header or manifest re-encodes
-// identically). The first byte picks the decoder.
+// identically). The first byte picks the decoder; a compressed window's head
+// takes its chunks' stored lengths from the next bytes.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -17,7 +19,30 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size == 0) return 0;
   const auto* body = reinterpret_cast<const std::byte*>(data + 1);
   const std::size_t n = size - 1;
-  if (data[0] & 2) {
+  if (data[0] & 4) {
+    // A compressed window: 1-8 chunks of 1-65536 bytes as stored, then the
+    // window as received.
+    if (n < 1) return 0;
+    const std::size_t chunks = std::to_integer<std::size_t>(body[0]) % 8 + 1;
+    if (n < 1 + 2 * chunks) return 0;
+    std::vector<std::uint64_t> stored(chunks);
+    for (std::size_t j = 0; j < chunks; ++j)
+      stored[j] = (std::to_integer<std::uint64_t>(body[1 + 2 * j]) << 8 |
+                   std::to_integer<std::uint64_t>(body[2 + 2 * j])) +
+                  1;
+    const std::span<const std::byte> window(body + 1 + 2 * chunks, n - 1 - 2 * chunks);
+    try {
+      const WindowHead w = decode_window_head(window, stored, 100, 1 << 20);
+      std::uint64_t sum = window_head_bytes(chunks);
+      if (w.next < 100 || w.next > (1 << 20) || w.wire.size() != chunks) std::abort();
+      for (std::size_t j = 0; j < chunks; ++j) {
+        if (w.wire[j] == 0 || w.wire[j] > stored[j]) std::abort();
+        sum += w.wire[j];
+      }
+      if (sum != window.size()) std::abort();
+    } catch (const FileWireError&) {
+    }
+  } else if (data[0] & 2) {
     // The tree's header, also kTreeHeaderBytes on the wire.
     std::string header(reinterpret_cast<const char*>(body),
                        std::min<std::size_t>(n, kTreeHeaderBytes));
