@@ -65,6 +65,10 @@ std::string prepare_file_job(const FileJobRequest& req, const topology::Grid& gr
     params.window_bytes = req.window_bytes;
     if (params.window_bytes < 2) throw CLI::ValidationError("--window", "must be at least 2 bytes");
     params.resume = req.resume;
+    if (!files::parse_compression(req.compress))
+      throw CLI::ValidationError("--compress",
+                                 "must be auto, zstd or off, not \"" + req.compress + "\"");
+    params.compress = req.compress;
     params.output = req.output;
     if (several) {
       while (params.output.size() > 1 && params.output.back() == '/') params.output.pop_back();

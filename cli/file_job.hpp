@@ -16,7 +16,8 @@ struct FileJobRequest {
   std::string output;              // the --output pattern
   std::uint64_t window_bytes = 0;
   bool resume = false;
-  bool one_host = false;  // every rank on the root's host (local and netns backends)
+  std::string compress = "auto";  // --compress
+  bool one_host = false;          // every rank on the root's host (local and netns backends)
   int root = 0;
 };
 

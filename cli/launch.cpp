@@ -41,6 +41,7 @@ struct Launch {
   std::string l_progress;
   std::string l_window = "64 MiB";
   bool l_resume = false;
+  std::string l_compress = "auto";
   std::string l_require = "1";
   std::vector<std::string> l_program;
   bool l_program_given = false;
@@ -79,6 +80,13 @@ struct Launch {
         "--resume", l_resume,
         "--file: keep the chunks each copy (or the partial copy an interrupted run "
         "left) already holds, checked against the digests; move only the rest");
+    launch_cmd
+        ->add_option("--compress", l_compress,
+                     "--file: send chunks packed by zstd (zstd), as they are (off), or packed "
+                     "when the root's samples of the file say that beats the network (auto: "
+                     "compressible data on links slower than compression); copies are stored "
+                     "as they were and checked against the same digests")
+        ->capture_default_str();
     launch_cmd
         ->add_option("--require", l_require,
                      "broadcasts (--size, --file): how many nodes, the root included, must end "
@@ -173,11 +181,12 @@ struct Launch {
       fr.output = l_output;
       fr.window_bytes = parse_size_option(l_window, "--window");
       fr.resume = l_resume;
+      fr.compress = l_compress;
       fr.one_host = l_run.backend == "local" || l_run.backend == "netns";
       fr.root = l_root;
       spool.path = prepare_file_job(fr, l.grid, o.params);
     } else {
-      for (const char* opt : {"--output", "--window", "--resume"})
+      for (const char* opt : {"--output", "--window", "--resume", "--compress"})
         if (launch_cmd->count(opt)) throw CLI::ValidationError(opt, "only applies to --file");
       o.params.size = parse_size_option(l_size, "--size");
     }

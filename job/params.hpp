@@ -46,6 +46,7 @@ struct JobParams {
   std::uint64_t source_ino = 0;
   std::uint64_t window_bytes = 0;  // file streaming window per rank; 0: the default
   bool resume = false;             // keep chunks a destination already holds
+  std::string compress = "off";    // --file: off, zstd or auto (files::parse_compression)
   bool verify = true;              // SHA-256 of every copy against the root's
   // kBench: a BenchSpec (job/bench.hpp), encoded.
   std::string bench;

@@ -18,11 +18,12 @@ namespace {
 enum class Type : std::uint8_t {
   // 1: the Config before probe jobs (refused now).
   // 2: the Table without a run nonce (refused now).
+  // 6: the Config before --compress (refused now).
   kGo = 3,
   kExit = 4,
   kTable = 5,
-  kConfig = 6,
   kProbePhaseSpec = 7,
+  kConfig = 8,
   kEndpoints = 20,
   kReady = 21,
   kProgress = 22,
@@ -149,6 +150,7 @@ void write_params(Writer& w, const JobParams& p) {
       .u64(p.source_ino)
       .u64(p.window_bytes)
       .flag(p.resume)
+      .text(p.compress)
       .flag(p.verify)
       .text(p.bench)
       .text(p.cert_dir)
@@ -198,6 +200,10 @@ JobParams read_params(Reader& r) {
   p.source_ino = r.u64();
   p.window_bytes = r.u64();
   p.resume = r.flag("resume");
+  p.compress = r.text("compress");
+  // files::parse_compression's names (this half links no zstd).
+  if (p.compress != "off" && p.compress != "zstd" && p.compress != "auto")
+    r.fail("compression \"" + p.compress + "\" is unknown");
   p.verify = r.flag("verify");
   p.bench = r.text("bench");
   p.cert_dir = r.text("cert_dir");

@@ -145,6 +145,7 @@ int run_file_rank(Session& session) {
   spec.output = output_path(params.output, params.label(rank), node.name);
   spec.window_bytes = params.window_bytes;
   spec.resume = params.resume;
+  spec.compress = files::parse_compression(params.compress).value_or(files::Compression::kOff);
   spec.source_dev = params.source_dev;
   spec.source_ino = params.source_ino;
   spec.on_work = [&session](std::uint64_t bytes) { session.note_work(bytes); };
@@ -187,6 +188,13 @@ int run_file_rank(Session& session) {
                          std::to_string(r.chunks_sent) + " of " + std::to_string(r.chunks) +
                          " chunks; every copy held the others intact (checked in " +
                          topology::format_duration(r.check_seconds) + ")");
+    if (rank == it.root && (r.files_compressed > 0 || !r.compression_why.empty()))
+      lanes::log::notice("gridbcast rank " + std::to_string(rank) + ": compression: " +
+                         std::to_string(r.files_compressed) + " of " + std::to_string(r.files) +
+                         (r.files == 1 ? " file" : " files") + " packed with zstd; " +
+                         topology::format_bytes(r.bytes_sent) + " of chunks went as " +
+                         topology::format_bytes(r.wire_bytes) + " of windows" +
+                         (r.compression_why.empty() ? "" : " (" + r.compression_why + ")"));
     if (rank == it.root && r.files + r.symlinks + r.directories > 1)
       lanes::log::notice("gridbcast rank " + std::to_string(rank) + ": " + std::to_string(r.files) +
                          " files (" + std::to_string(r.bytes) + " bytes), " +

@@ -440,6 +440,40 @@ TEST(LaunchFile, StandardInputIsSpooledAndDistributed) {
       << dir_output.err();
 }
 
+// --compress zstd: a tree of a compressible and an incompressible file
+// arrives exact on every node; the root says what travelled packed. A mode
+// that is not one, and --compress without --file, are refused naming it.
+TEST(LaunchFile, CompressedFilesArriveExactAndTheRootSaysWhatWasPacked) {
+  TempDir dir;
+  fs::create_directories(dir / "tree");
+  std::string text;
+  for (int i = 0; text.size() < 3'000'000; ++i)
+    text += "line " + std::to_string(i) + ": every node gets the same bytes\n";
+  write_file(dir / "tree" / "text.txt", text);
+  const std::string noise = pattern(1'000'003, 9);
+  write_file(dir / "tree" / "noise.bin", noise);
+  Child c({kBin, "launch", "--file", (dir / "tree").string(), "--output",
+           (dir / "out" / "{node}").string() + "/", "--compress", "zstd"},
+          dir.path().string());
+  ASSERT_EQ(c.wait(60s), 0) << c.err();
+  for (const auto& n : kNonRoot) {
+    EXPECT_EQ(slurp((dir / "out" / n / "tree" / "text.txt").string()), text) << n;
+    EXPECT_EQ(slurp((dir / "out" / n / "tree" / "noise.bin").string()), noise) << n;
+  }
+  EXPECT_NE(c.err().find("compression: 2 of 2 files packed with zstd"), std::string::npos)
+      << c.err();
+  Child bad({kBin, "launch", "--file", (dir / "tree").string(), "--output",
+             (dir / "bad" / "{node}").string() + "/", "--compress", "lz4"},
+            dir.path().string());
+  EXPECT_NE(bad.wait(60s), 0);
+  EXPECT_NE(bad.err().find("--compress: must be auto, zstd or off, not \"lz4\""), std::string::npos)
+      << bad.err();
+  EXPECT_FALSE(fs::exists(dir / "bad"));
+  Child size({kBin, "launch", "--size", "1MiB", "--compress", "zstd"}, dir.path().string());
+  EXPECT_NE(size.wait(60s), 0);
+  EXPECT_NE(size.err().find("--compress: only applies to --file"), std::string::npos) << size.err();
+}
+
 // A directory: every file, the empty directory and the symlink (as a link)
 // reach every node under OUTPUT/NAME (the trailing / appends the name).
 TEST(LaunchFile, ADirectoryIsDistributedWithItsSymlinksAsLinks) {
