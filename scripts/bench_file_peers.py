@@ -10,6 +10,12 @@ emulated grid, by
   clush-tree   the same in ClusterShell's tree mode, a gateway per site (its
                first node other than the root), the fair one across sites
   scp          a plain scp loop, one node after the other: the naive baseline
+  sbcast       Slurm's sbcast (its default fan-out, 8) in an allocation of
+               every other node, under a Slurm started inside the grid:
+               slurmctld in the root node's namespace, a slurmd in every
+               other node's (as the sshds, in a mount namespace of its own),
+               munged on the host (its socket is a file, reached from every
+               namespace), all under the run's directory
 
 Every other node runs a real sshd in its namespace, started here with a host
 key and a client key made for this run, in a mount namespace of its own in
@@ -18,21 +24,21 @@ gridbcast's is made from inside the root node's namespace to the nodes' first
 lane addresses: over the shaped lanes and WAN, never the management network.
 Every copy is checked with SHA-256 against the source. The table gives each
 tool's time (the whole command, gridbcast's start-up included), its ratio to the max-flow bound (`gridbcast plan`) and how many
-times faster gridbcast was. Needs root and Debian's pdsh, clustershell and
-openssh-server (scripts/setup.sh installs them). Removes every process, mount,
+times faster gridbcast was. Needs root and Debian's pdsh, clustershell,
+openssh-server, slurm-wlm and munge (scripts/setup.sh installs them). Removes every process, mount,
 key and copy it made, also on failure.
 
-Not here (yet): Slurm's sbcast under a Slurm started inside the grid.
-
-  scripts/bench_file_peers.py [TOPOLOGY] [--size 64MiB] [--tools gridbcast,pdcp,clush,scp]
+  scripts/bench_file_peers.py [TOPOLOGY] [--size 64MiB] [--tools gridbcast,pdcp,clush,clush-tree,scp,sbcast]
                               [--root NODE] [--smoke]
 """
 import argparse, hashlib, json, os, re, shutil, signal, socket, subprocess, sys, tempfile, time
 
 from common import BIN, ROOT, SKIP, emulated_grid_unavailable, fmt_size, parse_size, require_binary
 
-TOOLS = ["gridbcast", "pdcp", "clush", "clush-tree", "scp"]
-PROGRAMS = {"pdcp": "pdcp", "clush": "clush", "clush-tree": "clush", "scp": "scp"}
+TOOLS = ["gridbcast", "pdcp", "clush", "clush-tree", "scp", "sbcast"]
+PROGRAMS = {"pdcp": "pdcp", "clush": "clush", "clush-tree": "clush", "scp": "scp",
+            "sbcast": "sbcast"}
+SSH_TOOLS = ["pdcp", "clush", "clush-tree", "scp"]
 SSHD = "/usr/sbin/sshd"
 
 
@@ -67,6 +73,7 @@ class Testbed:
         self.nodes = [n["name"] for n in plan["nodes"]]
         self.site = {n["name"]: n["site"] for n in plan["nodes"]}
         self.sshd = {}  # node -> (the testbed exec process, its pid file)
+        self.slurm = None  # a Slurm inside the grid, when sbcast runs
         self.up = False
 
     def __enter__(self):
@@ -75,6 +82,8 @@ class Testbed:
         return self
 
     def __exit__(self, *exc):
+        if self.slurm:
+            self.slurm.stop()
         for node, (proc, pidfile) in self.sshd.items():
             try:
                 with open(pidfile) as f:
@@ -117,6 +126,148 @@ class Testbed:
             "unshare", "--mount", "--propagation", "private", "sh", "-c", script],
             stdout=log, stderr=subprocess.STDOUT)
         self.sshd[node] = (proc, pidfile)
+
+
+def cgroup_mounts():
+    """Shell commands that mount, in the current mount namespace, the cgroup
+    file systems this script sees under /sys/fs/cgroup (v1 hierarchies, v2,
+    or both): `ip netns exec` mounts a sysfs of the namespace's own, without
+    them, and slurmd will not start without them. A hierarchy mounted again
+    is the same hierarchy."""
+    steps = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            point = fields[4]
+            if point != "/sys/fs/cgroup" and not point.startswith("/sys/fs/cgroup/"):
+                continue
+            rest = fields[fields.index("-") + 1:]
+            fstype, opts = rest[0], rest[2].split(",")
+            keep = [o for o in opts if o not in ("rw", "ro")]
+            steps.append(f"mkdir -p {point} && mount -t {fstype} "
+                         + (f"-o {','.join(keep)} " if keep else "") + f"{fstype} {point}")
+    return " && ".join(steps) if steps else "true"
+
+
+class Slurm:
+    """munged, slurmctld in the root's namespace and a slurmd in every other
+    node's, everything under work/slurm; stop() ends them all."""
+
+    def __init__(self, tb, root, others, addresses, dest_root, mount_point):
+        self.tb, self.root, self.others = tb, root, others
+        self.dir = os.path.join(tb.work, "slurm")
+        self.procs, self.munge_pid, self.conf = [], None, None
+        self.env = dict(os.environ)
+        tb.slurm = self  # stopped with the testbed, whatever happens from here
+        d = self.dir
+        for sub in ("munge", "ctld", "log", "run"):
+            os.makedirs(os.path.join(d, sub), exist_ok=True)
+        os.chmod(os.path.join(d, "munge"), 0o700)
+        key = os.path.join(d, "munge", "key")
+        if os.access("/etc/munge/munge.key", os.R_OK):
+            shutil.copy("/etc/munge/munge.key", key)
+        else:
+            must(run(["mungekey", "-c", "-k", key]), "mungekey")
+        os.chmod(key, 0o600)
+        self.sock = os.path.join(d, "munge", "sock")
+        must(run(["munged", f"--socket={self.sock}", f"--key-file={key}",
+                  f"--pid-file={d}/munge/pid", f"--log-file={d}/log/munged.log",
+                  f"--seed-file={d}/munge/seed", "--force"]), "munged")
+        self.munge_pid = os.path.join(d, "munge", "pid")
+        plugins = "/usr/lib/x86_64-linux-gnu/slurm-wlm"
+        # slurmctld runs in the root node's namespace at its lane address, but
+        # checks that the host's name is the controller's: the namespaces
+        # share the host's name.
+        root_addr = tb.address(root)
+        self.conf = os.path.join(d, "slurm.conf")
+        with open(self.conf, "w") as f:
+            f.write(f"""ClusterName=gbpeers
+SlurmctldHost={socket.gethostname().split(".")[0]}({root_addr})
+SlurmctldPort=16817
+SlurmdPort=16818
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={self.sock}
+StateSaveLocation={d}/ctld
+SlurmdSpoolDir={d}/spool-%n
+SlurmctldPidFile={d}/run/slurmctld.pid
+SlurmdPidFile={d}/run/slurmd-%n.pid
+SlurmctldLogFile={d}/log/slurmctld.log
+SlurmdLogFile={d}/log/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/linear
+SchedulerType=sched/builtin
+MpiDefault=none
+MailProg=/bin/true
+ReturnToService=2
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/none
+SwitchType=switch/none
+PluginDir={plugins}
+""")
+            for n in others:
+                f.write(f"NodeName={n} NodeAddr={addresses[n]} NodeHostname={n} CPUs=1 "
+                        "RealMemory=1000 State=UNKNOWN\n")
+            f.write(f"PartitionName=peers Nodes={','.join(others)} Default=YES MaxTime=60 State=UP\n")
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        self.env["SLURM_CONF"] = self.conf
+        self._start(root, ["slurmctld", "-D", "-i", "-f", self.conf], "slurmctld")
+        for n in others:
+            os.makedirs(os.path.join(d, f"spool-{n}"), exist_ok=True)
+            own = os.path.join(dest_root, n)
+            os.makedirs(own, exist_ok=True)
+            script = (f"mount --bind '{own}' '{mount_point}' && {cgroup_mounts()} && "
+                      f"exec slurmd -D -f '{self.conf}' -N {n}")
+            self._start(n, ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                        f"slurmd-{n}")
+        deadline = time.monotonic() + 60
+        while True:
+            p = run(self.client(["sinfo", "-h", "-t", "idle", "-o", "%D"]), env=self.env)
+            if p.returncode == 0 and p.stdout.strip() == str(len(others)):
+                break
+            if time.monotonic() > deadline:
+                # slurmctld's logs, then the first slurmd's.
+                names = sorted(os.listdir(os.path.join(d, "log")),
+                               key=lambda f: (not f.startswith("slurmctld"), f))[:4]
+                logs = "".join(f"== {f}\n" + open(os.path.join(d, "log", f)).read()[-800:]
+                               for f in names)
+                raise SystemExit(f"bench_file_peers: Slurm did not bring {len(others)} nodes up: "
+                                 f"{p.stdout.strip()} {p.stderr.strip()}\n{logs}")
+            time.sleep(0.3)
+
+    def _start(self, node, argv, name):
+        log = open(os.path.join(self.dir, "log", f"{name}.out"), "w")
+        self.procs.append(subprocess.Popen(self.tb.exec_args(node) + argv, stdout=log,
+                                           stderr=subprocess.STDOUT, env=self.env))
+
+    def client(self, argv):
+        """A Slurm client command in the root's namespace."""
+        return self.tb.exec_args(self.root) + ["env", f"SLURM_CONF={self.conf}"] + argv
+
+    def stop(self):
+        if self.conf and self.procs:
+            run(self.client(["scancel", "--quiet", "--full", "-u", "root"]), env=self.env, timeout=30)
+        for name in ["slurmctld"] + [f"slurmd-{n}" for n in self.others]:
+            pidfile = os.path.join(self.dir, "run", f"{name}.pid")
+            try:
+                with open(pidfile) as f:
+                    os.kill(int(f.read().strip()), signal.SIGTERM)
+            except (OSError, ValueError):
+                pass
+        for proc in self.procs:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        try:
+            with open(self.munge_pid) as f:
+                os.kill(int(f.read().strip()), signal.SIGTERM)
+        except (OSError, ValueError, TypeError):
+            pass
 
 
 def write_ssh_files(work):
@@ -193,11 +344,14 @@ def main():
         if t not in TOOLS:
             raise SystemExit(f"bench_file_peers: unknown tool {t!r}; the tools: {', '.join(TOOLS)}")
     lacking = [PROGRAMS[t] for t in tools if t in PROGRAMS and not shutil.which(PROGRAMS[t])]
-    if tools != ["gridbcast"] and not os.path.exists(SSHD):
+    if "sbcast" in tools:
+        lacking += [p for p in ("slurmctld", "slurmd", "salloc", "sinfo", "munged")
+                    if not shutil.which(p)]
+    if any(t in SSH_TOOLS for t in tools) and not os.path.exists(SSHD):
         lacking.append(SSHD)
     if lacking:
         raise SystemExit(f"bench_file_peers: {', '.join(lacking)} not found: run scripts/setup.sh "
-                         "(it installs pdsh, clustershell and openssh-server)")
+                         "(it installs pdsh, clustershell, openssh-server, slurm-wlm and munge)")
     size = parse_size(args.size)
     work = tempfile.mkdtemp(prefix="gridbcast-file-peers-", dir=args.dir)
     status = 0
@@ -222,12 +376,13 @@ def main():
                                         str(root_rank), "--format", "json"]), "plan").stdout)
             bound = plan["max_flow_bound_seconds"]
             addresses = {n: tb.address(n) for n in others}
-            ssh_tools = [t for t in tools if t != "gridbcast"]
+            ssh_tools = [t for t in tools if t in SSH_TOOLS]
             if ssh_tools:
                 sshd_config, ssh_config = write_ssh_files(work)
                 for n in others:
                     tb.start_sshd(n, sshd_config, dest_root, mount_point)
                 wait_for_ssh(tb, root, addresses, ssh_config)
+            slurm = Slurm(tb, root, others, addresses, dest_root, mount_point) if "sbcast" in tools else None
             print(f"{os.path.basename(args.topology)}: {fmt_size(size, ' ')} from {root} to "
                   f"{len(others)} nodes; max-flow bound {bound:.2f} s", flush=True)
             times = {}
@@ -280,6 +435,10 @@ def main():
                         "clush", "--topology", topology_file, "-w", hosts,
                         "-O", f"ssh_options=-F {ssh_config}", "-O", f"scp_options=-F {ssh_config}",
                         "--copy", src, "--dest", dest]
+                elif tool == "sbcast":
+                    cmd = slurm.client(["salloc", "-N", str(len(others)), "-w", ",".join(others),
+                                        "sbcast", "-f", src, dest])
+                    env = slurm.env
                 else:  # scp, one node after the other
                     loop = " && ".join(f"scp -q -F {ssh_config} {src} root@{addresses[n]}:{dest}"
                                        for n in others)
