@@ -106,6 +106,7 @@ void print_broadcast_text(std::ostream& out, const job::BroadcastSummary& s) {
       out << "    " << f.path << "  " << topology::format_bytes(f.bytes);
       if (f.chunks_sent != f.chunks)
         out << ", " << f.chunks_sent << " of " << f.chunks << " chunks sent";
+      if (f.compressed) out << ", packed to " << topology::format_bytes(f.wire_bytes);
       out << "\n";
     }
     if (s.files.size() > kListed)
@@ -169,7 +170,9 @@ void print_broadcast_json(std::ostream& out, const job::BroadcastSummary& s) {
                      {"bytes", f.bytes},
                      {"chunks", f.chunks},
                      {"chunks_sent", f.chunks_sent},
-                     {"root_digest", f.root_digest}});
+                     {"root_digest", f.root_digest},
+                     {"wire_bytes", f.wire_bytes},
+                     {"compressed", f.compressed}});
   // launch --probe: the bounds above are the measured network's.
   j["measured"] = s.measured.empty() ? Json(nullptr) : Json(s.measured);
   j["declared_max_flow_bound_seconds"] =

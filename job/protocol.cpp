@@ -34,8 +34,9 @@ enum class Type : std::uint8_t {
   kError = 27,
   kAbort = 28,
   kFinished = 29,
-  kFileList = 30,
+  // 30: the FileList before wire bytes (refused now).
   kProbeReport = 31,
+  kFileList = 32,
 };
 
 class Writer {
@@ -312,71 +313,76 @@ std::string encode_body(const ToRank& m) {
 
 std::string encode_body(const ToLauncher& m) {
   return std::visit(
-      Overloaded{
-          [](const Endpoints& e) {
-            Writer w(Type::kEndpoints);
-            for (const std::uint16_t p : e.ports) w.u16(p);
-            return w.take();
-          },
-          [](const Ready& r) { return Writer(Type::kReady).i32(r.iteration).take(); },
-          [](const Progress& p) {
-            return Writer(Type::kProgress)
-                .i32(p.iteration)
-                .u64(p.bytes_in)
-                .u64(p.bytes_out)
-                .u64(p.bytes_worked)
-                .take();
-          },
-          [](const Done& d) {
-            return Writer(Type::kDone)
-                .i32(d.iteration)
-                .i64(d.t0_ns)
-                .i64(d.t1_ns)
-                .text(d.sha256)
-                .text(d.algorithm)
-                .u64(d.segment_bytes)
-                .u64(d.rejected)
-                .u64(d.peak_rss)
-                .u64(d.rss)
-                .text(d.path)
-                .take();
-          },
-          [](const Alive& a) {
-            return Writer(Type::kAlive)
-                .text(a.waiting.substr(0, kMaxWaitingText))
-                .u64(a.moved)
-                .take();
-          },
-          [](const Point& p) { return Writer(Type::kPoint).text(p.encoded).take(); },
-          [](const BenchDone& b) {
-            return Writer(Type::kBenchDone).u64(b.rejected).u64(b.peak_rss).take();
-          },
-          [](const Error& e) { return Writer(Type::kError).text(e.what).take(); },
-          [](const Abort& a) { return Writer(Type::kAbort).i32(a.code).text(a.why).take(); },
-          [](const ProbeReport& p) {
-            // Durations in nanoseconds.
-            const auto ns = [](double s) {
-              return static_cast<std::uint64_t>(std::llround(s * 1e9));
-            };
-            Writer w(Type::kProbeReport);
-            w.i32(p.phase).u32(static_cast<std::uint32_t>(p.samples.size()));
-            for (const auto& smp : p.samples)
-              w.i32(smp.flow)
-                  .u64(smp.bytes)
-                  .u64(ns(smp.seconds))
-                  .u64(ns(smp.rtt_min_s))
-                  .u64(ns(smp.rtt_median_s))
-                  .i32(smp.pings);
-            return w.take();
-          },
-          [](const Finished&) { return Writer(Type::kFinished).take(); },
-          [](const FileList& l) {
-            Writer w(Type::kFileList);
-            w.i32(l.iteration).u32(static_cast<std::uint32_t>(l.files.size()));
-            for (const auto& f : l.files)
-              w.text(f.path).u64(f.bytes).u64(f.chunks).u64(f.chunks_sent).text(f.root_digest);
-            return w.take();
-          }},
+      Overloaded{[](const Endpoints& e) {
+                   Writer w(Type::kEndpoints);
+                   for (const std::uint16_t p : e.ports) w.u16(p);
+                   return w.take();
+                 },
+                 [](const Ready& r) { return Writer(Type::kReady).i32(r.iteration).take(); },
+                 [](const Progress& p) {
+                   return Writer(Type::kProgress)
+                       .i32(p.iteration)
+                       .u64(p.bytes_in)
+                       .u64(p.bytes_out)
+                       .u64(p.bytes_worked)
+                       .take();
+                 },
+                 [](const Done& d) {
+                   return Writer(Type::kDone)
+                       .i32(d.iteration)
+                       .i64(d.t0_ns)
+                       .i64(d.t1_ns)
+                       .text(d.sha256)
+                       .text(d.algorithm)
+                       .u64(d.segment_bytes)
+                       .u64(d.rejected)
+                       .u64(d.peak_rss)
+                       .u64(d.rss)
+                       .text(d.path)
+                       .take();
+                 },
+                 [](const Alive& a) {
+                   return Writer(Type::kAlive)
+                       .text(a.waiting.substr(0, kMaxWaitingText))
+                       .u64(a.moved)
+                       .take();
+                 },
+                 [](const Point& p) { return Writer(Type::kPoint).text(p.encoded).take(); },
+                 [](const BenchDone& b) {
+                   return Writer(Type::kBenchDone).u64(b.rejected).u64(b.peak_rss).take();
+                 },
+                 [](const Error& e) { return Writer(Type::kError).text(e.what).take(); },
+                 [](const Abort& a) { return Writer(Type::kAbort).i32(a.code).text(a.why).take(); },
+                 [](const ProbeReport& p) {
+                   // Durations in nanoseconds.
+                   const auto ns = [](double s) {
+                     return static_cast<std::uint64_t>(std::llround(s * 1e9));
+                   };
+                   Writer w(Type::kProbeReport);
+                   w.i32(p.phase).u32(static_cast<std::uint32_t>(p.samples.size()));
+                   for (const auto& smp : p.samples)
+                     w.i32(smp.flow)
+                         .u64(smp.bytes)
+                         .u64(ns(smp.seconds))
+                         .u64(ns(smp.rtt_min_s))
+                         .u64(ns(smp.rtt_median_s))
+                         .i32(smp.pings);
+                   return w.take();
+                 },
+                 [](const Finished&) { return Writer(Type::kFinished).take(); },
+                 [](const FileList& l) {
+                   Writer w(Type::kFileList);
+                   w.i32(l.iteration).u32(static_cast<std::uint32_t>(l.files.size()));
+                   for (const auto& f : l.files)
+                     w.text(f.path)
+                         .u64(f.bytes)
+                         .u64(f.chunks)
+                         .u64(f.chunks_sent)
+                         .text(f.root_digest)
+                         .u64(f.wire_bytes)
+                         .flag(f.compressed);
+                   return w.take();
+                 }},
       m);
 }
 
@@ -600,6 +606,11 @@ ToLauncher decode_to_launcher(const std::string& body) {
         if (f.root_digest.size() != 64 ||
             f.root_digest.find_first_not_of("0123456789abcdef") != std::string::npos)
           r.fail("root_digest is not 64 lower-case hex digits");
+        f.wire_bytes = r.u64();
+        // Only reported; within what any file's windows could take.
+        if (f.wire_bytes > kMaxWireBytes)
+          r.fail("wire bytes " + std::to_string(f.wire_bytes) + " beyond any file's windows");
+        f.compressed = r.flag("compressed");
       }
       r.end();
       out = std::move(l);

@@ -50,6 +50,9 @@ inline constexpr std::uint32_t kMaxSources = 1u << 16;         // --file argumen
 inline constexpr std::uint64_t kMaxFiles = 1ull << 32;         // regular files of one job
 inline constexpr std::uint32_t kMaxFileRecordsPerList = 1024;  // per FileList message
 inline constexpr std::uint32_t kMaxPathBytes = 4096;           // PATH_MAX
+// A file's windows on the wire: its bytes (files::kMaxFileBytes, 2^60) and
+// their heads, far from it.
+inline constexpr std::uint64_t kMaxWireBytes = 1ull << 61;
 inline constexpr size_t kTagBytes = 16;
 
 // launcher → rank
@@ -113,6 +116,10 @@ struct FileRecord {
   std::uint64_t chunks = 0;
   std::uint64_t chunks_sent = 0;  // fewer than chunks with --resume
   std::string root_digest;        // hex: SHA-256 over the chunks' SHA-256
+  // The bytes of the windows' broadcasts that carried the chunks sent
+  // (fewer than theirs when packed by zstd: --compress).
+  std::uint64_t wire_bytes = 0;
+  bool compressed = false;
 };
 struct FileList {
   std::int32_t iteration = 0;

@@ -168,7 +168,8 @@ int run_file_rank(Session& session) {
       control::FileList list{i, {}};
       for (size_t f = 0; f < r.per_file.size(); ++f) {
         const files::FileResult& fr = r.per_file[f];
-        list.files.push_back({fr.name, fr.size, fr.chunks, fr.chunks_sent, fr.root_digest});
+        list.files.push_back({fr.name, fr.size, fr.chunks, fr.chunks_sent, fr.root_digest,
+                              fr.wire_bytes, fr.compressed});
         if (list.files.size() == control::kMaxFileRecordsPerList || f + 1 == r.per_file.size()) {
           session.send(list);
           list.files.clear();

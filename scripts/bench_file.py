@@ -10,6 +10,7 @@ every copy at the end, also on failure.
 
   scripts/bench_file.py [TOPOLOGY] [--size 4GiB] [--windows 64MiB,512MiB]
                         [--dir /var/tmp] [--source FILE] [--in-memory auto|on|off]
+                        [--compress auto|zstd|off]
 """
 import argparse, json, os, resource, shutil, subprocess, sys, tempfile, time
 
@@ -48,6 +49,8 @@ def main():
     ap.add_argument("--source", help="an existing file to send (default: random data of --size)")
     ap.add_argument("--in-memory", default="auto", choices=["auto", "on", "off"])
     ap.add_argument("--timeout", type=int, default=3600)
+    ap.add_argument("--compress", choices=["auto", "zstd", "off"],
+                    help="launch's --compress (default: launch's own, auto)")
     args = ap.parse_args()
     require_binary("bench_file")
     if emulated_grid_unavailable("bench_file"):
@@ -74,7 +77,8 @@ def main():
             copies = os.path.join(work, "copies")
             r, wall, cpu = run([BIN, "testbed", "run", args.topology, "--", BIN, "launch", args.topology,
                                 "--file", src, "--output", copies + "/{node}/copy.bin",
-                                "--window", window, "--json"], args.timeout)
+                                "--window", window, "--json"]
+                               + (["--compress", args.compress] if args.compress else []), args.timeout)
             ranks = r["ranks"]
             if not r["verified"]:
                 sys.exit("bench_file: the run was not verified")

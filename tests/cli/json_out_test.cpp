@@ -284,7 +284,9 @@ TEST(JsonSchema, LaunchFileWithABadlyEncodedNameGivesValidJson) {
                                 {"bytes", T::number_unsigned},
                                 {"chunks", T::number_unsigned},
                                 {"chunks_sent", T::number_unsigned},
-                                {"root_digest", T::string}});
+                                {"root_digest", T::string},
+                                {"wire_bytes", T::number_unsigned},
+                                {"compressed", T::boolean}});
   const std::string path = j["files"][0]["path"];
   EXPECT_NE(path.find("bad-\xef\xbf\xbd\xef\xbf\xbd-\x01-name"), std::string::npos) << c.out();
   EXPECT_EQ(j["files"][0]["bytes"], 10);

@@ -462,6 +462,8 @@ TEST(LaunchFile, CompressedFilesArriveExactAndTheRootSaysWhatWasPacked) {
   }
   EXPECT_NE(c.err().find("compression: 2 of 2 files packed with zstd"), std::string::npos)
       << c.err();
+  // The summary says what each file took on the wire.
+  EXPECT_NE(c.out().find("text.txt  2.86 MiB, packed to "), std::string::npos) << c.out();
   Child bad({kBin, "launch", "--file", (dir / "tree").string(), "--output",
              (dir / "bad" / "{node}").string() + "/", "--compress", "lz4"},
             dir.path().string());

@@ -122,13 +122,16 @@ TEST(ControlProtocol, EveryMessageRoundTrips) {
   FileList fl;
   fl.iteration = 1;
   fl.files.push_back({"dir/a.bin", 5, 1, 1, std::string(64, 'b')});
-  fl.files.push_back({"dir/b.bin", 1ull << 40, 1ull << 18, 7, std::string(64, 'c')});
+  fl.files.push_back({"dir/b.bin", 1ull << 40, 1ull << 18, 7, std::string(64, 'c'), 12345, true});
   const auto fb = std::get<FileList>(decode_to_launcher(encode_body(fl)));
   ASSERT_EQ(fb.files.size(), 2u);
   EXPECT_EQ(fb.files[1].path, "dir/b.bin");
   EXPECT_EQ(fb.files[1].bytes, 1ull << 40);
   EXPECT_EQ(fb.files[1].chunks_sent, 7u);
   EXPECT_EQ(fb.files[0].root_digest, std::string(64, 'b'));
+  EXPECT_EQ(fb.files[1].wire_bytes, 12345u);
+  EXPECT_TRUE(fb.files[1].compressed);
+  EXPECT_FALSE(fb.files[0].compressed);
   ProbeReport pr;
   pr.phase = 3;
   pr.samples.push_back({2, 1ull << 33, 0.25, 0, 0, 0});
@@ -205,14 +208,16 @@ TEST(ControlProtocol, DecodersRefuseWhatIsOutOfRange) {
   refused_by_launcher(encode_body(bad_digest));
   refused_by_launcher(std::string(1, '\x01'));  // a Config sent to the launcher
   // File lists: more records than one list may hold, more chunks sent than
-  // the file has, a digest that is not one, an empty or over-long path.
+  // the file has, a digest that is not one, an empty or over-long path, wire
+  // bytes beyond any file's windows.
   FileList many;
   many.files.assign(kMaxFileRecordsPerList + 1, {"a", 1, 1, 1, std::string(64, 'a')});
   refused_by_launcher(encode_body(many));
   for (const FileRecord& bad :
        {FileRecord{"a", 1, 1, 2, std::string(64, 'a')}, FileRecord{"a", 1, 1, 1, "zz"},
         FileRecord{"", 1, 1, 1, std::string(64, 'a')},
-        FileRecord{std::string(kMaxPathBytes + 1, 'p'), 1, 1, 1, std::string(64, 'a')}}) {
+        FileRecord{std::string(kMaxPathBytes + 1, 'p'), 1, 1, 1, std::string(64, 'a')},
+        FileRecord{"a", 1, 1, 1, std::string(64, 'a'), kMaxWireBytes + 1}}) {
     FileList one;
     one.files.push_back(bad);
     refused_by_launcher(encode_body(one));
