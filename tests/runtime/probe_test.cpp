@@ -170,23 +170,36 @@ TEST(ProbeHostile, EndlessPingsAreCutOffAtTheLimit) {
   const std::string e = receiver_error(
       ProbeKind::kLatency, [](lanes::Stream& s, asio::io_context& io, const topology::ProbeFlow&) {
         // Pings as fast as they go, the echoes read on the side so none
-        // blocks the receiver: it stops at the limit.
-        bool done = false;
+        // blocks the receiver: it stops at the limit. The connection is held
+        // until the receiver closes it (bounded at 60 s): closing it first,
+        // with echoes unread, resets it, and a receiver slowed down (by a
+        // sanitizer) that has not reached the limit yet would lose the
+        // pings still queued and see a closed connection instead.
+        bool closed = false;
         asio::co_spawn(
             io,
             [&]() -> asio::awaitable<void> {
               std::array<std::uint8_t, lanes::kFrameHeaderBytes> echo{};
-              while (!done) {
+              for (;;) {
                 auto [ec, n] = co_await s.read(asio::buffer(echo));
                 if (ec) break;
               }
+              closed = true;
             },
             asio::detached);
-        std::vector<lanes::FrameHeader> pings;
-        for (std::uint64_t i = 0; i <= kMaxProbePings; ++i)
-          pings.push_back({lanes::FrameKind::kPing, 0, i, 0});
-        send_frames(s, io, pings, 0);
-        done = true;  // the reader's frame goes with the io_context
+        run_until(io, [&]() -> asio::awaitable<int> {
+          for (std::uint64_t i = 0; i <= kMaxProbePings; ++i) {
+            const auto h = lanes::encode(lanes::FrameHeader{lanes::FrameKind::kPing, 0, i, 0});
+            auto [ec, n] = co_await s.write(asio::buffer(h));
+            if (ec) co_return 1;
+          }
+          asio::steady_timer tick(io);
+          for (int waited = 0; !closed && waited < 1200; ++waited) {
+            tick.expires_after(50ms);
+            co_await tick.async_wait(lanes::kAsTuple);
+          }
+          co_return 0;
+        }());
       });
   EXPECT_NE(e.find("protocol error from rank 0"), std::string::npos) << e;
   EXPECT_NE(e.find("more than " + std::to_string(kMaxProbePings) + " pings"), std::string::npos)
