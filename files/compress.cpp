@@ -72,8 +72,20 @@ void ChunkDecompressor::unpack(const std::byte* src, std::uint64_t wire, std::by
     std::memcpy(dst, src, bytes);
     return;
   }
-  // One frame, expanding to exactly `bytes`: more would be refused by zstd
-  // (dstSize_tooSmall) before it writes past dst + bytes.
+  // One frame that fills the chunk's `wire` bytes and says it holds exactly
+  // `bytes` (not several frames, a skippable one, or one of unknown size).
+  // Whatever the header says, zstd refuses (dstSize_tooSmall) before it
+  // writes past dst + bytes.
+  const size_t frame = ZSTD_findFrameCompressedSize(src, wire);
+  if (ZSTD_isError(frame) || frame != wire)
+    throw FileWireError("a compressed chunk of " + std::to_string(bytes) +
+                        " bytes is not one zstd frame of " + std::to_string(wire) + " bytes");
+  const unsigned long long content = ZSTD_getFrameContentSize(src, wire);
+  if (content != bytes)
+    throw FileWireError("a compressed chunk of " + std::to_string(bytes) + " bytes says it holds " +
+                        (content == ZSTD_CONTENTSIZE_UNKNOWN || content == ZSTD_CONTENTSIZE_ERROR
+                             ? std::string("an unknown size")
+                             : std::to_string(content)));
   const size_t n = ZSTD_decompressDCtx(ctx_->d, dst, bytes, src, wire);
   if (ZSTD_isError(n))
     throw FileWireError("a compressed chunk of " + std::to_string(bytes) +

@@ -66,8 +66,9 @@ class ChunkDecompressor {
   ChunkDecompressor& operator=(const ChunkDecompressor&) = delete;
   // The inverse of pack: `wire` bytes at `src` into exactly `bytes` bytes at
   // `dst`. Throws FileWireError when `wire` is 0 or above `bytes`, when the
-  // data is not a zstd frame or does not expand to exactly `bytes` bytes
-  // (zstd never writes past `dst + bytes`, whatever a peer sent).
+  // data is not exactly one zstd frame whose header says it holds `bytes`
+  // bytes, or does not expand to them (zstd never writes past
+  // `dst + bytes`, whatever a peer sent).
   void unpack(const std::byte* src, std::uint64_t wire, std::byte* dst, std::uint64_t bytes);
 
  private:

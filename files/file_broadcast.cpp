@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <memory>
 #include <stdexcept>
@@ -168,7 +169,7 @@ struct FileRun {
   void open_and_check();
   void agree_plan();
   void plan_windows();
-  std::uint64_t fill(size_t k, std::byte* buf);
+  std::uint64_t fill(size_t k, std::byte* buf, const std::function<void()>& each_chunk = {});
   void drain(size_t k, const std::byte* buf, const WindowHead& head);
   std::pair<std::uint64_t, std::uint64_t> wire_range(size_t k) const;
   void stream_windows();
@@ -389,16 +390,19 @@ void FileRun::agree_plan() {
         all[b] = static_cast<std::uint8_t>(all[b] | theirs[b]);
     }
     // Compressed, the first window's length goes in the plan: the root packs
-    // it now.
+    // it now, telling the ranks waiting for the plan that it still works (a
+    // third of a large --window takes longer than --timeout to pack).
     std::uint64_t first = 0;
     if (failed < 0 && h.compressed) {
       needed = all;
       plan_windows();
       try {
-        if (!windows.empty()) first = fill(0, bufs[0].data());
+        if (!windows.empty()) first = fill(0, bufs[0].data(), [&note] { note.tick(); });
       } catch (const std::exception& e) {
         failed = root;
         failure = e.what();
+        // Said once: the plan names the failed rank.
+        if (failure.rfind(me + ": ", 0) == 0) failure.erase(0, me.size() + 2);
       }
     }
     WireWriter(plan.data())
@@ -476,7 +480,7 @@ std::pair<std::uint64_t, std::uint64_t> FileRun::wire_range(size_t k) const {
 // The root: reads window k's chunks into `buf`, digests them, and packs them
 // when compressed; returns the window's bytes. Compressed, the head's "next"
 // is left 0 for the loop to set.
-std::uint64_t FileRun::fill(size_t k, std::byte* buf) {
+std::uint64_t FileRun::fill(size_t k, std::byte* buf, const std::function<void()>& each_chunk) {
   const WindowLayout& w = windows[k];
   const std::uint64_t n = w.chunks.size();
   auto digest = [&](std::uint64_t c, const std::byte* at, std::uint64_t len) {
@@ -486,6 +490,7 @@ std::uint64_t FileRun::fill(size_t k, std::byte* buf) {
                                std::to_string(c) + " no longer matches its digest)");
     digests[c] = d;
     if (spec.on_work) spec.on_work(len);
+    if (each_chunk) each_chunk();
     return d;
   };
   if (!h.compressed) {
@@ -636,7 +641,7 @@ FileResult FileRun::result() const {
   for (std::uint64_t c : todo) r.bytes_sent += layout.length(c);
   r.windows = windows.size();
   r.algorithm = std::string(topology::algorithm_name(info.algorithm));
-  r.buffer_bytes = static_cast<std::uint64_t>(nbufs) * buffer_bytes;
+  r.buffer_bytes = static_cast<std::uint64_t>(nbufs) * buffer_bytes + stage.size();
   r.compressed = h.compressed;
   r.compression_why = compression_why;
   for (size_t k = 0; k < windows.size(); ++k) r.wire_bytes += wire[k];

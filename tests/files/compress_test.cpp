@@ -11,12 +11,15 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "files/file_broadcast.hpp"
@@ -108,7 +111,7 @@ TEST(ChunkCompression, AFrameThatExpandsPastItsChunkIsRefusedWithoutWritingPastI
     d.unpack(packed.data(), n, out.data(), out.size());
     FAIL() << "a 1 MiB frame was taken for a 4096-byte chunk";
   } catch (const FileWireError& e) {
-    EXPECT_NE(std::string(e.what()).find("does not expand"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("says it holds 1048576"), std::string::npos) << e.what();
   }
 }
 
@@ -124,7 +127,7 @@ TEST(ChunkCompression, AFrameThatExpandsShortOfItsChunkIsRefused) {
     d.unpack(packed.data(), n, out.data(), out.size());
     FAIL() << "a 1000-byte frame was taken for a 5000-byte chunk";
   } catch (const FileWireError& e) {
-    EXPECT_NE(std::string(e.what()).find("expands to 1000"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("says it holds 1000"), std::string::npos) << e.what();
   }
 }
 
@@ -142,6 +145,19 @@ TEST(ChunkCompression, GarbageAndImpossibleLengthsAreRefused) {
   const std::uint64_t n = z.pack(as_bytes(text), text.size(), packed.data());
   std::vector<std::byte> back(text.size());
   EXPECT_THROW(d.unpack(packed.data(), n / 2, back.data(), back.size()), FileWireError);
+  // Two frames back to back, each of half the chunk: one frame only.
+  {
+    std::vector<std::byte> two(text.size());
+    const std::uint64_t a = z.pack(as_bytes(text), text.size() / 2, two.data());
+    const std::uint64_t b =
+        z.pack(as_bytes(text) + text.size() / 2, text.size() / 2, two.data() + a);
+    try {
+      d.unpack(two.data(), a + b, back.data(), text.size());
+      ADD_FAILURE() << "two frames were taken for one";
+    } catch (const FileWireError& e) {
+      EXPECT_NE(std::string(e.what()).find("is not one zstd frame"), std::string::npos) << e.what();
+    }
+  }
   // And the decompressor still works after each refusal.
   d.unpack(packed.data(), n, back.data(), back.size());
   EXPECT_EQ(std::memcmp(back.data(), text.data(), text.size()), 0);
@@ -274,8 +290,9 @@ TEST_P(PackedShapes, EveryCopyIsExactAndTextTravelsInFewerBytes) {
         EXPECT_TRUE(res.compressed);
         EXPECT_EQ(res.root_digest, o.results.at(root).root_digest);
         EXPECT_EQ(res.wire_bytes, o.results.at(root).wire_bytes) << "rank " << r;
-        // Three buffers share the window (each with its head).
-        EXPECT_LE(res.buffer_bytes, kWindow + 3 * kWindowAlign);
+        // Three buffers share the window (each with its head), and one
+        // chunk is unpacked (or read) aside.
+        EXPECT_LE(res.buffer_bytes, kWindow + kChunk + 3 * kWindowAlign);
         if (r != root) {
           EXPECT_EQ(slurp(res.path), data) << "rank " << r;
         }
@@ -339,6 +356,34 @@ TEST(PackedWindows, DamageToAHeadOrAPackedChunkFailsTheRankThatGotIt) {
     EXPECT_EQ(o.errors.at(2).rfind("rank 2 (node ", 0), 0u) << o.errors.at(2);
     EXPECT_FALSE(fs::exists(dir / "n2" / "copy"));
   }
+}
+
+// The root packs the first window before the plan, while every other rank
+// waits for it: packing that takes longer than the timeout (a third of a
+// large window, a slow disk) does not fail them, since the root says it
+// still works.
+TEST(PackedWindows, PackingTheFirstWindowLongerThanTheTimeoutFailsNobody) {
+  const auto grid = make_grid({3});
+  runtime::CommOptions o;
+  o.timeout = std::chrono::milliseconds(1000);
+  Ranks ranks(grid, o);
+  TempDir dir;
+  const fs::path src = dir / "src";
+  // 16 chunks: two per window (a third of kWindow), at least eight windows.
+  const std::string data = text_bytes(16 * kChunk, 12);
+  write_file(src, data);
+  std::atomic<int> calls{0};
+  const Outcome out = run(ranks, 0, [&](int r) {
+    FileSpec s = packed_spec(dir.path(), src, r, "copy");
+    if (r == 0)  // the first window's two chunks take 1.4 s to read
+      s.on_work = [&calls](std::uint64_t) {
+        if (calls++ < 2) std::this_thread::sleep_for(std::chrono::milliseconds(700));
+      };
+    return s;
+  });
+  ASSERT_TRUE(out.errors.empty()) << out.errors.begin()->second;
+  EXPECT_EQ(slurp((dir / "n1" / "copy").string()), data);
+  EXPECT_EQ(slurp((dir / "n2" / "copy").string()), data);
 }
 
 // Resume with compression: a copy with one chunk damaged gets that chunk
