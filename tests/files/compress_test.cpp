@@ -25,6 +25,7 @@
 #include "files/file_broadcast.hpp"
 #include "files/file_wire.hpp"
 #include "runtime/buffer.hpp"
+#include "support/file_runs.hpp"
 #include "support/grids.hpp"
 #include "support/process.hpp"
 #include "support/ranks.hpp"
@@ -34,6 +35,10 @@ namespace gridbcast::files {
 namespace {
 
 namespace fs = std::filesystem;
+using runs::Outcome;
+using runs::quick_timeout;
+using runs::run;
+using runs::write_file;
 using testing::make_grid;
 using testing::Ranks;
 using testing::slurp;
@@ -223,37 +228,6 @@ TEST(WindowHead, EveryLengthAPeerSendsIsCheckedBeforeUse) {
 }
 
 // --- Over loopback ---------------------------------------------------------
-
-struct Outcome {
-  std::map<int, FileResult> results;
-  std::map<int, std::string> errors;
-};
-
-Outcome run(Ranks& ranks, int root, const std::function<FileSpec(int)>& spec_of) {
-  Outcome out;
-  std::mutex m;
-  ranks.run([&](runtime::Communicator& c) {
-    try {
-      FileResult r = broadcast_file(c, spec_of(c.rank()), root);
-      std::lock_guard lock(m);
-      out.results[c.rank()] = r;
-    } catch (const std::exception& e) {
-      std::lock_guard lock(m);
-      out.errors[c.rank()] = e.what();
-    }
-  });
-  return out;
-}
-
-runtime::CommOptions quick_timeout() {
-  runtime::CommOptions o;
-  o.timeout = std::chrono::milliseconds(3000);
-  return o;
-}
-
-void write_file(const fs::path& p, const std::string& data) {
-  std::ofstream(p, std::ios::binary | std::ios::trunc) << data;
-}
 
 FileSpec packed_spec(const fs::path& dir, const fs::path& src, int r, const std::string& name) {
   FileSpec s;

@@ -34,6 +34,7 @@
 
 #include "files/file_wire.hpp"
 #include "runtime/buffer.hpp"
+#include "support/file_runs.hpp"
 #include "support/grids.hpp"
 #include "support/process.hpp"
 #include "support/ranks.hpp"
@@ -44,6 +45,10 @@ namespace gridbcast::files {
 namespace {
 
 namespace fs = std::filesystem;
+using runs::Outcome;
+using runs::quick_timeout;
+using runs::run;
+using runs::write_file;
 using testing::make_grid;
 using testing::Ranks;
 using testing::slurp;
@@ -58,45 +63,12 @@ std::string pattern_bytes(std::uint64_t size, std::uint64_t seed) {
   return s;
 }
 
-void write_file(const fs::path& p, const std::string& data, mode_t mode = 0640) {
-  std::ofstream(p, std::ios::binary | std::ios::trunc) << data;
-  ::chmod(p.c_str(), mode);
-}
-
 std::vector<std::string> temporaries(const fs::path& dir) {
   std::vector<std::string> out;
   for (const auto& e : fs::recursive_directory_iterator(dir))
     if (e.path().filename().string().find(".gridbcast-") != std::string::npos)
       out.push_back(e.path().string());
   return out;
-}
-
-// Each rank's result or error.
-struct Outcome {
-  std::map<int, FileResult> results;
-  std::map<int, std::string> errors;
-};
-
-Outcome run(Ranks& ranks, int root, const std::function<FileSpec(int)>& spec_of) {
-  Outcome out;
-  std::mutex m;
-  ranks.run([&](runtime::Communicator& c) {
-    try {
-      FileResult r = broadcast_file(c, spec_of(c.rank()), root);
-      std::lock_guard lock(m);
-      out.results[c.rank()] = r;
-    } catch (const std::exception& e) {
-      std::lock_guard lock(m);
-      out.errors[c.rank()] = e.what();
-    }
-  });
-  return out;
-}
-
-runtime::CommOptions quick_timeout() {
-  runtime::CommOptions o;
-  o.timeout = std::chrono::milliseconds(3000);
-  return o;
 }
 
 class FileShapes : public ::testing::TestWithParam<std::tuple<std::vector<int>, int>> {};
