@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 
 #include "cli/commands.hpp"
@@ -36,6 +37,7 @@ struct Testbed {
   TrafficServerOptions server_options;
   TrafficClientOptions client_options;
   std::string rate = "0bit";
+  ComposeOptions compose_options;
 
   topology::Grid grid() const { return topology::load_grid_file(topology); }
   UpOptions up_options() const {
@@ -165,6 +167,25 @@ Testbed::Testbed(CLI::App& app) {
           "env file with GRIDBCAST_SECRET and GRIDBCAST_JOB_ID, relative to the compose file")
       ->capture_default_str();
   m.compose->add_option("--port", m.port, "the launcher's control port")->capture_default_str();
+  m.compose
+      ->add_option("--engine", m.compose_options.engine,
+                   "docker (docker compose) or podman (docker-compose talking to `podman system "
+                   "service`): podman's networks are internal, so that it masquerades nothing")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, ComposeEngine>{{"docker", ComposeEngine::kDocker},
+                                               {"podman", ComposeEngine::kPodman}},
+          CLI::ignore_case))
+      ->capture_default_str();
+  m.compose
+      ->add_option("--nofile", m.compose_options.nofile,
+                   "every container's open-file limit; no higher than the host's hard limit")
+      ->check(CLI::Range(64L, 1L << 30))
+      ->capture_default_str();
+  m.compose
+      ->add_option("--nproc", m.compose_options.nproc,
+                   "every container's process limit; no higher than the host's hard limit")
+      ->check(CLI::Range(64L, 1L << 30))
+      ->capture_default_str();
   m.compose->add_option("--launch-arg", m.launch_args,
                         "extra argument for `gridbcast launch` (repeat), e.g. --launch-arg=--size "
                         "--launch-arg=256MiB");
@@ -255,7 +276,7 @@ int run_testbed(Testbed& m) {
   }
   if (m.compose->parsed()) {
     const topology::Grid grid = m.grid();
-    ComposeOptions o;
+    ComposeOptions o = m.compose_options;
     o.image = m.image;
     o.env_file = m.env_file;
     o.port = m.port;

@@ -22,8 +22,13 @@ slurm_packages=(slurm-wlm munge)
 # (it starts its own sshd in each emulated node; the packaged service is not
 # used).
 file_peer_packages=(pdsh clustershell openssh-server openssh-client)
+# podman (with runc), docker-compose 1.29 and debootstrap: the compose testbed
+# run in a real container engine (scripts/test_compose.sh starts its own
+# `podman system service` and makes the Debian 12 base image with debootstrap).
+container_packages=(podman runc docker-compose debootstrap)
 missing=()
-for p in "${packages[@]}" "${mpi_packages[@]}" "${slurm_packages[@]}" "${file_peer_packages[@]}"; do
+for p in "${packages[@]}" "${mpi_packages[@]}" "${slurm_packages[@]}" "${file_peer_packages[@]}" \
+         "${container_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then

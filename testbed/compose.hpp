@@ -20,15 +20,22 @@ inline constexpr const char* kComposeControlSubnet = "10.254.0.0/24";
 inline constexpr const char* kComposeLauncherAddress = "10.254.0.2";
 inline constexpr const char* kComposeTransitRange = "10.253.0.0/16";  // a /29 per WAN link
 inline constexpr const char* kComposeTopologyPath = "/etc/gridbcast/topology.yaml";
-inline constexpr const char* kComposeReadyFile = "/run/gridbcast-ready";
+inline constexpr int kComposeRouteWait = 120;  // seconds a node waits for the other sites
+
+// The engine the file is for: where docker and podman differ (networks), the
+// file says what that engine needs; everything else is the same.
+enum class ComposeEngine { kDocker, kPodman };
 
 struct ComposeOptions {
+  ComposeEngine engine = ComposeEngine::kDocker;
   std::string image = "gridbcast:latest";
   std::string topology_mount;  // the topology file, relative to the compose file's folder
   std::string generated_by;    // the command line, for the header comment
   std::string env_file = "gridbcast.env";
   std::uint16_t port = 7000;
   std::vector<std::string> launch_args;  // appended to `gridbcast launch`
+  long nofile = 8192;                    // every service's open-file limit (soft = hard)
+  long nproc = 4096;                     // and process limit
 };
 
 // The compose file as text. Throws TestbedError if the topology cannot run in

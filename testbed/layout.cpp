@@ -153,6 +153,12 @@ std::string testbed_prefix(const std::string& topology_name, const std::string& 
   return buf;
 }
 
+std::size_t delay_buffer_bytes(double router_ingress_bps, double latency_s) {
+  constexpr double kMin = 4u << 20, kMax = 256u << 20;
+  return static_cast<std::size_t>(
+      std::clamp(router_ingress_bps / 8 * latency_s * 1.5 + kMin, kMin, kMax));
+}
+
 std::string sanitize_name(std::string_view name) {
   std::string out(name);
   for (char& c : out) {

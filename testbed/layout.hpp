@@ -4,6 +4,7 @@
 // documented in docs/TESTBED.md ("Addresses and names").
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
@@ -55,6 +56,10 @@ inline constexpr std::string_view kTransitRange = "169.254.0.0/16";
 // sends WAN-bound packets into the delay line through kDelayTable.
 inline constexpr int kLaneTableBase = 100;
 inline constexpr int kDelayTable = 200;
+// Rule preferences of a router's delay-line rules: packets that come in on
+// lane K or WAN end I look up kDelayTable first.
+inline constexpr int kLaneRulePref = 1000;
+inline constexpr int kWanRulePref = 2000;
 inline constexpr std::string_view kManagementDevice = "mgmt";
 
 // One NIC of a node: a veth `device` inside the node's namespace whose peer
@@ -135,6 +140,10 @@ struct Layout {
 std::string testbed_prefix(const std::string& topology_name, const std::string& id);
 // Namespace-safe form of a name: [A-Za-z0-9_.-] kept, anything else becomes '_'.
 std::string sanitize_name(std::string_view name);
+
+// Bytes a router's delay line holds for one WAN link: everything that can come
+// into the router during one one-way delay, with room to spare (4-256 MiB).
+std::size_t delay_buffer_bytes(double router_ingress_bps, double latency_s);
 // The management block with this index (0..kManagementBlocks-1).
 Ipv4Net management_block(int index);
 // Where the search for a free management block starts for this prefix.

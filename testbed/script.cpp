@@ -9,10 +9,6 @@
 namespace gridbcast::testbed {
 namespace {
 
-constexpr int kLaneRulePref = 1000;  // + lane index: iif laneK -> delay table
-constexpr int kWanRulePref = 2000;   // + WAN end index: iif wanI -> delay table
-constexpr std::size_t kMinDelayBuffer = 4u << 20;
-constexpr std::size_t kMaxDelayBuffer = 256u << 20;
 constexpr std::string_view kMulticastNet = "224.0.0.0/4";
 
 std::string num(double v) {
@@ -58,12 +54,6 @@ std::string netem_leaf(const WanEndPlan& w) {
   return leaf + " limit " + num(std::max(1000.0, packets));
 }
 
-std::size_t delay_buffer_bytes(const RouterPlan& r, const WanEndPlan& w) {
-  const double bytes = r.ingress_bps / 8 * w.latency_s * 1.5 + static_cast<double>(kMinDelayBuffer);
-  return static_cast<std::size_t>(std::clamp(bytes, static_cast<double>(kMinDelayBuffer),
-                                             static_cast<double>(kMaxDelayBuffer)));
-}
-
 std::string quoted(const std::string& name) {
   return "\"" + name + "\"";
 }
@@ -106,7 +96,7 @@ StartDelayLine delay_line_step(const RouterPlan& r, const ScriptOptions& o) {
     c.delay_s = w.latency_s;
     c.loss = w.loss;
     c.offload = o.offload && w.loss == 0;  // loss must hit single segments, not 64 KiB bursts
-    c.buffer_bytes = delay_buffer_bytes(r, w);
+    c.buffer_bytes = delay_buffer_bytes(r.ingress_bps, w.latency_s);
     d.argv.push_back("--link");
     d.argv.push_back(format_delay_link(c));
   }

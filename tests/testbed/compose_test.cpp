@@ -101,9 +101,64 @@ TEST(TestbedCompose, DefaultTopologyHasEveryServiceNetworkAndAddress) {
       << router_script;
   EXPECT_NE(router_script.find("ip route replace 10.102.1.0/24 via 10.253.0.2"), std::string::npos)
       << router_script;
-  EXPECT_TRUE(tokyo["healthcheck"]);
-  EXPECT_EQ(services["node-a1"]["depends_on"]["router-tokyo"]["condition"].as<std::string>(),
-            "service_healthy");
+  // netem first; where it fails, tbf and the delay line (the same rules as the
+  // namespace testbed's routers), with the TUN device passed in.
+  EXPECT_EQ(tokyo["devices"][0].as<std::string>(), "/dev/net/tun:/dev/net/tun");
+  for (const char* want :
+       {"if tc qdisc replace dev \"$$(dev 10.253.0.1)\" root netem", "2>/run/gridbcast-netem.err",
+        "tc netem does not work here", "root tbf rate 10000000000bit", "ip tuntap add dev dly0",
+        "ip route replace 10.102.1.0/24 dev dly0 table 200",
+        "ip rule add iif \"$$(dev 10.101.1.254)\" lookup 200 pref 1000",
+        "ip rule add iif \"$$(dev 10.101.2.254)\" lookup 200 pref 1001",
+        "ip rule add iif \"$$(dev 10.253.0.1)\" lookup 200 pref 2000",
+        "gridbcast testbed delayline --link dev=dly0,delay=0ns,loss=0,offload=on",
+        "--ready-fd 3 3>/run/gridbcast-delayline &", "wait $$dl"})
+    EXPECT_NE(router_script.find(want), std::string::npos) << want << "\n" << router_script;
+
+  // What podman lacks is not needed: no top-level name (docker-compose 1.29
+  // refuses it), no healthcheck to wait for (podman without systemd runs
+  // none): nodes start after their router and wait for the other sites.
+  EXPECT_FALSE(y["name"]);
+  for (const auto& kv : services) {
+    const std::string name = kv.first.as<std::string>();
+    EXPECT_FALSE(kv.second["healthcheck"]) << name;
+    // Limits no higher than a host's usual hard limits, for every service.
+    EXPECT_EQ(kv.second["ulimits"]["nofile"]["soft"].as<long>(), 8192) << name;
+    EXPECT_EQ(kv.second["ulimits"]["nofile"]["hard"].as<long>(), 8192) << name;
+    EXPECT_EQ(kv.second["ulimits"]["nproc"]["hard"].as<long>(), 4096) << name;
+  }
+  const auto depends = services["node-a1"]["depends_on"];
+  ASSERT_TRUE(depends.IsSequence());
+  EXPECT_EQ(depends[0].as<std::string>(), "router-tokyo");
+  EXPECT_EQ(depends[1].as<std::string>(), "launcher");
+  const std::string a1 = script_of(services["node-a1"]);
+  EXPECT_NE(a1.find("site='osaka'; gw=10.102.1.254\nn=0; until ping -c 1 -W 1 -I 10.101.1.1 "
+                    "\"$$gw\""),
+            std::string::npos)
+      << a1;
+  EXPECT_NE(a1.find("after " + std::to_string(kComposeRouteWait) + " s"), std::string::npos) << a1;
+  EXPECT_LT(a1.find("until ping"), a1.find("exec gridbcast rank")) << a1;
+  // Docker's networks are plain bridges (docker masquerades nothing bridged).
+  for (const auto& kv : networks) EXPECT_FALSE(kv.second["internal"]) << kv.first.as<std::string>();
+}
+
+// For podman every network is internal: netavark masquerades bridged traffic
+// from a lane subnet to another site's address where the host has
+// bridge-nf-call-iptables=1, which breaks every path between sites.
+TEST(TestbedCompose, PodmanNetworksAreInternalAndTheLimitsAreTheGivenOnes) {
+  ComposeOptions o;
+  o.engine = ComposeEngine::kPodman;
+  o.nofile = 1000;
+  o.nproc = 300;
+  const YAML::Node y = YAML::Load(
+      compose_file(topology::load_grid_file(kSrc + "/site-configs/testbed-2x2.yaml"), o));
+  ASSERT_EQ(y["networks"].size(), 6u);  // control, 2 x 2 lanes, 1 WAN
+  for (const auto& kv : y["networks"])
+    EXPECT_TRUE(kv.second["internal"].as<bool>()) << kv.first.as<std::string>();
+  for (const auto& kv : y["services"]) {
+    EXPECT_EQ(kv.second["ulimits"]["nofile"]["hard"].as<long>(), 1000);
+    EXPECT_EQ(kv.second["ulimits"]["nproc"]["soft"].as<long>(), 300);
+  }
 }
 
 TEST(TestbedCompose, ThreeSitesGetLossAndMultiHopRoutes) {
@@ -118,6 +173,24 @@ TEST(TestbedCompose, ThreeSitesGetLossAndMultiHopRoutes) {
   const std::string alpha = script_of(services["router-alpha"]);
   EXPECT_NE(alpha.find("ip route replace 10.233.2.0/24 via 10.253.0.2"), std::string::npos)
       << alpha;
+  // Without netem, what comes into beta from one WAN link and leaves over the
+  // other goes through the second link's delay line too (multi-hop).
+  EXPECT_NE(beta.find("ip rule add iif \"$$(dev 10.253.0.2)\" lookup 200 pref 2000"),
+            std::string::npos)
+      << beta;
+  EXPECT_NE(beta.find("ip rule add iif \"$$(dev 10.253.0.9)\" lookup 200 pref 2001"),
+            std::string::npos)
+      << beta;
+  EXPECT_NE(beta.find("--link dev=dly1,delay=20000000ns,loss=0.0001,offload=off"),
+            std::string::npos)
+      << beta;
+  // alpha's packets for gamma enter the delay line of its only link.
+  EXPECT_NE(alpha.find("ip route replace 10.233.2.0/24 dev dly0 table 200"), std::string::npos)
+      << alpha;
+  // Nodes wait for both other sites.
+  const std::string gamma1 = script_of(services["node-gamma1"]);
+  EXPECT_NE(gamma1.find("site='alpha'"), std::string::npos) << gamma1;
+  EXPECT_NE(gamma1.find("site='beta'"), std::string::npos) << gamma1;
   // A one-NIC beta node routes other sites' lane-1 subnets through its lane 0.
   const std::string beta1 = script_of(services["node-beta1"]);
   EXPECT_NE(beta1.find("ip route replace 10.231.2.0/24 via 10.232.1.254"), std::string::npos)
@@ -148,34 +221,10 @@ TEST(TestbedCompose, ShippedComposeFileIsWhatTheGeneratorWrites) {
   EXPECT_NO_THROW(YAML::Load(shipped));
 }
 
-// Two YAML trees with the same structure and scalars (quoting and layout aside).
-void expect_same_tree(const YAML::Node& a, const YAML::Node& b, const std::string& at) {
-  ASSERT_EQ(a.Type(), b.Type()) << at;
-  if (a.IsScalar()) {
-    EXPECT_EQ(a.Scalar(), b.Scalar()) << at;
-  } else if (a.IsSequence()) {
-    ASSERT_EQ(a.size(), b.size()) << at;
-    for (size_t i = 0; i < a.size(); ++i)
-      expect_same_tree(a[i], b[i], at + "[" + std::to_string(i) + "]");
-  } else if (a.IsMap()) {
-    ASSERT_EQ(a.size(), b.size()) << at;
-    for (const auto& kv : a) {
-      const std::string k = kv.first.as<std::string>();
-      ASSERT_TRUE(b[k]) << at << "." << k << " missing";
-      expect_same_tree(kv.second, b[k], at + "." + k);
-    }
-  }
-}
-
-// The compose file was hand-quoted text before it came from yaml-cpp's
-// emitter; the shipped file of then (kept in tests/testbed/data) and the one
-// written now are the same document.
-TEST(TestbedCompose, TheEmitterWritesTheSameDocumentAsTheHandQuotedFileDid) {
-  const YAML::Node before =
-      YAML::LoadFile(kSrc + "/tests/testbed/data/compose.default.before-emitter.yaml");
+// Scalars that would read as numbers or booleans stay strings where compose
+// wants one.
+TEST(TestbedCompose, StringsThatLookLikeNumbersStayStrings) {
   const YAML::Node now = YAML::Load(compose_of("docker-default.yaml"));
-  expect_same_tree(before, now, "");
-  // And a plain scalar stays a string where compose wants one.
   EXPECT_EQ(now["services"]["node-a1"]["environment"]["GRIDBCAST_RANK"].Tag(), "!");
   EXPECT_EQ(now["services"]["router-tokyo"]["sysctls"]["net.ipv4.ip_forward"].Tag(), "!");
 }
@@ -208,6 +257,94 @@ TEST(TestbedCompose, ValuesThatNeedQuotingReadBackExactly) {
   EXPECT_EQ(y["services"]["node-b4"]["hostname"].as<std::string>(), "b4");
 }
 
+// Names come from a topology someone else may have written: in the services'
+// shell scripts a site name is data, never code. Names with quotes,
+// command substitutions, backquotes, compose's own "$" and a line break get
+// into the scripts only as single-quoted words or comments; run through sh
+// (after compose's "$$" -> "$"), each reads back exactly and runs nothing.
+TEST(TestbedCompose, HostileNamesInTheTopologyRunNothingInTheScripts) {
+  const std::string dir = testing::temp_dir();
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { std::filesystem::remove_all(dir); }
+  } cleanup{dir};
+  const std::string site_a = "a'\n$(touch PWNED-A) `touch PWNED-B` ${HOME}\"";
+  const std::string node_a = "n1";  // node names are checked by the loader: [A-Za-z0-9._-]
+  {
+    std::ofstream t(dir + "/t.yaml");
+    YAML::Emitter e;
+    e << YAML::BeginMap << YAML::Key << "name" << YAML::Value << "hostile";
+    e << YAML::Key << "defaults" << YAML::Value << YAML::BeginMap << YAML::Key << "nic_bandwidth"
+      << YAML::Value << "1 Gbit" << YAML::EndMap;
+    e << YAML::Key << "sites" << YAML::Value << YAML::BeginSeq;
+    for (int s = 0; s < 2; ++s) {
+      e << YAML::BeginMap << YAML::Key << "name" << YAML::Value << YAML::DoubleQuoted
+        << (s == 0 ? site_a : std::string("b"));
+      e << YAML::Key << "nodes" << YAML::Value << YAML::BeginSeq << YAML::BeginMap;
+      e << YAML::Key << "name" << YAML::Value << YAML::DoubleQuoted
+        << (s == 0 ? node_a : std::string("m1"));
+      e << YAML::Key << "nics" << YAML::Value << YAML::BeginSeq << YAML::BeginMap << YAML::Key
+        << "address" << YAML::Value << (s == 0 ? "10.241.1.1" : "10.242.1.1") << YAML::EndMap
+        << YAML::EndSeq;
+      e << YAML::EndMap << YAML::EndSeq << YAML::EndMap;
+    }
+    e << YAML::EndSeq;
+    e << YAML::Key << "wan" << YAML::Value << YAML::BeginSeq << YAML::BeginMap << YAML::Key
+      << "sites" << YAML::Value << YAML::Flow << YAML::BeginSeq << site_a << "b" << YAML::EndSeq
+      << YAML::Key << "latency" << YAML::Value << "5 ms" << YAML::Key << "bandwidth" << YAML::Value
+      << "1 Gbit" << YAML::EndMap << YAML::EndSeq;
+    e << YAML::EndMap;
+    t << e.c_str() << "\n";
+  }
+  ComposeOptions o;
+  const YAML::Node y = YAML::Load(compose_file(topology::load_grid_file(dir + "/t.yaml"), o));
+  int assignments = 0;
+  for (const auto& kv : y["services"]) {
+    if (!kv.second["command"].IsSequence() || kv.second["command"][0].as<std::string>() != "sh")
+      continue;
+    // What compose hands to sh: "$$" is its escape for "$".
+    const std::string script =
+        std::regex_replace(script_of(kv.second), std::regex("\\$\\$"), std::string("$"));
+    // Every single-quoted assignment (a word may span lines: a line break
+    // inside quotes is data): run it, and blank it out of what is left.
+    std::string rest = script;
+    const std::regex assignment("(^|[;\\s])([a-z]+)='");
+    for (std::smatch m; std::regex_search(rest, m, assignment);) {
+      const size_t begin = static_cast<size_t>(m.position(2));
+      size_t close = static_cast<size_t>(m.position(0) + m.length(0));
+      for (;;) {  // the closing quote; '\'' continues the word
+        close = rest.find('\'', close);
+        ASSERT_NE(close, std::string::npos) << kv.first << ": unterminated quote\n" << script;
+        if (rest.compare(close, 4, "'\\''") != 0) break;
+        close += 4;
+      }
+      const std::string word = rest.substr(begin, close + 1 - begin);
+      if (word.find("PWNED") != std::string::npos) {
+        const std::string var = m.str(2);
+        testing::Child c(
+            {"/bin/sh", "-c", "cd " + dir + "\n" + word + "\nprintf '%s' \"$" + var + "\""}, dir);
+        ASSERT_EQ(c.wait(10s), 0) << word << c.err();
+        EXPECT_EQ(c.out(), site_a);
+        ++assignments;
+      }
+      rest.replace(begin, word.size(), std::string(word.size(), 'X'));
+    }
+    // Outside them the names appear only in comments, each on its one line.
+    std::istringstream lines(rest);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.find("PWNED") == std::string::npos) continue;
+      const auto first = line.find_first_not_of(' ');
+      EXPECT_EQ(line[first], '#') << kv.first << ": " << line;
+    }
+    // The whole script parses as sh.
+    testing::Child n({"/bin/sh", "-n", "-c", script}, dir);
+    EXPECT_EQ(n.wait(10s), 0) << kv.first << ": " << n.err() << "\n" << script;
+  }
+  EXPECT_GE(assignments, 1);  // the far site's name in m1's wait
+  for (const char* f : {"PWNED-A", "PWNED-B"})
+    EXPECT_FALSE(std::filesystem::exists(dir + "/" + f)) << f;
+}
+
 TEST(TestbedCompose, CommandWritesTheFileWithARelativeTopologyMount) {
   const std::string dir = testing::temp_dir();
   struct Cleanup {
@@ -224,6 +361,30 @@ TEST(TestbedCompose, CommandWritesTheFileWithARelativeTopologyMount) {
             std::string::npos)
       << mount;
   EXPECT_EQ(mount.front(), '.') << mount;
+}
+
+TEST(TestbedCompose, CommandRefusesAnUnknownEngineAndLimitsOutOfRange) {
+  const std::string dir = testing::temp_dir();
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { std::filesystem::remove_all(dir); }
+  } cleanup{dir};
+  const std::string topo = kSrc + "/site-configs/testbed-2x2.yaml";
+  for (const auto& [args, want] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--engine", "kubernetes"}, "--engine"},
+           {{"--nofile", "10"}, "--nofile"},
+           {{"--nproc", "-1"}, "--nproc"}}) {
+    std::vector<std::string> argv = {kBin, "testbed", "compose", topo, "-o", dir + "/c.yaml"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    testing::Child c(argv, dir);
+    EXPECT_NE(c.wait(30s), 0) << args[0];
+    EXPECT_NE(c.err().find(want), std::string::npos) << c.err();
+    EXPECT_FALSE(std::filesystem::exists(dir + "/c.yaml")) << args[0];
+  }
+  testing::Child ok({kBin, "testbed", "compose", topo, "-o", dir + "/c.yaml", "--engine", "Podman"},
+                    dir);
+  ASSERT_EQ(ok.wait(30s), 0) << ok.err();
+  EXPECT_TRUE(YAML::LoadFile(dir + "/c.yaml")["networks"]["control"]["internal"].as<bool>());
 }
 
 // Package names from every `apt-get install` in the Dockerfile (continuation
