@@ -12,6 +12,7 @@
 
 #include "job/control.hpp"
 #include "job/session.hpp"
+#include "job/supervisor.hpp"
 #include "lanes/log.hpp"
 #include "lanes/rejections.hpp"
 #include "runtime/event.hpp"
@@ -37,24 +38,6 @@ std::string seconds_text(std::chrono::milliseconds ms) {
   return o.str();
 }
 
-// Why the job failed, ranked: the headline is the most telling cause, earliest
-// first within a rank. A rank's own report explains its exit; a process that
-// died or stopped without a word explains what its peers report about it.
-enum class Cause {
-  kSilence = 0,   // a rank sent nothing, not even heartbeats (stopped, host or link down)
-  kDeath = 1,     // a rank process died or exited before its time, unexplained
-  kAbort = 2,     // MPI_Abort (or a fatal MPI error, often about a peer above)
-  kReported = 3,  // a rank's own error report
-  kOther = 4,     // what followed, or the launcher's own findings
-};
-
-struct Failure {
-  Cause cause;
-  std::string what;
-  Clock::time_point when;
-  int rank = -1;  // kDeath, kSilence: the rank that died or went silent
-};
-
 // Thrown inside the drivers to unwind once the job has failed.
 struct JobFailed {};
 
@@ -63,7 +46,6 @@ struct RankState {
   std::deque<std::string> outbox;  // sealed when written, one writer
   bool writing = false;
   std::deque<control::ToLauncher> inbox;  // messages of substance, in order
-  Clock::time_point last_heard{};
   std::optional<Clock::time_point> exited_ok;
   bool exited = false;
   bool closed = false;          // its control connection ended
@@ -124,11 +106,10 @@ class Launcher {
  public:
   Launcher(const LaunchOptions& o, Backend& b, std::ostream& err)
       : o_(o),
-        backend_(b),
         err_(err),
         p_(o.grid.size()),
         ev_(io_.get_executor()),
-        signals_(io_, SIGCHLD, SIGINT, SIGTERM),
+        sup_(io_, b, o.grid.size()),
         ranks_(static_cast<size_t>(p_)),
         heartbeat_(heartbeat_interval(o.params.timeout_ms)) {}
 
@@ -149,11 +130,11 @@ class Launcher {
     return "rank " + std::to_string(r) + " (" + n.name + ")";
   }
   void fail(Cause c, const std::string& what, int about = -1) {
-    failures_.push_back({c, what, Clock::now(), about});
+    sup_.failures().add(c, what, about);
     ev_.notify_all();
   }
   void check() const {
-    if (!failures_.empty()) throw JobFailed{};
+    if (!sup_.failures().empty()) throw JobFailed{};
   }
   // One line of the launcher's own on standard error (or the stream given),
   // when the log level lets it through (lanes/log.hpp).
@@ -187,11 +168,16 @@ class Launcher {
   asio::awaitable<void> rendezvous();
   asio::awaitable<void> read_loop(int r);
   asio::awaitable<void> write_loop(int r);
-  asio::awaitable<void> watch_signals();
+  void on_exit(const Backend::Exit& e);
   asio::awaitable<void> watchdog();
   void on_message(int r, control::ToLauncher m);
   void report_progress();
-  void stop_ranks();
+  // A rank whose silence would be a failure: joined, running, not finalized,
+  // not already explained by its own report.
+  bool watched(int r) {
+    const auto& st = rank(r);
+    return st.channel && !st.exited && !st.finished && !st.reported_error;
+  }
   std::chrono::milliseconds silence_limit() const;
   // A completion handler for the launcher's own coroutines: whatever escapes
   // one fails the job naming it, never vanishes.
@@ -204,18 +190,16 @@ class Launcher {
   // False from the launcher's destructor on (see ~Launcher).
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   const LaunchOptions& o_;
-  Backend& backend_;
   std::ostream& err_;
   const int p_;
   asio::io_context io_{1};
   runtime::Event ev_;
-  // Installed before any rank starts, so no child's exit goes unnoticed.
-  asio::signal_set signals_;
+  // The rank processes: starts, exits, signals, liveness, the failure record.
+  Supervisor sup_;
   std::vector<RankState> ranks_;
   std::optional<control::Sealer> sealer_proto_;
   runtime::JobCredentials creds_;
   std::chrono::milliseconds heartbeat_;
-  std::vector<Failure> failures_;
   bool finishing_ = false;
   bool joined_all_ = false;
   bool table_sent_ = false;
@@ -304,7 +288,7 @@ void Launcher::begin_broadcast(int iteration) {
 
 void Launcher::on_message(int r, control::ToLauncher m) {
   auto& st = rank(r);
-  st.last_heard = Clock::now();
+  sup_.heard(r);
   if (auto* a = std::get_if<control::Alive>(&m)) {
     st.waiting = std::move(a->waiting);
     st.moved = a->moved;
@@ -391,15 +375,15 @@ asio::awaitable<void> Launcher::read_loop(int r) {
     } catch (const std::exception& e) {
       error = e.what();
     }
-    if (finishing_ || st.finished || st.reported_error || !failures_.empty()) co_return;
+    if (finishing_ || st.finished || st.reported_error || !sup_.failures().empty()) co_return;
     // A rank that died shows as a closed connection first; give SIGCHLD a
     // moment so the report says how it died.
     asio::steady_timer grace(io_);
-    for (int i = 0; i < 30 && !backend_.external() && !st.exited && failures_.empty(); ++i) {
+    for (int i = 0; i < 30 && !sup_.external() && !st.exited && sup_.failures().empty(); ++i) {
       grace.expires_after(100ms);
       co_await grace.async_wait(lanes::kAsTuple);
     }
-    if (finishing_ || !failures_.empty()) co_return;
+    if (finishing_ || !sup_.failures().empty()) co_return;
     if (st.exited_ok && o_.params.program())
       fail(Cause::kDeath, who(r) + " exited with status 0 without calling MPI_Finalize", r);
     else if (!st.exited)
@@ -408,42 +392,31 @@ asio::awaitable<void> Launcher::read_loop(int r) {
   }
 }
 
-asio::awaitable<void> Launcher::watch_signals() {
-  for (;;) {
-    auto [ec, signo] = co_await signals_.async_wait(lanes::kAsTuple);
-    if (ec) co_return;
-    if (signo == SIGINT || signo == SIGTERM) {
-      fail(Cause::kOther,
-           std::string("interrupted by ") + (signo == SIGINT ? "SIGINT" : "SIGTERM"));
-      continue;
-    }
-    for (const auto& e : backend_.reap()) {
-      auto& st = rank(e.rank);
-      st.exited = true;
-      if (!st.channel) {
-        // It never joined: say so now, not when the start-up time runs out.
-        set_exit_code(e.code > 0 ? e.code : 1);
-        fail(Cause::kDeath,
-             who(e.rank) + " " + e.status + " before joining the job" +
-                 (o_.params.program() ? " (a program under 'gridbcast launch --' must call "
-                                        "MPI_Init; was it built with gridbcast-cc?)"
-                                      : ""),
-             e.rank);
-        continue;
-      }
-      if (e.success) {
-        st.exited_ok = Clock::now();
-        if (!o_.params.program() && !finishing_)
-          fail(Cause::kDeath, who(e.rank) + " " + e.status + " before the job ended", e.rank);
-        continue;
-      }
-      if (o_.params.program()) set_exit_code(e.code > 0 ? e.code : 1);
-      if (!finishing_ || !e.success)
-        fail(st.reported_error ? Cause::kOther : Cause::kDeath, who(e.rank) + " " + e.status,
-             e.rank);
-    }
-    ev_.notify_all();
+// What an exit means depends on the job: a rank that never joined, one that
+// ended before the job did, a program's exit status.
+void Launcher::on_exit(const Backend::Exit& e) {
+  auto& st = rank(e.rank);
+  st.exited = true;
+  if (!st.channel) {
+    // It never joined: say so now, not when the start-up time runs out.
+    set_exit_code(e.code > 0 ? e.code : 1);
+    fail(Cause::kDeath,
+         who(e.rank) + " " + e.status + " before joining the job" +
+             (o_.params.program() ? " (a program under 'gridbcast launch --' must call "
+                                    "MPI_Init; was it built with gridbcast-cc?)"
+                                  : ""),
+         e.rank);
+    return;
   }
+  if (e.success) {
+    st.exited_ok = Clock::now();
+    if (!o_.params.program() && !finishing_)
+      fail(Cause::kDeath, who(e.rank) + " " + e.status + " before the job ended", e.rank);
+    ev_.notify_all();
+    return;
+  }
+  if (o_.params.program()) set_exit_code(e.code > 0 ? e.code : 1);
+  fail(st.reported_error ? Cause::kOther : Cause::kDeath, who(e.rank) + " " + e.status, e.rank);
 }
 
 // Four times a second: the start-up deadline, ranks that went silent, a
@@ -470,18 +443,13 @@ asio::awaitable<void> Launcher::watchdog() {
     const auto limit = silence_limit();
     // Ranks start their heartbeats once they have the table: a rank that
     // joined early and waits for the others is not silent.
-    for (int r = 0; table_sent_ && r < p_; ++r) {
-      auto& st = rank(r);
-      if (!st.channel || st.exited || st.finished || st.reported_error) continue;
-      if (now - st.last_heard > limit) {
+    if (table_sent_)
+      for (const auto& [r, quiet] : sup_.silent(now, limit, [this](int r) { return watched(r); }))
         fail(Cause::kSilence,
              who(r) + " sent nothing for " + seconds_text(limit) + " s (heartbeats are due every " +
                  seconds_text(heartbeat_) +
                  " s): stopped, overloaded, or its host or network is down",
              r);
-        st.last_heard = now;  // once
-      }
-    }
     if (o_.params.program() && table_sent_) check_stuck(now);
     if (broadcast_iteration_ >= 0) {
       std::uint64_t total = 0;
@@ -596,7 +564,7 @@ asio::awaitable<void> Launcher::rendezvous() {
   }
   send_all(table);
   table_sent_ = true;
-  for (auto& st : ranks_) st.last_heard = Clock::now();
+  sup_.heard_all();
 }
 
 // Tells every rank to exit and waits for them to do so on their own: a
@@ -615,18 +583,18 @@ asio::awaitable<void> Launcher::finish() {
   };
   const auto since = Clock::now();
   bool named = false;
-  while ((backend_.running() > 0 || writing()) && Clock::now() < deadline) {
+  while ((sup_.running() > 0 || writing()) && Clock::now() < deadline) {
     check();
     t.expires_after(50ms);
     co_await t.async_wait(lanes::kAsTuple);
-    for (const auto& e : backend_.reap()) {
+    for (const auto& e : sup_.reap()) {
       rank(e.rank).exited = true;
       if (!e.success) fail(Cause::kDeath, who(e.rank) + " " + e.status + " while exiting");
     }
     // A program may work on after MPI_Finalize, so the job waits; but a rank
     // that lingers is named once, as a stuck program is.
     if (!named && stuck_hint_after_.count() > 0 && Clock::now() - since >= stuck_hint_after_ &&
-        !backend_.external()) {
+        !sup_.external()) {
       named = true;
       std::string line;
       int n = 0;
@@ -638,7 +606,7 @@ asio::awaitable<void> Launcher::finish() {
         }
         line += (n > 1 ? ", " : "") + who(r);
       }
-      say(lanes::log::Level::kNotice, "the job is over but " + std::to_string(backend_.running()) +
+      say(lanes::log::Level::kNotice, "the job is over but " + std::to_string(sup_.running()) +
                                           " rank process(es) have not exited after " +
                                           std::to_string(stuck_hint_after_.count()) + " s: " +
                                           line + " (the launcher waits for them, as mpiexec does)");
@@ -899,16 +867,6 @@ asio::awaitable<void> ProgramDriver::run(Launcher& l) {
   co_await l.finish();
 }
 
-void Launcher::stop_ranks() {
-  backend_.signal_all(SIGTERM);
-  for (int round = 0; round < 60 && backend_.running() > 0; ++round) {
-    if (round == 30) backend_.signal_all(SIGKILL);  // after 3 s, no more waiting
-    ::usleep(100'000);
-    for (const auto& e : backend_.reap()) (void)e;
-  }
-  backend_.signal_all(SIGKILL);  // what the ranks started, if they left it behind
-}
-
 LaunchResult Launcher::run() {
   creds_ = runtime::new_credentials();
   // External ranks must share the secret: take it from the environment then.
@@ -960,7 +918,7 @@ LaunchResult Launcher::run() {
         st.channel = std::make_unique<control::Channel>(control::Channel{
             std::move(s).release_plain(), control::Sealer(creds_.secret, creds_.job_id, h.rank),
             control::Direction::kToRank, who(r)});
-        st.last_heard = Clock::now();
+        sup_.heard(r);
         say(lanes::log::Level::kInfo, who(r) + " connected; sending the job");
         send(r, config);
         asio::co_spawn(io_, read_loop(r), reporter("the control reader of " + who(r)));
@@ -983,7 +941,7 @@ LaunchResult Launcher::run() {
   // The ranks say as much as the launcher (its -v/-q).
   if (const auto level = lanes::log::level(); level != lanes::log::Level::kNotice)
     env.push_back({lanes::log::kLevelEnv, lanes::log::level_name(level)});
-  if (backend_.external()) {
+  if (sup_.external()) {
     std::string command = "gridbcast rank";
     if (o_.params.program()) {
       command.clear();
@@ -998,16 +956,18 @@ LaunchResult Launcher::run() {
             "standard input (the value of this launcher's GRIDBCAST_SECRET)");
   }
 
-  asio::co_spawn(io_, watch_signals(), reporter("the launcher's signal watch"));
+  asio::co_spawn(io_,
+                 sup_.watch({[this](const Backend::Exit& e) { on_exit(e); },
+                             [this](int signo) {
+                               fail(Cause::kOther, std::string("interrupted by ") +
+                                                       (signo == SIGINT ? "SIGINT" : "SIGTERM"));
+                             }}),
+                 reporter("the launcher's signal watch"));
   bool ok = true;
   try {
     startup_deadline_ = Clock::now() + std::chrono::milliseconds(o_.startup_timeout_ms);
-    for (int r = 0; r < p_; ++r) {
-      Backend::Env e = env;
-      e.push_back({"GRIDBCAST_RANK", std::to_string(r)});
-      say(lanes::log::Level::kInfo, "starting " + who(r));
-      backend_.start(r, o_.grid.nodes[static_cast<size_t>(r)], e, runtime::to_hex(creds_.secret));
-    }
+    sup_.start_all(o_.grid, env, runtime::to_hex(creds_.secret),
+                   [this](int r) { say(lanes::log::Level::kInfo, "starting " + who(r)); });
     asio::co_spawn(io_, watchdog(), reporter("the launcher's watchdog"));
     runtime::run_until(io_, [this]() -> asio::awaitable<void> {
       co_await rendezvous();
@@ -1024,49 +984,30 @@ LaunchResult Launcher::run() {
   if (!ok) {
     // Peers often report a dead rank before SIGCHLD does: give the signal a
     // moment so the headline names the rank that died, not its neighbour.
-    if (backend_.running() > 0) {
+    if (sup_.running() > 0) {
       io_.restart();
       io_.run_for(300ms);
     }
     // A rank silent well past its heartbeats when the job fails is most
     // likely why its peers failed (their deadlines may fire before the
     // launcher's silence limit does).
-    const auto now = Clock::now();
-    for (int r = 0; r < p_; ++r) {
-      const auto& st = rank(r);
-      const bool counted = std::any_of(failures_.begin(), failures_.end(), [&](const Failure& f) {
-        return f.cause == Cause::kSilence && f.what.rfind(who(r) + " ", 0) == 0;
-      });
-      if (table_sent_ && st.channel && !st.exited && !st.finished && !st.reported_error &&
-          !counted && now - st.last_heard > std::max<Clock::duration>(3 * heartbeat_, 1500ms))
+    if (table_sent_)
+      for (const auto& [r, quiet] : sup_.silent(
+               Clock::now(), std::max<Clock::duration>(3 * heartbeat_, 1500ms),
+               [this](int r) { return watched(r) && !sup_.failures().names(Cause::kSilence, r); }))
         fail(Cause::kSilence,
              who(r) + " sent nothing for " +
-                 seconds_text(
-                     std::chrono::duration_cast<std::chrono::milliseconds>(now - st.last_heard)) +
+                 seconds_text(std::chrono::duration_cast<std::chrono::milliseconds>(quiet)) +
                  " s before the job failed: stopped, overloaded, or its host "
                  "or network is down",
              r);
-    }
     finishing_ = true;
-    stop_ranks();
-    // The most telling cause first, then the rest in the order they came.
-    std::vector<Failure> sorted = failures_;
-    std::stable_sort(sorted.begin(), sorted.end(),
-                     [](const Failure& a, const Failure& b) { return a.cause < b.cause; });
-    result.failure = sorted.front().what;
-    for (const auto& f : failures_)
-      if (f.what != result.failure && result.then.size() < 5) result.then.push_back(f.what);
-    // The ranks lost (died or silent), each once with its first cause, when a
-    // loss is the most telling cause: what healing needs to know.
-    result.lost_first =
-        sorted.front().cause == Cause::kSilence || sorted.front().cause == Cause::kDeath;
-    for (const auto& f : failures_) {
-      if ((f.cause != Cause::kSilence && f.cause != Cause::kDeath) || f.rank < 0) continue;
-      const bool known =
-          std::any_of(result.lost.begin(), result.lost.end(),
-                      [&](const LaunchResult::LostRank& l) { return l.rank == f.rank; });
-      if (!known) result.lost.push_back({f.rank, f.what});
-    }
+    sup_.stop_all();
+    const FailureLog::Verdict v = sup_.failures().verdict();
+    result.failure = v.headline;
+    result.then = v.then;
+    result.lost_first = v.lost_first;
+    for (const auto& l : v.lost) result.lost.push_back({l.rank, l.cause});
     result.status = o_.params.program() && exit_code_ != 0 ? exit_code_ : 1;
     result.broadcast.reset();
     result.bench.reset();
