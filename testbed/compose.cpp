@@ -359,7 +359,7 @@ std::string compose_file(const topology::Grid& grid, const ComposeOptions& o) {
       for (const auto& e : ends)
         lines.push_back("ip rule add iif " + dev(e.own) + " lookup " + table + " pref " +
                         std::to_string(pref++));
-      lines.push_back("mkfifo /run/gridbcast-delayline");
+      lines.push_back("rm -f /run/gridbcast-delayline; mkfifo /run/gridbcast-delayline");
       lines.push_back(delayline + " --ready-fd 3 3>/run/gridbcast-delayline &");
       lines.push_back("dl=$$!");
       lines.push_back("read -r state </run/gridbcast-delayline || true");
@@ -428,6 +428,7 @@ std::string compose_file(const topology::Grid& grid, const ComposeOptions& o) {
     // Wait until every other site's router answers over the WAN (routes,
     // forwarding and delay lines in place on the whole path), at most
     // kComposeRouteWait seconds.
+    bool waiting = false;
     for (size_t t = 0; t < grid.sites.size(); ++t) {
       if (static_cast<int>(t) == node.site || grid.wan_path(node.site, static_cast<int>(t)).empty())
         continue;
@@ -436,13 +437,17 @@ std::string compose_file(const topology::Grid& grid, const ComposeOptions& o) {
       });
       if (far == lanes.end()) continue;
       const std::string wait = std::to_string(kComposeRouteWait);
+      if (!waiting) {  // one deadline for all the sites
+        lines.push_back("end=$$(($$(date +%s) + " + wait + "))");
+        waiting = true;
+      }
       lines.push_back("site=" + sh_word(grid.sites[t].name) + "; gw=" + far->gateway.str());
-      lines.push_back("n=0; until ping -c 1 -W 1 -I " + node.nics[0].address +
+      lines.push_back("until ping -c 1 -W 1 -I " + node.nics[0].address +
                       " \"$$gw\" >/dev/null 2>&1; do");
       lines.push_back(
-          "  n=$$((n + 1)); [ $$n -lt " + wait +
-          " ] || { echo \"node $$name: no answer from site $$site's router $$gw after " + wait +
-          " s\" >&2; exit 1; }");
+          "  [ $$(date +%s) -lt $$end ] || { echo \"node $$name: no answer from site $$site's "
+          "router $$gw after " +
+          wait + " s\" >&2; exit 1; }");
       lines.push_back("  sleep 1");
       lines.push_back("done");
       // What the path's delay is now, in the log (round trip; the far router

@@ -78,13 +78,14 @@ void print_stats(const std::vector<std::unique_ptr<Link>>& links, std::ostream& 
   for (const auto& l : links) {
     const auto& s = l->stats;
     const double avg_us = s.packets ? static_cast<double>(s.late_sum_ns) / s.packets / 1000.0 : 0.0;
-    log << "delayline: " << l->cfg.tun << ": " << s.packets << " packets ("
-        << topology::format_bytes(s.bytes) << ") delayed, " << s.lost << " lost, " << s.overflow
-        << " dropped (ring full), " << s.write_errors << " write errors; released late by "
-        << std::fixed << std::setprecision(1) << avg_us << " us on average, "
-        << static_cast<double>(s.late_max_ns) / 1000.0 << " us at most; " << l->ring.size()
-        << " packets held\n"
-        << std::defaultfloat;
+    std::ostringstream line;  // one write per line: logs shared with others do not tear
+    line << "delayline: " << l->cfg.tun << ": " << s.packets << " packets ("
+         << topology::format_bytes(s.bytes) << ") delayed, " << s.lost << " lost, " << s.overflow
+         << " dropped (ring full), " << s.write_errors << " write errors; released late by "
+         << std::fixed << std::setprecision(1) << avg_us << " us on average, "
+         << static_cast<double>(s.late_max_ns) / 1000.0 << " us at most; " << l->ring.size()
+         << " packets held\n";
+    log << line.str();
   }
   log.flush();
 }
@@ -280,11 +281,12 @@ int run_delay_line(const std::vector<DelayLinkConfig>& configs, int ready_fd, in
       sched_param sp{};
       sp.sched_priority = realtime_priority;
       if (::sched_setscheduler(0, SCHED_FIFO | SCHED_RESET_ON_FORK, &sp) == 0) {
-        log << "delayline: scheduling SCHED_FIFO, priority " << realtime_priority << "\n";
+        log << "delayline: scheduling SCHED_FIFO, priority " + std::to_string(realtime_priority) +
+                   "\n";
       } else {
         const std::string why = std::strerror(errno);
         ::setpriority(PRIO_PROCESS, 0, -10);
-        log << "delayline: cannot use SCHED_FIFO (" << why << "); running at nice -10\n";
+        log << "delayline: cannot use SCHED_FIFO (" + why + "); running at nice -10\n";
       }
     }
     sigset_t mask;
@@ -313,10 +315,12 @@ int run_delay_line(const std::vector<DelayLinkConfig>& configs, int ready_fd, in
       ev.data.u64 = index * 2 + 1;
       if (::epoll_ctl(ep, EPOLL_CTL_ADD, l->timer, &ev) != 0)
         throw std::runtime_error(errno_text("epoll_ctl"));
-      log << "delayline: " << c.tun << ": delay " << topology::format_duration(c.delay_s)
-          << ", loss " << c.loss * 100 << " %, "
-          << (c.offload ? "offloaded (GSO) packets" : "single packets") << ", ring "
-          << topology::format_bytes(c.buffer_bytes) << "\n";
+      std::ostringstream line;  // one write per line (see print_stats)
+      line << "delayline: " << c.tun << ": delay " << topology::format_duration(c.delay_s)
+           << ", loss " << c.loss * 100 << " %, "
+           << (c.offload ? "offloaded (GSO) packets" : "single packets") << ", ring "
+           << topology::format_bytes(c.buffer_bytes) << "\n";
+      log << line.str();
       links.push_back(std::move(l));
     }
     log.flush();
@@ -356,7 +360,7 @@ int run_delay_line(const std::vector<DelayLinkConfig>& configs, int ready_fd, in
     log << "delayline: stopping\n";
     print_stats(links, log);
   } catch (const std::exception& e) {
-    log << "delayline: " << e.what() << "\n";
+    log << std::string("delayline: ") + e.what() + "\n";
     log.flush();
     if (ready_fd >= 0) {
       const std::string msg = std::string("error: ") + e.what() + "\n";

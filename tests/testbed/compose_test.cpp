@@ -132,7 +132,8 @@ TEST(TestbedCompose, DefaultTopologyHasEveryServiceNetworkAndAddress) {
   EXPECT_EQ(depends[0].as<std::string>(), "router-tokyo");
   EXPECT_EQ(depends[1].as<std::string>(), "launcher");
   const std::string a1 = script_of(services["node-a1"]);
-  EXPECT_NE(a1.find("site='osaka'; gw=10.102.1.254\nn=0; until ping -c 1 -W 1 -I 10.101.1.1 "
+  EXPECT_NE(a1.find("end=$$(($$(date +%s) + " + std::to_string(kComposeRouteWait) +
+                    "))\nsite='osaka'; gw=10.102.1.254\nuntil ping -c 1 -W 1 -I 10.101.1.1 "
                     "\"$$gw\""),
             std::string::npos)
       << a1;
