@@ -117,8 +117,12 @@ TEST(FileSink, AlignedWritesBypassThePageCacheAndTheRestDoesNotAndTheCopyIsExact
   FileSink sink = FileSink::open(dest.string(), meta_for(size), {});
   ASSERT_TRUE(sink.direct_io());
   sink.write(0, static_cast<const std::byte*>(raw), 2 * kPage);  // aligned: direct
-  // Page 2 from an unaligned address, and the 100-byte tail: page cache.
-  sink.write(2 * kPage, bytes_of(data) + 2 * kPage, kPage);
+  // Page 2 from an address one byte past a malloc'd one (never aligned,
+  // whatever alignment an allocator gives a string: TSan's gave it pages),
+  // and the 100-byte tail: page cache.
+  std::vector<char> skewed(kPage + 1);
+  std::memcpy(skewed.data() + 1, data.data() + 2 * kPage, kPage);
+  sink.write(2 * kPage, reinterpret_cast<const std::byte*>(skewed.data() + 1), kPage);
   sink.write(3 * kPage, bytes_of(data) + 3 * kPage, 100);
 
   const int fd = ::open(sink.temp_path().c_str(), O_RDONLY);
