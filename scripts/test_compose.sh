@@ -93,10 +93,13 @@ fi
 hard_nofile=$(ulimit -Hn); hard_nproc=$(ulimit -Hu)
 nofile=8192; [ "$hard_nofile" != unlimited ] && [ "$hard_nofile" -lt $nofile ] && nofile=$hard_nofile
 nproc=4096; [ "$hard_nproc" != unlimited ] && [ "$hard_nproc" -lt $nproc ] && nproc=$hard_nproc
-if ! out=$(timeout 120 podman run --rm --ulimit "nofile=$nofile:$nofile" \
-    --ulimit "nproc=$nproc:$nproc" "$image" gridbcast --version 2>&1); then
+limits=(--ulimit "nofile=$nofile:$nofile" --ulimit "nproc=$nproc:$nproc")
+if ! out=$(timeout 120 podman run --rm "${limits[@]}" "$image" true 2>&1); then
   skip "podman cannot run a container here: $out"
 fi
+# The engine works: from here on, anything wrong is the image's or ours.
+out=$(timeout 120 podman run --rm "${limits[@]}" "$image" gridbcast --version 2>&1) ||
+  fail "gridbcast does not run in the image: $out"
 
 # 3. The engine's Docker API for docker-compose.
 podman system service --time=0 "$DOCKER_HOST" >"$T/service.log" 2>&1 &
