@@ -14,6 +14,7 @@
 # removed.
 #
 # usage: scripts/test_compose.sh GRIDBCAST_BINARY [TOPOLOGY]
+# Keeps to 720 s in all (ctest allows 1200), then fails and cleans up.
 # Exits 77 (skipped) without root, without podman, docker-compose or
 # debootstrap installed (scripts/setup.sh installs them), or when this machine
 # cannot run containers (the reason is printed).
@@ -38,15 +39,39 @@ image=localhost/gridbcast-test/gridbcast:$run
 T=$(mktemp -d /tmp/gridbcast-compose.XXXXXX)
 service_pid=
 export DOCKER_HOST=unix://$T/podman.sock
-compose() { timeout 300 docker-compose -p "$run" -f "$T/compose.yaml" "$@"; }
+# One deadline for the whole test, below ctest's TIMEOUT (900 s) with room for
+# the cleanup: ctest's kill would skip the EXIT trap and leave containers.
+deadline=$((SECONDS + 720))
+# Seconds a step may take: at most $1, and never past the deadline.
+budget() {
+  local left=$((deadline - SECONDS))
+  [ "$left" -gt 0 ] || fail "out of time (the test's 720 s)"
+  echo $(("$1" < left ? "$1" : left))
+}
+# Long steps run in the background, so that INT and TERM end the test at once.
+step_pid=
+step() {
+  "$@" &
+  step_pid=$!
+  wait $step_pid
+  local rc=$?
+  step_pid=
+  return $rc
+}
+compose() { step timeout "$(budget 300)" docker-compose -p "$run" -f "$T/compose.yaml" "$@"; }
 
 cleanup() {
   local rc=$?
+  # A step cut short by a signal: stopped before anything is removed.
+  if [ -n "$step_pid" ]; then
+    kill "$step_pid" 2>/dev/null
+    wait "$step_pid" 2>/dev/null
+  fi
   if [ -f "$T/compose.yaml" ] && [ -n "$service_pid" ]; then
     if [ $rc -ne 0 ] && [ $rc -ne 77 ]; then
-      compose logs --no-color >&2 2>&1 || true
+      timeout 60 docker-compose -p "$run" -f "$T/compose.yaml" logs --no-color >&2 2>&1 || true
     fi
-    compose down -t 2 >/dev/null 2>&1 || true
+    timeout 60 docker-compose -p "$run" -f "$T/compose.yaml" down -t 2 >/dev/null 2>&1 || true
   fi
   # Whatever compose could not remove (it failed, or the service died).
   local left
@@ -60,6 +85,8 @@ cleanup() {
     kill -9 "$service_pid" 2>/dev/null
   fi
   timeout 120 podman rmi -f "$image" >/dev/null 2>&1
+  # A debootstrap cut short leaves its proc and sys mounts in the rootfs.
+  [ -d "$T/rootfs" ] && umount -R -l "$T/rootfs"/* >/dev/null 2>&1
   rm -rf "$T"
   exit $rc
 }
@@ -70,10 +97,11 @@ trap 'exit 1' INT TERM
 if ! timeout 60 podman image exists "$base"; then
   mirror=${GRIDBCAST_DEBIAN_MIRROR:-http://deb.debian.org/debian}
   say "making $base with debootstrap from $mirror"
-  timeout 900 debootstrap --variant=minbase bookworm "$T/rootfs" "$mirror" >"$T/debootstrap.log" 2>&1 ||
+  step timeout "$(budget 400)" debootstrap --variant=minbase bookworm "$T/rootfs" "$mirror" \
+    >"$T/debootstrap.log" 2>&1 ||
     { tail -n 20 "$T/debootstrap.log" >&2; fail "debootstrap bookworm from $mirror failed"; }
   grep -q '^12\.' "$T/rootfs/etc/debian_version" || fail "debootstrap made no Debian 12"
-  tar -C "$T/rootfs" -c . | timeout 300 podman import --change 'CMD ["bash"]' - "$base" >"$T/import.log" 2>&1 ||
+  tar -C "$T/rootfs" -c . | timeout "$(budget 120)" podman import --change 'CMD ["bash"]' - "$base" >"$T/import.log" 2>&1 ||
     fail "podman import of the base image failed"
   rm -rf "$T/rootfs"
 fi
@@ -82,7 +110,7 @@ fi
 mkdir -p "$T/context"
 strip -o "$T/context/gridbcast" "$gridbcast" || fail "cannot strip $gridbcast"
 cp -r "$here/site-configs" "$T/context/"
-if ! timeout 900 podman build -q --build-arg "BASE=$base" --target prebuilt \
+if ! step timeout "$(budget 400)" podman build -q --build-arg "BASE=$base" --target prebuilt \
     -f "$here/docker/Dockerfile" -t "$image" "$T/context" >"$T/build.log" 2>&1; then
   tail -n 30 "$T/build.log" >&2
   fail "podman build of docker/Dockerfile --target prebuilt failed"
@@ -94,11 +122,11 @@ hard_nofile=$(ulimit -Hn); hard_nproc=$(ulimit -Hu)
 nofile=8192; [ "$hard_nofile" != unlimited ] && [ "$hard_nofile" -lt $nofile ] && nofile=$hard_nofile
 nproc=4096; [ "$hard_nproc" != unlimited ] && [ "$hard_nproc" -lt $nproc ] && nproc=$hard_nproc
 limits=(--ulimit "nofile=$nofile:$nofile" --ulimit "nproc=$nproc:$nproc")
-if ! out=$(timeout 120 podman run --rm "${limits[@]}" "$image" true 2>&1); then
+if ! out=$(timeout "$(budget 60)" podman run --rm "${limits[@]}" "$image" true 2>&1); then
   skip "podman cannot run a container here: $out"
 fi
 # The engine works: from here on, anything wrong is the image's or ours.
-out=$(timeout 120 podman run --rm "${limits[@]}" "$image" gridbcast --version 2>&1) ||
+out=$(timeout "$(budget 60)" podman run --rm "${limits[@]}" "$image" gridbcast --version 2>&1) ||
   fail "gridbcast does not run in the image: $out"
 
 # 3. The engine's Docker API for docker-compose.
@@ -120,7 +148,7 @@ compose up -d >"$T/up.log" 2>&1 || { cat "$T/up.log" >&2; fail "docker-compose u
 
 # 5. The launcher's exit status and report.
 launcher=$(compose ps -q launcher) && [ -n "$launcher" ] || fail "no launcher container"
-status=$(timeout 300 podman wait "$launcher") || fail "the launcher did not finish within 300 s"
+status=$(timeout "$(budget 300)" podman wait "$launcher") || fail "the launcher did not finish in time"
 logs=$(compose logs --no-color 2>&1)
 [ "$status" = 0 ] || fail "the launcher exited $status"
 echo "$logs" | grep -E 'launcher.*(time until|ratio|verified)' | sed 's/^/  /'
@@ -138,6 +166,8 @@ found = [float(v) * units[u] for v, u in
 print(min(found) if found else 0)
 PY
 )
+python3 -c 'import sys; sys.exit(float(sys.argv[1]) <= 0)' "${latency_ms:-0}" ||
+  fail "no WAN link latency in $T/compose.yaml to check the pings against"
 pings=$(echo "$logs" | grep -E "node [^:]+: site [^ ]+'s router [0-9.]+ answers: rtt")
 [ -n "$pings" ] || fail "no node logged its ping across sites"
 echo "$pings" | sed 's/^/  /'

@@ -90,12 +90,24 @@ std::string percent(double fraction) {
   return buf;
 }
 
+// A name from the topology, for the file's comments and the scripts' log
+// lines only: printable ASCII, everything else '?'. Line breaks are more
+// than \n and \r to the YAML parsers compose uses (PyYAML and go-yaml also
+// break lines at NEL, U+2028 and U+2029, which yaml-cpp reads as text), so
+// no byte outside printable ASCII reaches the file from a name.
+std::string printable(const std::string& text) {
+  std::string out = text;
+  for (char& c : out)
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';
+  return out;
+}
+
 // A topology's names in the services' sh scripts, which compose reads first
 // ("$$" is its escape for "$"): as one single-quoted sh word, so that quotes,
-// "$(...)", backquotes and line breaks stay data ...
+// "$(...)" and backquotes stay data ...
 std::string sh_word(const std::string& text) {
   std::string out = "'";
-  for (const char c : text) {
+  for (const char c : printable(text)) {
     if (c == '\'')
       out += "'\\''";
     else if (c == '$')
@@ -106,13 +118,11 @@ std::string sh_word(const std::string& text) {
   return out + "'";
 }
 
-// ... or inside a comment, on its one line.
+// ... or inside a comment.
 std::string comment_text(const std::string& text) {
   std::string out;
-  for (const char c : text) {
-    if (c == '\n' || c == '\r')
-      out += ' ';
-    else if (c == '$')
+  for (const char c : printable(text)) {
+    if (c == '$')
       out += "$$";
     else
       out += c;
@@ -181,11 +191,7 @@ std::string compose_file(const topology::Grid& grid, const ComposeOptions& o) {
   const std::string launcher = std::string(kComposeLauncherAddress) + ":" + std::to_string(o.port);
 
   // The header is comments, not data: names lose line breaks there.
-  auto one_line = [](std::string t) {
-    std::replace(t.begin(), t.end(), '\n', ' ');
-    std::replace(t.begin(), t.end(), '\r', ' ');
-    return t;
-  };
+  auto one_line = [](const std::string& t) { return printable(t); };
   std::ostringstream header;
   header << "# docker compose file for topology \"" << one_line(grid.name)
          << "\": " << grid.sites.size() << " sites, " << grid.nodes.size() << " nodes, "
@@ -205,6 +211,7 @@ std::string compose_file(const topology::Grid& grid, const ComposeOptions& o) {
                    "for podman.\n");
 
   YAML::Emitter y;
+  y.SetOutputCharset(YAML::EscapeNonAscii);  // the whole file is ASCII (see printable)
   y << YAML::BeginMap;
   key(y, "services");
   y << YAML::BeginMap;
@@ -362,12 +369,16 @@ std::string compose_file(const topology::Grid& grid, const ComposeOptions& o) {
       lines.push_back("rm -f /run/gridbcast-delayline; mkfifo /run/gridbcast-delayline");
       lines.push_back(delayline + " --ready-fd 3 3>/run/gridbcast-delayline &");
       lines.push_back("dl=$$!");
-      lines.push_back("read -r state </run/gridbcast-delayline || true");
+      // Ready within 30 s, or the router fails (a delay line that hangs
+      // before it is ready must not hang the router).
+      lines.push_back("state=$$(timeout 30 head -n 1 /run/gridbcast-delayline || true)");
       lines.push_back("[ \"$$state\" = ready ] || { echo \"" + router +
                       ": the delay line did not start\" >&2; exit 1; }");
       lines.push_back("echo \"" + router + ": delay line running\"");
+      // On SIGTERM (compose down) the first wait ends; the second lets the
+      // delay line write its statistics and exit before the router does.
       lines.push_back("trap 'kill $$dl' TERM INT");
-      lines.push_back("wait $$dl");
+      lines.push_back("wait $$dl || wait $$dl");
     }
     script(y, lines);
     y << YAML::EndMap;
@@ -453,7 +464,7 @@ std::string compose_file(const topology::Grid& grid, const ComposeOptions& o) {
       // What the path's delay is now, in the log (round trip; the far router
       // answers from itself, so its own delay line may not be on the way back).
       lines.push_back(
-          "echo \"node $$name: site $$site's router $$gw answers: $$(ping -c 3 -i 0.2 -q -I " +
+          "echo \"node $$name: site $$site's router $$gw answers: $$(ping -c 3 -i 0.2 -w 3 -q -I " +
           node.nics[0].address + " \"$$gw\" | tail -n 1)\"");
     }
     lines.push_back("exec gridbcast rank");

@@ -269,12 +269,20 @@ TEST(TestbedCompose, HostileNamesInTheTopologyRunNothingInTheScripts) {
     std::string dir;
     ~Cleanup() { std::filesystem::remove_all(dir); }
   } cleanup{dir};
-  const std::string site_a = "a'\n$(touch PWNED-A) `touch PWNED-B` ${HOME}\"";
+  // Line breaks that PyYAML and go-yaml (what compose parses with) see and
+  // yaml-cpp does not: NEL (U+0085) and U+2028, here trying to make a
+  // service privileged.
+  const std::string site_a =
+      "a'\n$(touch PWNED-A) `touch PWNED-B` ${HOME}\"\xC2\x85    privileged: true\xE2\x80\xA8#";
+  std::string site_a_read = site_a;  // what the scripts may say of it: printable ASCII
+  for (char& c : site_a_read)
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';
   const std::string node_a = "n1";  // node names are checked by the loader: [A-Za-z0-9._-]
   {
     std::ofstream t(dir + "/t.yaml");
     YAML::Emitter e;
-    e << YAML::BeginMap << YAML::Key << "name" << YAML::Value << "hostile";
+    e << YAML::BeginMap << YAML::Key << "name" << YAML::Value << YAML::DoubleQuoted
+      << "hostile\xC2\x85x-evil: {privileged: true}\xE2\x80\xA8#";
     e << YAML::Key << "defaults" << YAML::Value << YAML::BeginMap << YAML::Key << "nic_bandwidth"
       << YAML::Value << "1 Gbit" << YAML::EndMap;
     e << YAML::Key << "sites" << YAML::Value << YAML::BeginSeq;
@@ -298,7 +306,31 @@ TEST(TestbedCompose, HostileNamesInTheTopologyRunNothingInTheScripts) {
     t << e.c_str() << "\n";
   }
   ComposeOptions o;
-  const YAML::Node y = YAML::Load(compose_file(topology::load_grid_file(dir + "/t.yaml"), o));
+  o.image = "img\xC2\x85    privileged: true";
+  const std::string text = compose_file(topology::load_grid_file(dir + "/t.yaml"), o);
+  // The file is printable ASCII and line feeds: no parser finds another break.
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    ASSERT_TRUE(c == '\n' || (c >= 0x20 && c <= 0x7e)) << "byte " << i << ": " << int{c};
+  }
+  const YAML::Node y = YAML::Load(text);
+  EXPECT_EQ(y["services"]["launcher"]["image"].as<std::string>(), o.image);  // escaped, intact
+  // What compose's own parser makes of it (docker-compose 1.29 is PyYAML):
+  // the same top-level keys and nothing privileged.
+  {
+    std::ofstream(dir + "/c.yaml") << text;
+    testing::Child py({"/usr/bin/python3", "-c",
+                       "import sys, yaml\n"
+                       "d = yaml.safe_load(open(sys.argv[1]))\n"
+                       "print(sorted(d), any('privileged' in s for s in d['services'].values()))\n",
+                       dir + "/c.yaml"},
+                      dir);
+    const int status = py.wait(30s);
+    if (status == 0)
+      EXPECT_EQ(py.out(), "['networks', 'services'] False\n");
+    else
+      EXPECT_NE(py.err().find("No module named 'yaml'"), std::string::npos) << py.err();
+  }
   int assignments = 0;
   for (const auto& kv : y["services"]) {
     if (!kv.second["command"].IsSequence() || kv.second["command"][0].as<std::string>() != "sh")
@@ -325,7 +357,7 @@ TEST(TestbedCompose, HostileNamesInTheTopologyRunNothingInTheScripts) {
         testing::Child c(
             {"/bin/sh", "-c", "cd " + dir + "\n" + word + "\nprintf '%s' \"$" + var + "\""}, dir);
         ASSERT_EQ(c.wait(10s), 0) << word << c.err();
-        EXPECT_EQ(c.out(), site_a);
+        EXPECT_EQ(c.out(), site_a_read);
         ++assignments;
       }
       rest.replace(begin, word.size(), std::string(word.size(), 'X'));
