@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -71,7 +72,8 @@ TEST(Probe, EveryFlowOfEveryPhaseIsMeasuredOnceByItsMeasuringEnd) {
 // phase naming rank 0, within the phase's seconds and its grace.
 std::string receiver_error(ProbeKind kind,
                            const std::function<void(lanes::Stream&, asio::io_context&,
-                                                    const topology::ProbeFlow&)>& attack) {
+                                                    const topology::ProbeFlow&)>& attack,
+                           bool rank0_after_the_attack = false) {
   const auto grid = topology::probe_grid(testing::make_grid({2}, 1, 1));
   auto phases = topology::probe_schedule(grid, quick());
   const topology::ProbePhase* phase = nullptr;
@@ -93,6 +95,7 @@ std::string receiver_error(ProbeKind kind,
   testing::Ranks ranks(grid, options);
   const auto target = lanes::make_endpoint(grid.nodes[1].lane_nic(flow->nic_to).address,
                                            ranks.port(1, flow->nic_to));
+  std::atomic<bool> attacked{false};
   std::thread impostor([&] {
     asio::io_context io;
     lanes::Hello hello;
@@ -107,13 +110,23 @@ std::string receiver_error(ProbeKind kind,
                                                      target, hello, creds,
                                                      lanes::Clock::now() + 10s, "rank 1");
       attack(s, io, *flow);
+      attacked = true;
       co_return 0;
     }());
   });
   std::string error;
   const auto start = std::chrono::steady_clock::now();
   ranks.run([&](Communicator& c) {
-    if (c.rank() == 0) std::this_thread::sleep_for(500ms);  // the impostor holds the link first
+    // The impostor holds the link first. With `rank0_after_the_attack`,
+    // rank 0 starts only once the attack is over (at most 10 s): a head start
+    // of 500 ms was too short for a long attack under TSan, where rank 0's
+    // own connection arrived while the impostor's pings still went, replaced
+    // it, and rank 1 saw a closed connection instead.
+    if (c.rank() == 0) {
+      std::this_thread::sleep_for(500ms);
+      for (int i = 0; rank0_after_the_attack && i < 200 && !attacked; ++i)
+        std::this_thread::sleep_for(50ms);
+    }
     try {
       (void)c.probe(index, *phase, 4);
     } catch (const std::exception& e) {
@@ -168,7 +181,8 @@ TEST(ProbeHostile, APieceOverTheLimitIsRefusedBeforeItsBytesAreRead) {
 
 TEST(ProbeHostile, EndlessPingsAreCutOffAtTheLimit) {
   const std::string e = receiver_error(
-      ProbeKind::kLatency, [](lanes::Stream& s, asio::io_context& io, const topology::ProbeFlow&) {
+      ProbeKind::kLatency,
+      [](lanes::Stream& s, asio::io_context& io, const topology::ProbeFlow&) {
         // Pings as fast as they go, the echoes read on the side so none
         // blocks the receiver: it stops at the limit. The connection is held
         // until the receiver closes it (bounded at 60 s): closing it first,
@@ -200,7 +214,8 @@ TEST(ProbeHostile, EndlessPingsAreCutOffAtTheLimit) {
           }
           co_return 0;
         }());
-      });
+      },
+      /*rank0_after_the_attack=*/true);
   EXPECT_NE(e.find("protocol error from rank 0"), std::string::npos) << e;
   EXPECT_NE(e.find("more than " + std::to_string(kMaxProbePings) + " pings"), std::string::npos)
       << e;
