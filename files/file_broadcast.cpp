@@ -337,41 +337,39 @@ void FileRun::open_and_check() {
   }
   if (!my_error.empty()) return;
   try {
-    {
-      StillWorking note(comm, {root});
-      std::vector<std::pair<std::uint64_t, Digest>> zeros;
-      // Where the partial holds data, asked before anything is read: reading
-      // a range never written (and the kernel's read-ahead past it) fills the
-      // page cache with zeros, which SEEK_DATA then reports as data.
-      // One step per extent of data, each past the last.
-      std::vector<bool> may_hold(count, false);
-      if (h.resume && sink.reused_partial())
-        for (std::uint64_t at = sink.partial_next_data(0); at < h.meta.size;) {
-          const std::uint64_t end = sink.partial_next_hole(at);
-          for (std::uint64_t c = at / h.chunk_bytes; c < count && layout.offset(c) < end; ++c)
-            may_hold[c] = true;
-          at = sink.partial_next_data(end);
+    StillWorking note(comm, {root});
+    std::vector<std::pair<std::uint64_t, Digest>> zeros;
+    // Where the partial holds data, asked before anything is read: reading
+    // a range never written (and the kernel's read-ahead past it) fills the
+    // page cache with zeros, which SEEK_DATA then reports as data.
+    // One step per extent of data, each past the last.
+    std::vector<bool> may_hold(count, false);
+    if (h.resume && sink.reused_partial())
+      for (std::uint64_t at = sink.partial_next_data(0); at < h.meta.size;) {
+        const std::uint64_t end = sink.partial_next_hole(at);
+        for (std::uint64_t c = at / h.chunk_bytes; c < count && layout.offset(c) < end; ++c)
+          may_hold[c] = true;
+        at = sink.partial_next_data(end);
+      }
+    for (std::uint64_t i = 0; i < count; ++i) {
+      if (h.resume) note.tick();
+      const std::uint64_t off = layout.offset(i), len = layout.length(i);
+      bool have = false;
+      if (h.resume) {
+        std::byte* b = bufs[0].data();
+        if (may_hold[i] && sink.read_partial(off, b, len) == len &&
+            holds(b, len, digests[i], zeros)) {
+          have = true;
+        } else if (sink.read_existing(off, b, len) == len && holds(b, len, digests[i], zeros)) {
+          sink.write(off, b, len);
+          have = true;
         }
-      for (std::uint64_t i = 0; i < count; ++i) {
-        if (h.resume) note.tick();
-        const std::uint64_t off = layout.offset(i), len = layout.length(i);
-        bool have = false;
-        if (h.resume) {
-          std::byte* b = bufs[0].data();
-          if (may_hold[i] && sink.read_partial(off, b, len) == len &&
-              holds(b, len, digests[i], zeros)) {
-            have = true;
-          } else if (sink.read_existing(off, b, len) == len && holds(b, len, digests[i], zeros)) {
-            sink.write(off, b, len);
-            have = true;
-          }
-        }
-        if (h.resume && spec.on_work) spec.on_work(len);
-        if (have) {
-          ++kept;
-        } else {
-          set_bit(needed, i);
-        }
+      }
+      if (h.resume && spec.on_work) spec.on_work(len);
+      if (have) {
+        ++kept;
+      } else {
+        set_bit(needed, i);
       }
     }
   } catch (const std::exception& e) {

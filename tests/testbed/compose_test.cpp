@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "support/process.hpp"
+#include "support/temp_dir.hpp"
 #include "testbed/layout.hpp"
 #include "testbed/system.hpp"
 #include "topology/loader.hpp"
@@ -264,11 +265,8 @@ TEST(TestbedCompose, ValuesThatNeedQuotingReadBackExactly) {
 // into the scripts only as single-quoted words or comments; run through sh
 // (after compose's "$$" -> "$"), each reads back exactly and runs nothing.
 TEST(TestbedCompose, HostileNamesInTheTopologyRunNothingInTheScripts) {
-  const std::string dir = testing::temp_dir();
-  struct Cleanup {
-    std::string dir;
-    ~Cleanup() { std::filesystem::remove_all(dir); }
-  } cleanup{dir};
+  const testing::TempDir temp;  // removed with everything in it, also on failure
+  const std::string dir = temp.path().string();
   // Line breaks that PyYAML and go-yaml (what compose parses with) see and
   // yaml-cpp does not: NEL (U+0085) and U+2028, here trying to make a
   // service privileged.
@@ -379,11 +377,8 @@ TEST(TestbedCompose, HostileNamesInTheTopologyRunNothingInTheScripts) {
 }
 
 TEST(TestbedCompose, CommandWritesTheFileWithARelativeTopologyMount) {
-  const std::string dir = testing::temp_dir();
-  struct Cleanup {
-    std::string dir;
-    ~Cleanup() { std::filesystem::remove_all(dir); }
-  } cleanup{dir};
+  const testing::TempDir temp;  // removed with everything in it, also on failure
+  const std::string dir = temp.path().string();
   testing::Child c({kBin, "testbed", "compose", kSrc + "/site-configs/docker-default.yaml", "-o",
                     dir + "/c.yaml"},
                    dir);
@@ -397,11 +392,8 @@ TEST(TestbedCompose, CommandWritesTheFileWithARelativeTopologyMount) {
 }
 
 TEST(TestbedCompose, CommandRefusesAnUnknownEngineAndLimitsOutOfRange) {
-  const std::string dir = testing::temp_dir();
-  struct Cleanup {
-    std::string dir;
-    ~Cleanup() { std::filesystem::remove_all(dir); }
-  } cleanup{dir};
+  const testing::TempDir temp;  // removed with everything in it, also on failure
+  const std::string dir = temp.path().string();
   const std::string topo = kSrc + "/site-configs/testbed-2x2.yaml";
   for (const auto& [args, want] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"--engine", "kubernetes"}, "--engine"},
