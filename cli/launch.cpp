@@ -43,6 +43,7 @@ struct Launch {
   bool l_resume = false;
   std::string l_compress = "auto";
   std::string l_require = "1";
+  std::string l_stragglers = "after";
   std::vector<std::string> l_program;
   bool l_program_given = false;
   bool l_probe = false, l_no_probe = false;
@@ -93,6 +94,14 @@ struct Launch {
                      "with a verified copy: all, a count, or a percentage (90%); a node lost "
                      "mid-job (died, silent) is healed around while at least that many remain "
                      "(exit status 3), else the job fails")
+        ->capture_default_str();
+    launch_cmd
+        ->add_option("--stragglers", l_stragglers,
+                     "broadcasts: after (a node whose own links carry under a third of their "
+                     "declared rate with data waiting for 3 s is set aside, the others finish "
+                     "without it, then it gets its copy from the root at its own pace) or off "
+                     "(everybody waits for it)")
+        ->check(CLI::IsMember({"after", "off"}))
         ->capture_default_str();
     launch_cmd->add_flag("--probe", l_probe,
                          "measure the network first (gridbcast probe: a few seconds of traffic "
@@ -165,9 +174,13 @@ struct Launch {
       if (launch_cmd->count("--require"))
         throw CLI::ValidationError(
             "--require", "applies to broadcasts: an MPI program ends when a rank is lost");
+      if (launch_cmd->count("--stragglers"))
+        throw CLI::ValidationError("--stragglers", "applies to broadcasts, not to -- PROGRAM");
       o.params.kind = job::JobKind::kProgram;
       o.program = l_program;
     }
+    if (l_stragglers == "after" && !o.params.program() && !l_random_roots)
+      o.stragglers = job::StragglerRule{};
     if (!l_files.empty()) {
       if (launch_cmd->count("--size"))
         throw CLI::ValidationError("--size", "cannot be used with --file: the file's size is sent");
@@ -270,9 +283,26 @@ struct Launch {
     // the broadcast starts over), numbered anew; {rank} keeps its first-run
     // meaning. docs/FILES.md, "When a node is lost".
     std::vector<job::BroadcastSummary::Missing> missing;
+    std::vector<job::BroadcastSummary::Straggler> set_aside;  // finished after the others
+    bool healed = false;
     const topology::Grid full_grid = o.grid;  // every heal restricts it afresh
     std::vector<std::int32_t> labels(static_cast<size_t>(o.grid.size()));
     for (size_t r = 0; r < labels.size(); ++r) labels[r] = static_cast<std::int32_t>(r);
+    const int root_label = o.params.root;
+    // The next run over the first run's ranks `next` (ascending, the root
+    // among them), numbered anew.
+    auto rerun_over = [&](std::vector<std::int32_t> next) {
+      o.params.root =
+          static_cast<int>(std::find(next.begin(), next.end(), root_label) - next.begin());
+      o.grid = runtime::restrict_grid(full_grid, std::vector<int>(next.begin(), next.end()));
+      labels = std::move(next);
+      o.params.rank_labels = labels;
+      if (!l_files.empty()) o.params.resume = true;
+      backend = make_backend(launch_cmd, l_run, o, l_program);
+      job::LaunchResult r = job::launch(o, *backend, std::cerr);
+      backend->drain_output(std::chrono::seconds(2));
+      return r;
+    };
     while (result.status != 0 && !o.params.program() && o.params.kind == job::JobKind::kBroadcast &&
            !o.params.random_roots && result.lost_first && !result.lost.empty()) {
       std::vector<bool> gone(static_cast<size_t>(o.grid.size()), false);
@@ -280,9 +310,9 @@ struct Launch {
       std::vector<int> survivors;
       for (int r = 0; r < o.grid.size(); ++r)
         if (!gone[static_cast<size_t>(r)]) survivors.push_back(r);
-      const int root_label = labels.at(static_cast<size_t>(o.params.root));
       auto node_of = [&](int r) { return o.grid.nodes.at(static_cast<size_t>(r)).name; };
       std::string lost_text;
+      bool all_stragglers = true;
       for (const auto& lost : result.lost) {
         // The cause names the rank as this run numbered it: said with its first-run number.
         const int label = labels.at(static_cast<size_t>(lost.rank));
@@ -290,7 +320,11 @@ struct Launch {
             "rank " + std::to_string(lost.rank) + " (" + node_of(lost.rank) + ") ";
         std::string cause = lost.cause;
         if (cause.rfind(named, 0) == 0) cause.erase(0, named.size());
-        missing.push_back({label, node_of(lost.rank), cause});
+        if (lost.straggler)
+          set_aside.push_back({label, node_of(lost.rank), cause, lost.rate_bytes_per_s, 0});
+        else
+          missing.push_back({label, node_of(lost.rank), cause});
+        all_stragglers = all_stragglers && lost.straggler;
         lost_text += (lost_text.empty() ? "" : "; ") +
                      ("rank " + std::to_string(label) + " (" + node_of(lost.rank) + "): " + cause);
       }
@@ -299,27 +333,68 @@ struct Launch {
                            ") was lost: nothing to heal from");
         break;
       }
-      if (static_cast<int>(survivors.size()) < std::max(required, 2)) {
-        lanes::log::notice("gridbcast launch: " + std::to_string(survivors.size()) +
+      // Stragglers set aside are to get their copies after the others.
+      const int holding = static_cast<int>(survivors.size() + set_aside.size());
+      if (survivors.size() < 2 || holding < required) {
+        lanes::log::notice("gridbcast launch: " + std::to_string(holding) +
                            " nodes remain, --require asks for " + std::to_string(required) +
                            ": not healing");
         break;
       }
-      lanes::log::notice("gridbcast launch: lost " + lost_text + "; healing: the " +
-                         std::to_string(survivors.size()) + " others go on from what they hold" +
-                         (l_files.empty() ? " (the broadcast starts over)" : ""));
-      std::vector<std::int32_t> next_labels;
-      for (int r : survivors) next_labels.push_back(labels[static_cast<size_t>(r)]);
-      o.params.root = static_cast<int>(
-          std::find(survivors.begin(), survivors.end(), o.params.root) - survivors.begin());
-      o.grid = runtime::restrict_grid(full_grid,
-                                      std::vector<int>(next_labels.begin(), next_labels.end()));
-      labels = std::move(next_labels);
-      o.params.rank_labels = labels;
-      if (!l_files.empty()) o.params.resume = true;
-      backend = make_backend(launch_cmd, l_run, o, l_program);
-      result = job::launch(o, *backend, std::cerr);
-      backend->drain_output(std::chrono::seconds(2));
+      lanes::log::notice(
+          "gridbcast launch: " + std::string(all_stragglers ? "set aside " : "lost ") + lost_text +
+          "; healing: the " + std::to_string(survivors.size()) +
+          " others go on from what they hold" +
+          (l_files.empty() ? " (the broadcast starts over)" : ""));
+      std::vector<std::int32_t> next;
+      for (int r : survivors) next.push_back(labels[static_cast<size_t>(r)]);
+      healed = true;
+      result = rerun_over(std::move(next));
+    }
+    if (healed && result.status == 0 && result.broadcast) {
+      // The survivors' ranks as the first run numbered them.
+      job::BroadcastSummary& b = *result.broadcast;
+      auto label = [&](int r) { return labels.at(static_cast<size_t>(r)); };
+      b.root = label(b.root);
+      for (auto& c : b.copies) c.rank = label(c.rank);
+      for (auto& sl : b.slowest_per_site) sl.rank = label(sl.rank);
+      for (auto& it : b.iterations) it.root = label(it.root);
+    }
+    if (result.status == 0 && result.broadcast && !set_aside.empty()) {
+      // The others are done: now each straggler gets its copy from the root,
+      // at its own pace, nobody waiting on it.
+      std::string names;
+      std::vector<std::int32_t> next{root_label};
+      for (const auto& st : set_aside) {
+        next.push_back(st.rank);
+        names += (names.empty() ? "" : ", ") +
+                 ("rank " + std::to_string(st.rank) + " (" + st.node + ")");
+      }
+      std::sort(next.begin(), next.end());
+      lanes::log::notice("gridbcast launch: the others are done; now the straggler" +
+                         std::string(set_aside.size() > 1 ? "s " : " ") + names +
+                         " from the root, at its own pace");
+      o.stragglers.reset();
+      job::LaunchResult after = rerun_over(std::move(next));
+      job::BroadcastSummary& b = *result.broadcast;
+      if (after.status == 0 && after.broadcast) {
+        const job::BroadcastSummary& a = *after.broadcast;
+        for (auto c : a.copies) {
+          c.rank = labels.at(static_cast<size_t>(c.rank));
+          if (c.rank != root_label) b.copies.push_back(std::move(c));
+        }
+        std::sort(b.copies.begin(), b.copies.end(),
+                  [](const auto& x, const auto& y) { return x.rank < y.rank; });
+        b.verified = b.verified && a.verified && a.sha256 == b.sha256;
+        b.ranks += static_cast<int>(set_aside.size());
+        const double took = a.iterations.empty() ? 0 : a.iterations.back().seconds;
+        for (auto& st : set_aside) st.seconds = took;
+        b.stragglers = set_aside;
+      } else {
+        for (const auto& st : set_aside)
+          missing.push_back(
+              {st.rank, st.node, st.cause + "; set aside as a straggler, then: " + after.failure});
+      }
     }
     if (line_shown) std::cerr << "\r" << std::string(100, ' ') << "\r" << std::flush;
     if (result.status != 0) {
@@ -336,15 +411,7 @@ struct Launch {
     }
     if (result.broadcast) {
       job::BroadcastSummary& b = *result.broadcast;
-      if (!missing.empty()) {
-        // The survivors' ranks as the first run numbered them.
-        auto label = [&](int r) { return labels.at(static_cast<size_t>(r)); };
-        b.root = label(b.root);
-        for (auto& c : b.copies) c.rank = label(c.rank);
-        for (auto& sl : b.slowest_per_site) sl.rank = label(sl.rank);
-        for (auto& it : b.iterations) it.root = label(it.root);
-        b.missing = missing;
-      }
+      b.missing = missing;
       if (probed) {
         b.declared_max_flow_bound_seconds = topology::max_flow_bound_seconds(
             declared, b.root, b.iterations.empty() ? 0 : b.iterations.back().bytes);

@@ -118,6 +118,15 @@ void print_broadcast_text(std::ostream& out, const job::BroadcastSummary& s) {
     for (const auto& m : s.missing)
       out << "    rank " << m.rank << " (" << m.node << "): " << m.cause << "\n";
   }
+  if (!s.stragglers.empty()) {
+    out << "  stragglers: " << s.stragglers.size()
+        << (s.stragglers.size() == 1 ? " node" : " nodes")
+        << " set aside while the others finished, then sent their copies from the root:\n";
+    for (const auto& st : s.stragglers)
+      out << "    rank " << st.rank << " (" << st.node
+          << "): " << topology::format_bandwidth(8 * st.rate_bytes_per_s)
+          << " while behind; its copy took " << fmt_seconds(st.seconds) << " s after the others\n";
+  }
   out << "  largest rank resident set: " << topology::format_bytes(s.peak_rss_bytes) << "\n";
   if (s.rejected_connections > 0)
     out << "  rejected connections: " << s.rejected_connections << "\n";
@@ -164,6 +173,13 @@ void print_broadcast_json(std::ostream& out, const job::BroadcastSummary& s) {
   Json& missing = j["missing"] = Json::array();
   for (const auto& m : s.missing)
     missing.push_back({{"rank", m.rank}, {"node", m.node}, {"cause", m.cause}});
+  Json& stragglers = j["stragglers"] = Json::array();
+  for (const auto& st : s.stragglers)
+    stragglers.push_back({{"rank", st.rank},
+                          {"node", st.node},
+                          {"cause", st.cause},
+                          {"rate_bytes_per_second", number(st.rate_bytes_per_s)},
+                          {"seconds", number(st.seconds)}});
   Json& files = j["files"] = Json::array();
   for (const auto& f : s.files)
     files.push_back({{"path", f.path},

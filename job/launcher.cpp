@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <deque>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <variant>
@@ -217,6 +218,11 @@ class Launcher {
   bool stuck_named_ = false;
   std::deque<std::pair<Clock::time_point, std::uint64_t>> held_samples_;
   std::vector<control::FileRecord> file_records_;
+  // While a broadcast runs with LaunchOptions::stragglers: the watch, and
+  // what it found (by rank).
+  std::optional<StragglerWatch> straggler_watch_;
+  std::map<int, Straggler> stragglers_;
+  void watch_stragglers(Clock::time_point now);
 };
 
 void Launcher::send(int r, const control::ToRank& m) {
@@ -280,6 +286,9 @@ void Launcher::begin_broadcast(int iteration) {
   last_total_ = 0;
   held_samples_.clear();
   file_records_.clear();
+  straggler_watch_.reset();
+  if (o_.stragglers && o_.params.kind == JobKind::kBroadcast && p_ >= 3)
+    straggler_watch_.emplace(o_.grid, *o_.stragglers);
   for (auto& st : ranks_) {
     st.bytes_in = st.bytes_out = st.bytes_worked = 0;
     st.done = false;
@@ -299,6 +308,12 @@ void Launcher::on_message(int r, control::ToLauncher m) {
       st.bytes_in = p->bytes_in;
       st.bytes_out = p->bytes_out;
       st.bytes_worked = p->bytes_worked;
+      if (straggler_watch_) {
+        if (const std::string bad = straggler_watch_->check(r, p->links); !bad.empty())
+          fail(Cause::kOther, who(r) + " reported " + bad);
+        else
+          straggler_watch_->report(r, Clock::now(), p->links);
+      }
     }
     return;
   }
@@ -471,6 +486,7 @@ asio::awaitable<void> Launcher::watchdog() {
                                 std::to_string(broadcast_iteration_) + "; waiting for " + waiting);
         last_change_ = now;
       }
+      if (straggler_watch_) watch_stragglers(now);
       if (o_.on_progress && now - last_report_ >= 1s && now - broadcast_start_ >= 1s) {
         last_report_ = now;
         report_progress();
@@ -512,6 +528,27 @@ void Launcher::check_stuck(Clock::time_point now) {
     line += "\n  " + who(r) + ": " + lanes::log::printable(st.waiting, 256);
   }
   say(lanes::log::Level::kNotice, line);
+}
+
+// A rank whose own links hold the others back (job/straggler.hpp) ends
+// this run: the job goes on without it, and it is finished after the others
+// (cli/launch.cpp).
+void Launcher::watch_stragglers(Clock::time_point now) {
+  std::vector<bool> done(static_cast<size_t>(p_));
+  for (int r = 0; r < p_; ++r) done[static_cast<size_t>(r)] = rank(r).done;
+  for (const Straggler& f : straggler_watch_->observe(now, done)) {
+    stragglers_[f.rank] = f;
+    fail(Cause::kStraggler,
+         who(f.rank) + " is a straggler: its links " + (f.receiving ? "in" : "out") + " carried " +
+             topology::format_bandwidth(8 * f.rate_bytes_per_s) + " for " +
+             seconds_text(std::chrono::milliseconds(static_cast<std::int64_t>(f.seconds * 1000))) +
+             " s with data waiting, under " +
+             std::to_string(static_cast<int>(o_.stragglers->fraction * 100 + 0.5)) + " % of the " +
+             topology::format_bandwidth(8 * f.expected_bytes_per_s) +
+             " the topology declares for them (" + straggler_watch_->describe_links(f.rank, now) +
+             ")",
+         f.rank);
+  }
 }
 
 void Launcher::report_progress() {
@@ -1007,7 +1044,12 @@ LaunchResult Launcher::run() {
     result.failure = v.headline;
     result.then = v.then;
     result.lost_first = v.lost_first;
-    for (const auto& l : v.lost) result.lost.push_back({l.rank, l.cause});
+    for (const auto& l : v.lost) {
+      const auto found = stragglers_.find(l.rank);
+      result.lost.push_back(
+          {l.rank, l.cause, l.straggler,
+           l.straggler && found != stragglers_.end() ? found->second.rate_bytes_per_s : 0});
+    }
     result.status = o_.params.program() && exit_code_ != 0 ? exit_code_ : 1;
     result.broadcast.reset();
     result.bench.reset();

@@ -24,6 +24,7 @@
 #include "job/bench.hpp"
 #include "job/params.hpp"
 #include "job/protocol.hpp"
+#include "job/straggler.hpp"
 #include "topology/grid.hpp"
 #include "topology/probe.hpp"
 
@@ -63,6 +64,10 @@ struct LaunchOptions {
   // it), so the launcher can confirm NICs measured below their claim
   // (topology::confirm_phases). Without it, no confirmation.
   std::optional<topology::Grid> probe_declared;
+  // Broadcasts of 3 or more ranks: watch for stragglers with this rule
+  // (job/straggler.hpp); one found ends the run as a loss whose cause says
+  // so (LaunchResult::LostRank::straggler). Unset: no watch.
+  std::optional<StragglerRule> stragglers;
 };
 
 struct SlowestRank {
@@ -124,6 +129,18 @@ struct BroadcastSummary {
     std::string cause;
   };
   std::vector<Missing> missing;
+  // Nodes set aside as stragglers (LaunchOptions::stragglers) and finished
+  // after the others, from the root alone: why, their rate while they held
+  // the others back, and how long their own copy then took. Their copies
+  // are among `copies` and counted in `ranks`.
+  struct Straggler {
+    int rank;
+    std::string node;
+    std::string cause;
+    double rate_bytes_per_s;
+    double seconds;
+  };
+  std::vector<Straggler> stragglers;
 };
 
 struct BenchOutcome {
@@ -151,6 +168,8 @@ struct LaunchResult {
   struct LostRank {
     int rank = -1;
     std::string cause;
+    bool straggler = false;       // alive, but set aside as a straggler
+    double rate_bytes_per_s = 0;  // a straggler's rate while it held the others back
   };
   std::vector<LostRank> lost;
   bool lost_first = false;

@@ -320,12 +320,18 @@ std::string encode_body(const ToLauncher& m) {
                  },
                  [](const Ready& r) { return Writer(Type::kReady).i32(r.iteration).take(); },
                  [](const Progress& p) {
-                   return Writer(Type::kProgress)
-                       .i32(p.iteration)
-                       .u64(p.bytes_in)
-                       .u64(p.bytes_out)
-                       .u64(p.bytes_worked)
-                       .take();
+                   Writer w(Type::kProgress);
+                   w.i32(p.iteration).u64(p.bytes_in).u64(p.bytes_out).u64(p.bytes_worked);
+                   w.u32(static_cast<std::uint32_t>(p.links.size()));
+                   for (const auto& l : p.links)
+                     w.i32(l.peer)
+                         .u8(l.lane_from)
+                         .u8(l.lane_to)
+                         .u16(l.streams)
+                         .u64(l.bytes_acked)
+                         .u64(l.notsent_bytes)
+                         .u64(l.rwnd_limited_us);
+                   return w.take();
                  },
                  [](const Done& d) {
                    return Writer(Type::kDone)
@@ -515,8 +521,28 @@ ToLauncher decode_to_launcher(const std::string& body) {
       p.bytes_in = r.u64();
       p.bytes_out = r.u64();
       p.bytes_worked = r.u64();
+      const std::uint32_t n = r.u32();
+      if (n > kMaxLinkReports)
+        r.fail(std::to_string(n) + " links, over the limit of " + std::to_string(kMaxLinkReports));
+      for (std::uint32_t i = 0; i < n; ++i) {
+        LinkReport l;
+        l.peer = r.i32(0, static_cast<std::int32_t>(kMaxRanks) - 1, "link peer");
+        l.lane_from = r.u8();
+        l.lane_to = r.u8();
+        l.streams = r.u16();
+        if (l.streams < 1 || l.streams > kMaxLinkStreams)
+          r.fail("a link of " + std::to_string(l.streams) + " streams, outside 1.." +
+                 std::to_string(kMaxLinkStreams));
+        l.bytes_acked = r.u64();
+        l.notsent_bytes = r.u64();
+        l.rwnd_limited_us = r.u64();
+        // What a kernel can hold unsent for one peer: a socket buffer per stream.
+        if (l.notsent_bytes > (std::uint64_t{1} << 40))
+          r.fail("a link with " + std::to_string(l.notsent_bytes) + " bytes unsent");
+        p.links.push_back(l);
+      }
       r.end();
-      out = p;
+      out = std::move(p);
       break;
     }
     case Type::kDone: {

@@ -89,6 +89,21 @@ struct Endpoints {
 struct Ready {
   std::int32_t iteration = 0;
 };
+// One of a rank's outgoing broadcast links, as its kernel counts it
+// (runtime::LinkSample): what the peer acknowledged so far on it, and what
+// waits to be sent now. The launcher finds stragglers from these
+// (job/straggler.hpp); it checks the peer and lanes against the grid.
+struct LinkReport {
+  std::int32_t peer = 0;
+  std::uint8_t lane_from = 0, lane_to = 0;
+  std::uint16_t streams = 1;  // its connections (WAN streams), 1..kMaxLinkStreams
+  std::uint64_t bytes_acked = 0;
+  std::uint64_t notsent_bytes = 0;
+  std::uint64_t rwnd_limited_us = 0;  // the peer's window held them back, summed over streams
+};
+// Links in one Progress message: a rank with more sends the most backlogged.
+inline constexpr std::uint32_t kMaxLinkReports = 1024;
+inline constexpr std::uint16_t kMaxLinkStreams = 64;  // topology: streams per WAN link
 // Sent about every second while a broadcast runs: totals since the rank
 // started, so the launcher judges progress, not wall-clock time.
 struct Progress {
@@ -96,6 +111,7 @@ struct Progress {
   std::uint64_t bytes_in = 0;
   std::uint64_t bytes_out = 0;
   std::uint64_t bytes_worked = 0;  // hashed or checked on this rank (its own work)
+  std::vector<LinkReport> links;   // at most kMaxLinkReports
 };
 struct Done {
   std::int32_t iteration = 0;

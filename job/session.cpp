@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
@@ -68,6 +69,26 @@ std::string checked_secret(std::string secret, const std::string& from) {
                              " bits; at least 128 are needed (32 hex digits, e.g. from "
                              "`openssl rand -hex 32`)");
   return secret;
+}
+
+// The rank's outgoing broadcast links for a Progress message: the most
+// backlogged first when there are more than a message carries.
+std::vector<control::LinkReport> link_reports(const runtime::Communicator& comm) {
+  std::vector<runtime::LinkSample> samples = comm.link_samples();
+  if (samples.size() > control::kMaxLinkReports) {
+    std::partial_sort(
+        samples.begin(), samples.begin() + control::kMaxLinkReports, samples.end(),
+        [](const auto& a, const auto& b) { return a.notsent_bytes > b.notsent_bytes; });
+    samples.resize(control::kMaxLinkReports);
+  }
+  std::vector<control::LinkReport> links;
+  links.reserve(samples.size());
+  for (const auto& l : samples)
+    links.push_back(
+        {l.peer, static_cast<std::uint8_t>(l.lane_from), static_cast<std::uint8_t>(l.lane_to),
+         static_cast<std::uint16_t>(std::clamp(l.streams, 1, int{control::kMaxLinkStreams})),
+         l.bytes_acked, l.notsent_bytes, l.rwnd_limited_us});
+  return links;
 }
 
 }  // namespace
@@ -244,9 +265,9 @@ struct Session::Impl {
       }
       if (it >= 0 && comm) {
         const auto p = comm->progress();
-        enqueue({control::Progress{it, p.bytes_in - base.bytes_in, p.bytes_out - base.bytes_out,
-                                   worked.load() - worked_base},
-                 nullptr});
+        control::Progress m{it, p.bytes_in - base.bytes_in, p.bytes_out - base.bytes_out,
+                            worked.load() - worked_base, link_reports(*comm)};
+        enqueue({std::move(m), nullptr});
       } else {
         control::Alive alive;
         if (comm) {

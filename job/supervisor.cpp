@@ -29,12 +29,16 @@ FailureLog::Verdict FailureLog::verdict() const {
     if (f.what != v.headline && v.then.size() < kMaxThen) v.then.push_back(f.what);
   // The ranks lost (died or silent), each once with its first cause, when a
   // loss is the most telling cause: what healing needs to know.
-  v.lost_first = sorted.front().cause == Cause::kSilence || sorted.front().cause == Cause::kDeath;
+  const bool set_aside = sorted.front().cause == Cause::kStraggler;
+  auto counts = [set_aside](Cause c) {
+    return set_aside ? c == Cause::kStraggler : c == Cause::kSilence || c == Cause::kDeath;
+  };
+  v.lost_first = set_aside || counts(sorted.front().cause);
   for (const auto& f : failures_) {
-    if ((f.cause != Cause::kSilence && f.cause != Cause::kDeath) || f.rank < 0) continue;
+    if (!counts(f.cause) || f.rank < 0) continue;
     const bool known =
         std::any_of(v.lost.begin(), v.lost.end(), [&](const Lost& l) { return l.rank == f.rank; });
-    if (!known) v.lost.push_back({f.rank, f.what});
+    if (!known) v.lost.push_back({f.rank, f.what, f.cause == Cause::kStraggler});
   }
   return v;
 }

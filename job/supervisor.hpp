@@ -28,18 +28,19 @@ namespace gridbcast::job {
 // first within a rank. A rank's own report explains its exit; a process that
 // died or stopped without a word explains what its peers report about it.
 enum class Cause {
-  kSilence = 0,   // a rank sent nothing, not even heartbeats (stopped, host or link down)
-  kDeath = 1,     // a rank process died or exited before its time, unexplained
-  kAbort = 2,     // MPI_Abort (or a fatal MPI error, often about a peer above)
-  kReported = 3,  // a rank's own error report
-  kOther = 4,     // what followed, or the launcher's own findings
+  kStraggler = -1,  // a rank that held the others back (job/straggler.hpp), set aside
+  kSilence = 0,     // a rank sent nothing, not even heartbeats (stopped, host or link down)
+  kDeath = 1,       // a rank process died or exited before its time, unexplained
+  kAbort = 2,       // MPI_Abort (or a fatal MPI error, often about a peer above)
+  kReported = 3,    // a rank's own error report
+  kOther = 4,       // what followed, or the launcher's own findings
 };
 
 struct Failure {
   Cause cause;
   std::string what;
   lanes::Clock::time_point when;
-  int rank = -1;  // kDeath, kSilence: the rank that died or went silent
+  int rank = -1;  // kDeath, kSilence, kStraggler: the rank that died, went silent or straggled
 };
 
 // What went wrong in a job, in the order it came.
@@ -55,13 +56,18 @@ class FailureLog {
 
   struct Lost {
     int rank = -1;
-    std::string cause;  // the first failure about it
+    std::string cause;       // the first failure about it
+    bool straggler = false;  // alive, set aside as a straggler
   };
   struct Verdict {
     std::string headline;           // the most telling cause, the earliest of its kind
     std::vector<std::string> then;  // the others in the order they came, at most kMaxThen
-    bool lost_first = false;        // the headline is a lost rank (died or went silent)
-    std::vector<Lost> lost;         // every rank that died or went silent, once
+    // The headline is a lost rank (died, went silent, or set aside as a
+    // straggler: then the job was stopped for it).
+    bool lost_first = false;
+    // Every rank that died or went silent, once; when a straggler heads the
+    // verdict, the stragglers alone (the others were stopped with the job).
+    std::vector<Lost> lost;
   };
   // Throws std::logic_error when nothing failed.
   Verdict verdict() const;

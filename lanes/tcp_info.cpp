@@ -20,4 +20,15 @@ std::optional<std::uint64_t> tcp_bytes_received(int fd) {
   return info.tcpi_bytes_received;
 }
 
+std::optional<TcpSendState> tcp_send_state(int fd) {
+  tcp_info info{};
+  socklen_t len = sizeof info;
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return std::nullopt;
+  if (len < offsetof(tcp_info, tcpi_notsent_bytes) + sizeof info.tcpi_notsent_bytes ||
+      len < offsetof(tcp_info, tcpi_bytes_acked) + sizeof info.tcpi_bytes_acked ||
+      len < offsetof(tcp_info, tcpi_rwnd_limited) + sizeof info.tcpi_rwnd_limited)
+    return std::nullopt;
+  return TcpSendState{info.tcpi_bytes_acked, info.tcpi_notsent_bytes, info.tcpi_rwnd_limited};
+}
+
 }  // namespace gridbcast::lanes

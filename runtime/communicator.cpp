@@ -905,6 +905,10 @@ Communicator::Progress Communicator::progress() const {
           impl_->live.bytes_out.load(std::memory_order_relaxed)};
 }
 
+std::vector<LinkSample> Communicator::link_samples() const {
+  return impl_->transport.link_samples();
+}
+
 std::string Communicator::waiting() const {
   std::lock_guard lock(impl_->waiting_mu);
   return impl_->waiting;

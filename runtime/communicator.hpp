@@ -209,6 +209,10 @@ class Communicator {
     std::uint64_t bytes_out = 0;
   };
   Progress progress() const;
+  // The kernel's figures for this rank's outgoing broadcast connections, one
+  // per (peer, lane_from, lane_to): bytes acknowledged and bytes waiting to be
+  // sent (runtime::LinkSample). Safe to call from another thread while one runs.
+  std::vector<LinkSample> link_samples() const;
   // What this rank waits for in a blocking call now ("waiting for a message
   // from rank 0 (...)"), or "" when it is in none; and the bytes it has moved
   // in all (broadcasts and messages). Both safe from any thread: the job's

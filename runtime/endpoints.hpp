@@ -17,6 +17,22 @@ inline constexpr int kMaxLanes = 8;
 using LanePorts = std::array<std::uint16_t, kMaxLanes>;
 using EndpointTable = std::vector<LanePorts>;
 
+// What the kernel says of a rank's broadcast connections to one peer from
+// one lane to another, its streams together (lanes::tcp_send_state): the
+// bytes the peer acknowledged so far, and the bytes written that wait to be
+// sent now (a backlog: the link does not take what the rank has for it),
+// and the microseconds in which the peer's receive window held the streams
+// back (the peer not reading), summed over its `streams`.
+struct LinkSample {
+  int peer = -1;
+  int lane_from = 0;
+  int lane_to = 0;
+  int streams = 0;
+  std::uint64_t bytes_acked = 0;
+  std::uint64_t notsent_bytes = 0;
+  std::uint64_t rwnd_limited_us = 0;
+};
+
 struct JobCredentials {
   std::uint64_t job_id = 0;
   std::vector<std::uint8_t> secret;

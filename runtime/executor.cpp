@@ -55,7 +55,7 @@ struct Run {
   void fail(std::exception_ptr e) {
     if (error) return;  // the first error sticks
     error = e;
-    for (auto* s : active) s->close();
+    for (auto* s : active) transport.close(*s);
     progress.notify_all();
     transport.accepted().notify_all();
   }

@@ -117,7 +117,7 @@ struct PhaseRun {
   void fail(std::exception_ptr e) {
     if (error) return;
     error = e;
-    for (auto* s : active) s->close();
+    for (auto* s : active) transport.close(*s);
     for (auto& [flow, a] : arrivals) a.window_end.cancel();
     progress.notify_all();
     transport.accepted().notify_all();
@@ -197,7 +197,7 @@ asio::awaitable<void> send_rate(PhaseRun& run, int flow, int stream) {
       break;
     if (ec) throw BroadcastError("sending to " + peer + " failed: " + ec.message());
   }
-  socket->close();
+  run.transport.close(*socket);
   run.waiting_on.erase(task);
 }
 
@@ -323,7 +323,7 @@ asio::awaitable<void> receive_rate(PhaseRun& run, int flow, int stream) {
     a.piece(Clock::now(), h->length);
     if (first) run.progress.notify_all();  // a window may wait for it
   }
-  socket->close();
+  run.transport.close(*socket);
   run.waiting_on.erase(task);
   if (--a.open_streams == 0) {
     a.window_end.cancel();

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "lanes/log.hpp"
+#include "lanes/tcp_info.hpp"
 
 namespace gridbcast::runtime {
 
@@ -167,6 +168,7 @@ asio::awaitable<lanes::Stream*> Transport::outgoing(LinkKey key,
   lanes::log::debug("gridbcast rank " + std::to_string(rank_) + ": connected lane " +
                     std::to_string(key.lane_from) + " to " + describe(key.peer, key.lane_to) +
                     " stream " + std::to_string(key.stream) + (tls ? " (TLS)" : ""));
+  std::lock_guard lock(out_mu_);
   auto [it, inserted] = out_.emplace(key, std::move(std::get<0>(raced).stream));
   co_return it->second.get();
 }
@@ -193,9 +195,37 @@ std::uint64_t Transport::rejected_connections() const {
   return rejections_.count();
 }
 
+std::vector<LinkSample> Transport::link_samples() const {
+  std::vector<LinkSample> samples;
+  std::lock_guard lock(out_mu_);
+  for (const auto& [k, s] : out_) {
+    if (k.stream == kMessageStream) continue;
+    auto& socket = s->socket();
+    if (!socket.is_open()) continue;
+    const auto state = lanes::tcp_send_state(socket.native_handle());
+    if (!state) continue;
+    if (samples.empty() || samples.back().peer != k.peer ||
+        samples.back().lane_from != k.lane_from || samples.back().lane_to != k.lane_to)
+      samples.push_back({k.peer, k.lane_from, k.lane_to, 0, 0, 0, 0});
+    auto& sample = samples.back();
+    ++sample.streams;
+    sample.bytes_acked += state->bytes_acked;
+    sample.notsent_bytes += state->notsent_bytes;
+    sample.rwnd_limited_us += state->rwnd_limited_us;
+  }
+  return samples;
+}
+
+void Transport::close(lanes::Stream& stream) {
+  std::lock_guard lock(out_mu_);
+  stream.close();
+}
+
 void Transport::close_all() {
   closed_ = true;
+  std::unique_lock lock(out_mu_);
   for (auto& [k, s] : out_) s->close();
+  lock.unlock();
   for (auto& [k, s] : in_) s->close();
   accepted_.notify_all();  // a broadcast waiting for a peer's connection sees closed()
   closing_.notify_all();   // connections being made give up

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -73,6 +74,12 @@ class Transport {
   const std::string& failure() const { return failure_; }
   // Whether a Hello can be a link to this rank's listener on `lane`, and how.
   lanes::PeerPolicy policy(const lanes::Hello& h, int lane) const;
+  // The kernel's figures for every outgoing broadcast connection (not the
+  // message connections), one sample per (peer, lane_from, lane_to). Safe to
+  // call from any thread while the rank runs.
+  std::vector<LinkSample> link_samples() const;
+  // Closes one connection (after a failure), in step with link_samples().
+  void close(lanes::Stream& stream);
   // Closes every connection (after a failure: peers see the end of file), for
   // good: no connection is made or accepted afterwards.
   void close_all();
@@ -87,6 +94,9 @@ class Transport {
   EndpointTable table_;
   std::vector<std::shared_ptr<lanes::Listener>> listeners_;
   std::map<LinkKey, std::unique_ptr<lanes::Stream>> out_;
+  // Held where out_ gains a connection or its sockets close, and while
+  // link_samples() reads them from another thread.
+  mutable std::mutex out_mu_;
   std::map<LinkKey, std::unique_ptr<lanes::Stream>> in_;
   lanes::RejectionLog rejections_;
   std::string failure_;

@@ -5,7 +5,8 @@ node's rank killed (SIGKILL) at a fraction of the undisturbed time. Prints
 both times, their ratio, what the healed run sent again, and whether every
 surviving copy verified (and the exit status, 3: completed on the survivors).
 With --slow RATE the victim's links are shaped to RATE instead (`gridbcast
-testbed shape`): what a slow node costs everybody. --log FILE keeps the
+testbed shape`): a straggler, set aside while the others finish; it prints
+when the others were done and when the straggler was. --log FILE keeps the
 second run's standard error, with timestamps. Needs root. Brings its own testbed up and down; removes the source and the
 copies at the end, also on failure.
 
@@ -44,11 +45,13 @@ def launch(args, src, out_dir, env, victim=None, at=None, timeout=3600, tb_id=No
            "--output", os.path.join(out_dir, "{node}", "copy"), "--json"]
     t0 = time.monotonic()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    lines = []
+    lines, others_done = [], []
 
     def read_err():
         for line in p.stderr:
             lines.append(line)
+            if "the others are done" in line and not others_done:
+                others_done.append(time.monotonic() - t0)
     reader = threading.Thread(target=read_err, daemon=True)
     reader.start()
     hit = None
@@ -73,7 +76,7 @@ def launch(args, src, out_dir, env, victim=None, at=None, timeout=3600, tb_id=No
     reader.join(timeout=10)
     wall = time.monotonic() - t0
     summary = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
-    return p.returncode, wall, hit, summary, "".join(lines)
+    return p.returncode, wall, hit, summary, "".join(lines), others_done[0] if others_done else None
 
 
 def main():
@@ -111,22 +114,25 @@ def main():
                 n = min(left, 8 << 20)
                 f.write(os.urandom(n))
                 left -= n
-        rc, base, _, s0, err = launch(args, src, os.path.join(work, "undisturbed"), env)
+        rc, base, _, s0, err, _ = launch(args, src, os.path.join(work, "undisturbed"), env)
         if rc != 0:
             sys.exit(f"bench_heal: the undisturbed run failed ({rc}):\n{err[-3000:]}")
         print(f"undisturbed: {base:.2f} s, {s0.get('ranks')} ranks, verified {s0.get('verified')}")
-        rc, healed, hit, s1, err = launch(args, src, os.path.join(work, "healed"), env,
+        rc, healed, hit, s1, err, others = launch(args, src, os.path.join(work, "healed"), env,
                                                    victim, args.at * base, tb_id=tb_id)
         if args.log:
             with open(args.log, "w") as f:
                 f.write(f"# {'slowed' if args.slow else 'killed'} at {hit:.2f} s after the start\n" + err)
         resent = next((l.split("resume: ", 1)[1] for l in err.splitlines() if "resume: sent" in l), "?")
         if args.slow:
-            # Nothing sets a slow node aside yet (issue 27): everybody waits for it.
+            st = s1.get("stragglers", [])
+            named = [f"{x['node']} at {x['rate_bytes_per_second'] * 8 / 1e6:.1f} Mbit/s" for x in st]
             print(f"{args.victim} (rank {victim}) slowed to {args.slow} at {hit:.2f} s: exit status {rc}; "
-                  f"every rank done at {healed:.2f} s = {healed / base:.2f} x the undisturbed time; "
-                  f"{s1.get('ranks')} ranks verified {s1.get('verified')}")
-            return 0 if rc == 0 and s1.get("verified") else 1
+                  f"stragglers {named}; the others done at "
+                  + (f"{others:.2f} s = {others / base:.2f} x the undisturbed time" if others else "?")
+                  + f"; all {healed:.2f} s; {s1.get('ranks')} ranks verified {s1.get('verified')}; "
+                  f"the others' run {resent}")
+            return 0 if rc == 0 and s1.get("verified") and st else 1
         missing = [m["node"] for m in s1.get("missing", [])]
         print(f"{args.victim} (rank {victim}) killed at {hit:.2f} s: exit status {rc}, "
               f"{healed:.2f} s in all = {healed / base:.2f} x the undisturbed time; "

@@ -217,6 +217,7 @@ const std::vector<std::pair<std::string, T>> kLaunchFields = {
     {"copies", T::array},
     {"complete", T::boolean},
     {"missing", T::array},
+    {"stragglers", T::array},
     {"files", T::array},
     {"measured", T::null},
     {"declared_max_flow_bound_seconds", T::null}};
@@ -249,6 +250,7 @@ TEST(JsonSchema, LaunchAndItsProgressRecords) {
   EXPECT_TRUE(j["copies"].empty());
   EXPECT_EQ(j["complete"], true);
   EXPECT_TRUE(j["missing"].empty());
+  EXPECT_TRUE(j["stragglers"].empty());
   EXPECT_TRUE(j["files"].empty());
   // Progress records, if the broadcast lasted long enough for one: one a line.
   std::ifstream in(progress);

@@ -184,6 +184,56 @@ TEST(Launcher, ARootReportingMoreFilesThanTheJobHasFailsTheJob) {
   }
 }
 
+// A rank with the secret whose progress names links that are not in the
+// grid (a peer past the last rank, a lane its peers do not open) fails the
+// job naming it, before the launcher keeps anything of it
+// (job/straggler.hpp, StragglerWatch::check).
+TEST(Launcher, ProgressNamingLinksOutsideTheGridFailsTheJobNamingTheRank) {
+  Child launcher({"/usr/bin/env", "GRIDBCAST_SECRET=" + kSecretHex, kBin, "launch", "--hosts",
+                  "127.0.0.1,127.0.0.2,127.0.0.3", "--backend", "external", "--size", "1MiB",
+                  "--startup-timeout", "30"});
+  const std::string hint = wait_for_hint(launcher);
+  const std::string where = hint_value(hint, "GRIDBCAST_LAUNCHER");
+  ASSERT_FALSE(where.empty()) << hint << launcher.err();
+  const auto colon = where.rfind(':');
+  const auto at = lanes::make_endpoint(
+      where.substr(0, colon), static_cast<std::uint16_t>(std::stoi(where.substr(colon + 1))));
+  const std::uint64_t job = std::stoull(hint_value(hint, "GRIDBCAST_JOB_ID"), nullptr, 16);
+  asio::io_context io;
+  std::vector<job::control::Channel> ranks;
+  for (std::uint32_t r = 0; r < 3; ++r) {
+    auto socket = runtime::run_until(io, connect_as(at, job, r));
+    ranks.push_back(job::control::Channel{
+        std::move(*socket), job::control::Sealer(runtime::from_hex(kSecretHex), job, r),
+        job::control::Direction::kToLauncher, "the launcher"});
+  }
+  const auto receive = [&](int r) {
+    return job::control::decode_to_rank(
+        runtime::run_until(io, job::control::receive_body(ranks[static_cast<size_t>(r)])));
+  };
+  const auto send = [&](int r, const job::control::ToLauncher& m) {
+    runtime::run_until(
+        io, job::control::send_body(ranks[static_cast<size_t>(r)], job::control::encode_body(m)));
+  };
+  for (int r = 0; r < 3; ++r) {
+    (void)std::get<job::control::Config>(receive(r));
+    send(r, job::control::Endpoints{
+                {static_cast<std::uint16_t>(40001 + r), static_cast<std::uint16_t>(40101 + r)}});
+  }
+  for (int r = 0; r < 3; ++r) (void)std::get<job::control::Table>(receive(r));
+  for (int r = 0; r < 3; ++r) send(r, job::control::Ready{0});
+  for (int r = 0; r < 3; ++r) (void)std::get<job::control::Go>(receive(r));
+  send(1, job::control::Progress{
+              0, 0, 0, 0, {{0, 0, 0, 1, 10, 0, 0}, {2, 0, 0, 1, 10, 0, 0}}});  // sound
+  send(2, job::control::Progress{0, 0, 0, 0, {{7, 0, 0, 1, 1, 1, 0}}});
+  EXPECT_EQ(launcher.wait(30s), 1) << launcher.err();
+  const std::string err = launcher.err();
+  EXPECT_NE(err.find("rank 2 (127.0.0.3) reported a link to rank 7 from lane 0 to lane 0, "
+                     "outside the grid of 3 ranks"),
+            std::string::npos)
+      << err;
+}
+
 // Two launches of one job, GRIDBCAST_SECRET and GRIDBCAST_JOB_ID the same
 // (the setting): each launch's Table brings its ranks a run nonce of
 // its own, drawn by the launcher and never taken from the environment, so

@@ -101,10 +101,22 @@ TEST(ControlProtocol, EveryMessageRoundTrips) {
   EXPECT_EQ(dd.sha256, d.sha256);
   EXPECT_EQ(dd.path, "/tmp/x");
   EXPECT_EQ(dd.peak_rss, d.peak_rss);
-  const auto pp = std::get<Progress>(decode_to_launcher(encode_body(Progress{1, 2, 3, 4})));
+  const auto pp = std::get<Progress>(decode_to_launcher(encode_body(Progress{1, 2, 3, 4, {}})));
   EXPECT_EQ(pp.bytes_in, 2u);
   EXPECT_EQ(pp.bytes_out, 3u);
   EXPECT_EQ(pp.bytes_worked, 4u);
+  EXPECT_TRUE(pp.links.empty());
+  const auto pl = std::get<Progress>(decode_to_launcher(encode_body(
+      Progress{1, 2, 3, 4, {{7, 1, 0, 3, 1ull << 40, 65536, 999}, {1048575, 7, 7, 64, 0, 0, 0}}})));
+  ASSERT_EQ(pl.links.size(), 2u);
+  EXPECT_EQ(pl.links[0].peer, 7);
+  EXPECT_EQ(pl.links[0].lane_from, 1);
+  EXPECT_EQ(pl.links[0].lane_to, 0);
+  EXPECT_EQ(pl.links[0].bytes_acked, 1ull << 40);
+  EXPECT_EQ(pl.links[0].notsent_bytes, 65536u);
+  EXPECT_EQ(pl.links[0].streams, 3);
+  EXPECT_EQ(pl.links[0].rwnd_limited_us, 999u);
+  EXPECT_EQ(pl.links[1].peer, 1048575);
   EXPECT_EQ(std::get<Abort>(decode_to_launcher(encode_body(Abort{-3, "why"}))).code, -3);
   const auto aa = std::get<Alive>(decode_to_launcher(
       encode_body(Alive{"waiting for a message from rank 1 (a2, 127.0.1.2 lane 0)", 77})));
@@ -300,6 +312,26 @@ TEST(ControlProtocol, DecodersRefuseWhatIsOutOfRange) {
         topology::ProbeSample{0, 1, 1, 0, 0, 10001}, topology::ProbeSample{-1, 1, 1, 0, 0, 0},
         topology::ProbeSample{0, (1ull << 50) + 1, 1, 0, 0, 0}})
     refused_by_launcher(encode_body(ProbeReport{0, {bad}}));
+  // Progress links: more than a message may carry (claimed, with none there,
+  // and real), a peer past any rank or negative, a backlog no kernel holds,
+  // no streams or more than a link has, a link cut short.
+  std::string many_links = encode_body(Progress{0, 0, 0, 0, {}});
+  many_links[many_links.size() - 4] = '\x7f';
+  refused_by_launcher(many_links);
+  refused_by_launcher(encode_body(
+      Progress{0, 0, 0, 0, std::vector<LinkReport>(kMaxLinkReports + 1, LinkReport{})}));
+  EXPECT_EQ(
+      std::get<Progress>(decode_to_launcher(encode_body(Progress{
+                             0, 0, 0, 0, std::vector<LinkReport>(kMaxLinkReports, LinkReport{})})))
+          .links.size(),
+      kMaxLinkReports);
+  refused_by_launcher(encode_body(Progress{0, 0, 0, 0, {{1 << 20, 0, 0, 1, 0, 0, 0}}}));
+  refused_by_launcher(encode_body(Progress{0, 0, 0, 0, {{-1, 0, 0, 1, 0, 0, 0}}}));
+  refused_by_launcher(encode_body(Progress{0, 0, 0, 0, {{1, 0, 0, 1, 0, (1ull << 40) + 1, 0}}}));
+  refused_by_launcher(encode_body(Progress{0, 0, 0, 0, {{1, 0, 0, 0, 0, 0, 0}}}));
+  refused_by_launcher(encode_body(Progress{0, 0, 0, 0, {{1, 0, 0, 65, 0, 0, 0}}}));
+  const std::string one_link = encode_body(Progress{0, 0, 0, 0, {{1, 0, 0, 1, 5, 6, 7}}});
+  refused_by_launcher(one_link.substr(0, one_link.size() - 3));
 }
 
 struct Frame {

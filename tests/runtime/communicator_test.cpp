@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <map>
 #include <random>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -134,6 +136,82 @@ TEST(Communicator, PacedLanesTakeAtLeastTheirLinksTimeAtTheirPace) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   });
   EXPECT_GE(*std::max_element(took.begin(), took.end()), floor);
+}
+
+// What the kernel says of each outgoing broadcast link (the launcher finds
+// stragglers from it, job/straggler.hpp): one sample per link of the plan
+// from this rank, its streams counted, at least the plan's bytes
+// acknowledged on it, nothing for a peer it never sent to. Read from another
+// thread all through the broadcast, as the rank's heartbeat thread does.
+TEST(Communicator, LinkSamplesCountWhatEachPeerAcknowledgedOnEachLinkOfThePlan) {
+  const auto grid = make_grid({4, 3}, 3);
+  const std::uint64_t size = 8 << 20;
+  const topology::Plan plan = topology::build_plan(grid, Algorithm::kMultilane, 0, size);
+  struct Link {
+    std::uint64_t bytes = 0;
+    int streams = 0;
+  };
+  std::map<std::tuple<int, int, int, int>, Link> planned;  // from, to, lane_from, lane_to
+  for (const auto& t : plan.transfers) {
+    auto& l = planned[{t.from, t.to, t.lane_from, t.lane_to}];
+    l.bytes += t.length;
+    l.streams = std::max(l.streams, t.streams);
+  }
+  Ranks ranks(grid);
+  std::vector<std::vector<runtime::LinkSample>> after(static_cast<size_t>(grid.size()));
+  std::atomic<bool> stop{false};
+  std::atomic<int> sampled{0};
+  ranks.run([&](Communicator& c) {
+    if (c.rank() == 0) {
+      std::thread sampler([&] {
+        while (!stop) {
+          for (int r = 0; r < grid.size(); ++r) (void)ranks.comm(r).link_samples();
+          ++sampled;
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+      });
+      std::vector<std::byte> buf(size);
+      bcast_and_check(c, buf, size, 0, Algorithm::kMultilane, 5);
+      stop = true;
+      sampler.join();
+    } else {
+      std::vector<std::byte> buf(size);
+      bcast_and_check(c, buf, size, 0, Algorithm::kMultilane, 5);
+    }
+  });
+  EXPECT_GT(sampled.load(), 0);
+  // A send ends when the kernel has the bytes; their acknowledgements follow.
+  for (int r = 0; r < grid.size(); ++r) {
+    for (int i = 0; i < 500; ++i) {
+      after[static_cast<size_t>(r)] = ranks.comm(r).link_samples();
+      bool all = true;
+      for (const auto& s : after[static_cast<size_t>(r)]) {
+        const auto it = planned.find({r, s.peer, s.lane_from, s.lane_to});
+        all = all && (it == planned.end() || s.bytes_acked >= it->second.bytes);
+      }
+      if (all) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  for (int r = 0; r < grid.size(); ++r) {
+    std::map<std::tuple<int, int, int, int>, runtime::LinkSample> got;
+    for (const auto& s : after[static_cast<size_t>(r)]) {
+      EXPECT_TRUE(got.emplace(std::tuple{r, s.peer, s.lane_from, s.lane_to}, s).second)
+          << "rank " << r << " sampled a link twice";
+    }
+    for (const auto& [key, s] : got) {
+      const auto it = planned.find(key);
+      ASSERT_NE(it, planned.end())
+          << "rank " << r << " has a link to " << s.peer << " the plan does not";
+      EXPECT_EQ(s.streams, it->second.streams);
+      EXPECT_GE(s.bytes_acked, it->second.bytes) << "rank " << r << " to " << s.peer;
+    }
+    for (const auto& [key, l] : planned) {
+      if (std::get<0>(key) != r) continue;
+      EXPECT_TRUE(got.count(key)) << "rank " << r << " has no sample of its link to "
+                                  << std::get<1>(key);
+    }
+  }
 }
 
 // k lanes (issue 14): four-NIC nodes open four lanes by themselves; odd and

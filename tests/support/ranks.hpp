@@ -44,6 +44,9 @@ class Ranks {
     table_ = table;
   }
 
+  // Rank r's communicator, e.g. for another thread to read its progress.
+  runtime::Communicator& comm(int r) { return *comms_.at(static_cast<size_t>(r)); }
+
   // Calls fn(rank's communicator) on one thread per rank; rethrows the first
   // exception (by rank order) after every thread has finished.
   void run(const std::function<void(runtime::Communicator&)>& fn) {

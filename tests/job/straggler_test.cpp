@@ -1,0 +1,236 @@
+// StragglerWatch: which rank holds the broadcast back, from what the ranks'
+// kernels say of their outgoing links (job/straggler.hpp). The reports here
+// are what the launcher would get each second from ranks whose links run at
+// the given rates with or without data waiting.
+#include "job/straggler.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <vector>
+
+#include "support/grids.hpp"
+
+namespace gridbcast::job {
+namespace {
+
+using Clock = StragglerWatch::Clock;
+using std::chrono::milliseconds;
+constexpr double kLane = 10e9 / 8;  // make_grid's NICs, one lane each: bytes/s
+constexpr std::uint64_t kBacklog = 4u << 20;
+
+// A link as the test drives it: from, to, lanes, its rate (bytes/s),
+// whether data waits on it, and whether its receiver reads it (a peer that
+// does not holds the link back by its receive window).
+struct Flow {
+  int from, to, lane_from, lane_to;
+  double rate;
+  bool backlog;
+  bool read = true;
+};
+
+struct Feed {
+  explicit Feed(const topology::Grid& g, StragglerRule rule = {}) : grid(g), watch(grid, rule) {}
+  topology::Grid grid;
+  StragglerWatch watch;
+  Clock::time_point t = Clock::now();
+  std::map<std::tuple<int, int, int, int>, std::pair<double, std::uint64_t>>
+      acked;  // bytes, rwnd us
+  std::vector<Straggler> found;
+  std::vector<bool> done;
+  // One report a second from every sender for `seconds`.
+  void run(int seconds, const std::vector<Flow>& flows) {
+    for (int s = 0; s < seconds; ++s) {
+      t += milliseconds(1000);
+      std::map<int, std::vector<control::LinkReport>> by_sender;
+      for (const auto& f : flows) {
+        auto& [a, held] = acked[{f.from, f.to, f.lane_from, f.lane_to}];
+        a += f.rate;
+        if (!f.read) held += 900'000;
+        by_sender[f.from].push_back(
+            {f.to, static_cast<std::uint8_t>(f.lane_from), static_cast<std::uint8_t>(f.lane_to), 1,
+             static_cast<std::uint64_t>(a), f.backlog ? kBacklog : 0, held});
+      }
+      for (const auto& [sender, links] : by_sender) {
+        ASSERT_EQ(watch.check(sender, links), "");
+        watch.report(sender, t, links);
+      }
+      done.resize(static_cast<size_t>(grid.size()), false);
+      for (const auto& f : watch.observe(t, done)) found.push_back(f);
+    }
+  }
+};
+
+// Two trees over 8 nodes of one site, as multilane builds them: tree 0 on
+// lane 0 (0→1, 0→2, 1→3, 1→4, 2→5, 2→6, 3→7), tree 1 on lane 1 through the
+// other nodes, every node fed by one parent per tree.
+std::vector<Flow> two_trees(double rate, bool backlog) {
+  std::vector<Flow> f;
+  for (auto [a, b] : {std::pair{0, 1}, {0, 2}, {1, 3}, {1, 4}, {2, 5}, {2, 6}, {3, 7}})
+    f.push_back({a, b, 0, 0, rate, backlog});
+  for (auto [a, b] : {std::pair{0, 7}, {0, 6}, {7, 5}, {7, 4}, {6, 3}, {6, 2}, {5, 1}})
+    f.push_back({a, b, 1, 1, rate, backlog});
+  return f;
+}
+
+TEST(Stragglers, AHealthyPipelineNamesNobody) {
+  // Every link busy at 45 % of its lane (the root's two links on each lane
+  // share it), data waiting on all of them, for a minute.
+  Feed f(testing::make_grid({8}));
+  f.run(60, two_trees(0.45 * kLane, true));
+  EXPECT_TRUE(f.found.empty());
+}
+
+TEST(Stragglers, LinksSlowWithNothingWaitingNameNobody) {
+  // Everybody at 5 % of the declared rates (busy cores, a slow disk at the
+  // root): the senders have nothing waiting, so no link holds anyone back.
+  Feed f(testing::make_grid({8}));
+  f.run(30, two_trees(0.05 * kLane, false));
+  EXPECT_TRUE(f.found.empty());
+}
+
+TEST(Stragglers, ASlowNodeIsNamedAfterItsSustainedTimeAndNotTheNodesBelowIt) {
+  // Node 3 crawls both ways (its NICs shaped to 1 %): its two parents' links
+  // into it (1→3 lane 0, 6→3 lane 1) have data waiting and run at 1 %. Its
+  // child 7 gets tree 0's half from it (backlogged, slow) but tree 1's from
+  // the root, whose link waits for nothing. The other links are idle: the
+  // windows wait for node 3.
+  Feed f(testing::make_grid({8}));
+  std::vector<Flow> flows = two_trees(0, false);
+  for (auto& l : flows)
+    if (l.to == 3 || l.from == 3) l = {l.from, l.to, l.lane_from, l.lane_to, 0.01 * kLane, true};
+  f.run(3, flows);  // behind from the second report on (the first gives no rate): 1 s so far
+  EXPECT_TRUE(f.found.empty());
+  f.run(2, flows);
+  ASSERT_EQ(f.found.size(), 1u);
+  EXPECT_EQ(f.found[0].rank, 3);
+  EXPECT_NEAR(f.found[0].rate_bytes_per_s, 0.02 * kLane, 1e3);
+  // Each parent's only busy link on its lane, each into a lane of its own.
+  EXPECT_NEAR(f.found[0].expected_bytes_per_s, 2 * kLane, 1e3);
+  EXPECT_GE(f.found[0].seconds, 3.0);
+  // Named once per broadcast, however long it stays slow.
+  f.run(10, flows);
+  EXPECT_EQ(f.found.size(), 1u);
+}
+
+TEST(Stragglers, ANodeWaitingOnASlowParentWhileItsOtherParentWaitsOnItIsNotNamed) {
+  // Node 3 slow as above; its child 7 is a window behind: tree 1's parent
+  // (the root) has the next window's data for it, and node 7 does not read
+  // it yet, so that link is backlogged and stands still, held by node 7's
+  // receive window. Node 7's network is not what is slow.
+  Feed f(testing::make_grid({8}));
+  std::vector<Flow> flows = two_trees(0, false);
+  for (auto& l : flows) {
+    if (l.to == 3 || l.from == 3) l = {l.from, l.to, l.lane_from, l.lane_to, 0.01 * kLane, true};
+    if (l.from == 0 && l.to == 7) l = {0, 7, 1, 1, 0, true, false};
+  }
+  f.run(8, flows);
+  ASSERT_EQ(f.found.size(), 1u);
+  EXPECT_EQ(f.found[0].rank, 3);
+}
+
+TEST(Stragglers, ANodeThatSendsSlowlyIsNamedNotTheChildrenItFeedsAlone) {
+  // Node 3 reads only as fast as it can forward, and forwards at 1 %: its
+  // parents' links into it are held by its window, its links out are slow.
+  // Nodes 8 and 9 (a third site-local tree, fed only by node 3) each have
+  // that one slow link in; node 7 gets its other half from the root, whose
+  // link node 7 holds while it waits for node 3.
+  Feed f(testing::make_grid({10}));
+  std::vector<Flow> flows = two_trees(0, false);
+  for (auto& l : flows) {
+    if (l.to == 3) l = {l.from, 3, l.lane_from, l.lane_to, 0, true, false};
+    if (l.from == 3) l = {3, l.to, l.lane_from, l.lane_to, 0.01 * kLane, true};
+    if (l.from == 0 && l.to == 7) l = {0, 7, 1, 1, 0, true, false};
+  }
+  flows.push_back({3, 8, 1, 1, 0.01 * kLane, true});
+  flows.push_back({3, 9, 1, 0, 0.01 * kLane, true});
+  f.run(8, flows);
+  ASSERT_EQ(f.found.size(), 1u);
+  EXPECT_EQ(f.found[0].rank, 3);
+  EXPECT_FALSE(f.found[0].receiving);
+  EXPECT_NEAR(f.found[0].rate_bytes_per_s, 0.03 * kLane, 1e3);
+}
+
+TEST(Stragglers, TheOnlyChildOfASlowNodeIsNotNamed) {
+  // A chain 0→1→2→3: node 1 slow both ways. Node 2's one link comes from
+  // node 1, backlogged and slow: node 1 explains it.
+  Feed f(testing::make_grid({4}));
+  f.run(6, {{0, 1, 0, 0, 0.01 * kLane, true},
+            {1, 2, 0, 0, 0.01 * kLane, true},
+            {2, 3, 0, 0, 0.01 * kLane, false}});
+  ASSERT_EQ(f.found.size(), 1u);
+  EXPECT_EQ(f.found[0].rank, 1);
+}
+
+TEST(Stragglers, ANodeThatRecoversWithinTheSustainedTimeIsNotNamed) {
+  Feed f(testing::make_grid({4}));
+  const std::vector<Flow> slow{{0, 1, 0, 0, 0.01 * kLane, true}, {0, 2, 1, 1, 0.01 * kLane, true}};
+  const std::vector<Flow> fast{{0, 1, 0, 0, 0.9 * kLane, true}, {0, 2, 1, 1, 0.9 * kLane, true}};
+  for (int round = 0; round < 5; ++round) {
+    f.run(3, slow);  // the first report of a round rates the fast second: 2 s behind
+    f.run(1, fast);
+  }
+  EXPECT_TRUE(f.found.empty());
+}
+
+TEST(Stragglers, ADoneRankIsNeverBehind) {
+  Feed f(testing::make_grid({4}));
+  f.done = {false, true, false, false};
+  f.run(8, {{0, 1, 0, 0, 0.01 * kLane, true}});
+  EXPECT_TRUE(f.found.empty());
+}
+
+TEST(Stragglers, WanLinksAreMeasuredAgainstTheWan) {
+  // Two sites of 10 Gbit/s NICs joined by a 1 Gbit/s WAN: the gateway's
+  // three streams (one sample per lane pair) together carry what the WAN
+  // does, far below its NICs, and that is not straggling.
+  const topology::Grid g = testing::make_grid({4, 4});
+  const double wan = 1e9 / 8;
+  {
+    Feed f(g);
+    f.run(10, {{0, 4, 0, 0, 0.5 * wan, true}, {0, 4, 1, 1, 0.45 * wan, true}});
+    EXPECT_TRUE(f.found.empty());
+  }
+  {
+    Feed f(g);  // the same links at a tenth of the WAN: the gateway crawls
+    f.run(10, {{0, 4, 0, 0, 0.05 * wan, true}, {0, 4, 1, 1, 0.05 * wan, true}});
+    ASSERT_EQ(f.found.size(), 1u);
+    EXPECT_EQ(f.found[0].rank, 4);
+    EXPECT_NEAR(f.found[0].expected_bytes_per_s, wan, 1e3);
+  }
+}
+
+TEST(Stragglers, ReportsThatNameNoLinkOfTheGridAreRefused) {
+  const topology::Grid g = testing::make_grid({4});
+  StragglerWatch w(g);
+  EXPECT_EQ(w.check(0, {{1, 0, 1, 1, 10, 0, 0}, {2, 1, 0, 1, 10, 0, 0}}), "");
+  EXPECT_NE(w.check(0, {{4, 0, 0, 1, 1, 0, 0}}).find("outside the grid of 4 ranks"),
+            std::string::npos);
+  EXPECT_NE(w.check(2, {{2, 0, 0, 1, 1, 0, 0}}).find("itself"), std::string::npos);
+  EXPECT_NE(w.check(0, {{1, 2, 0, 1, 1, 0, 0}}).find("ranks open 2 lanes"), std::string::npos);
+  EXPECT_NE(w.check(0, {{1, 0, 0, 1, 1, 0, 0}, {1, 0, 0, 1, 5, 0, 0}}).find("twice"),
+            std::string::npos);
+}
+
+TEST(Stragglers, ASenderIsRememberedForItsLatestReportOnly) {
+  // A rank that names many links once and few afterwards leaves no trace of
+  // the many: what the launcher holds is bounded by one message a rank.
+  const topology::Grid g = testing::make_grid({64});
+  StragglerWatch w(g);
+  std::vector<control::LinkReport> many;
+  for (int peer = 1; peer < 64; ++peer)
+    for (std::uint8_t a = 0; a < 2; ++a)
+      for (std::uint8_t b = 0; b < 2; ++b) many.push_back({peer, a, b, 1, 1, 0, 0});
+  ASSERT_EQ(w.check(0, many), "");
+  const auto t = Clock::now();
+  w.report(0, t, many);
+  EXPECT_EQ(w.remembered(), many.size());
+  w.report(0, t + milliseconds(1000), {{5, 0, 0, 1, 2, 0, 0}});
+  EXPECT_EQ(w.remembered(), 1u);
+  w.report(0, t + milliseconds(2000), {});
+  EXPECT_EQ(w.remembered(), 0u);
+}
+
+}  // namespace
+}  // namespace gridbcast::job
