@@ -1,4 +1,5 @@
 // gridbcast simulate: predicted broadcast times from the cost model (no network).
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -6,7 +7,9 @@
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
+#include "cli/heal_scenario.hpp"
 #include "cli/json_out.hpp"
+#include "runtime/subgrid.hpp"
 #include "topology/bound.hpp"
 #include "topology/loader.hpp"
 #include "topology/plan/plan.hpp"
@@ -27,6 +30,8 @@ struct Simulate {
   int s_root = 0;
   bool s_sweep = false, s_json = false;
   std::string s_congestion = "cubic";
+  std::string s_lose, s_slow, s_digest_rate = "8 Gbit";
+  double s_at = 0.3;
 
   explicit Simulate(CLI::App& app) {
     sim_cmd =
@@ -56,11 +61,153 @@ struct Simulate {
                      "see /proc/sys/net/ipv4/tcp_congestion_control")
         ->check(CLI::IsMember({"reno", "cubic", "bbr"}))
         ->capture_default_str();
+    sim_cmd->add_option("--lose", s_lose,
+                        "a scenario: this node (name or rank) is lost at --at, and the others "
+                        "heal as launch does (a new run over them with --resume); prints when "
+                        "they are done against the undisturbed prediction");
+    sim_cmd->add_option("--slow", s_slow,
+                        "a scenario: NODE:RATE, this node (name or rank) slows to RATE (all its "
+                        "NICs together) at --at "
+                        "and is set aside as a straggler (launch --stragglers after); prints "
+                        "when the others and when it are done");
+    sim_cmd
+        ->add_option("--at", s_at,
+                     "when --lose or --slow happens, as a fraction of the "
+                     "undisturbed prediction")
+        ->check(CLI::Range(0.0, 1.0))
+        ->capture_default_str();
+    sim_cmd
+        ->add_option("--digest-rate", s_digest_rate,
+                     "--lose/--slow: what one node's core digests (SHA-256) a second, for the "
+                     "resume check")
+        ->capture_default_str();
     sim_cmd->add_flag("--json", s_json, "JSON lines, one per prediction");
     sim_cmd->footer(
         "Examples:\n  gridbcast simulate site-configs/two-sites-16x16.yaml --algorithm all "
         "--sweep\n"
-        "  gridbcast simulate --scale 10x1000 --size 1GiB");
+        "  gridbcast simulate --scale 10x1000 --size 1GiB\n"
+        "  gridbcast simulate --scale 10x1000 --size 16GiB --slow s1n500:100Mbit --at 0.3");
+  }
+
+  // The prediction for one broadcast: simulated, or priced analytically past
+  // the simulator's budget of segments (then `analytic` is set).
+  static topology::SimResult predict(const topology::Grid& grid, topology::Algorithm algo, int root,
+                                     std::uint64_t size, const topology::CostModel& model,
+                                     bool& analytic) {
+    const auto plan = topology::build_plan(grid, algo, root, size);
+    const std::uint64_t segments = topology::simulated_segments(grid, plan, model);
+    analytic = segments > topology::kMaxSimulatedSegments;
+    if (!analytic) return topology::simulate(grid, plan, model);
+    topology::SimResult r;
+    r.makespan_s = topology::analytic_seconds(
+        grid, plan, topology::resolve_segment_bytes(grid, plan, model.segment_bytes), model);
+    r.slowest_rank = -1;
+    r.segments = segments;
+    return r;
+  }
+
+  // --lose / --slow: the undisturbed prediction, then the heal's
+  // (cli/heal_scenario.hpp) over the others.
+  int scenario(const topology::Grid& grid) {
+    if (!s_lose.empty() && !s_slow.empty())
+      throw CLI::ValidationError("--slow", "give --lose or --slow, not both");
+    if (s_sweep) throw CLI::ValidationError("--sweep", "a scenario takes one --size");
+    const bool slow = !s_slow.empty();
+    std::string who = slow ? s_slow : s_lose;
+    double slow_rate = 0;
+    if (slow) {
+      const auto colon = who.rfind(':');
+      if (colon == std::string::npos)
+        throw CLI::ValidationError("--slow", "expected NODE:RATE, e.g. s1n5:100Mbit");
+      try {
+        slow_rate = topology::parse_bandwidth(who.substr(colon + 1)) / 8;
+      } catch (const std::exception& e) {
+        throw CLI::ValidationError("--slow", e.what());
+      }
+      who.resize(colon);
+    }
+    const char* option = slow ? "--slow" : "--lose";
+    int victim = -1;
+    for (int r = 0; r < grid.size(); ++r)
+      if (grid.nodes[static_cast<size_t>(r)].name == who) victim = r;
+    if (victim < 0 && !who.empty() && who.find_first_not_of("0123456789") == std::string::npos &&
+        who.size() < 10)
+      victim = std::stoi(who);
+    if (victim < 0 || victim >= grid.size())
+      throw CLI::ValidationError(option, "no node " + who + " in " + grid.name + " (" +
+                                             std::to_string(grid.size()) + " ranks)");
+    if (victim == s_root)
+      throw CLI::ValidationError(option,
+                                 "the root cannot be healed around: a lost root fails the job");
+    HealCosts costs;
+    try {
+      costs.digest_bytes_per_s = topology::parse_bandwidth(s_digest_rate) / 8;
+    } catch (const std::exception& e) {
+      throw CLI::ValidationError("--digest-rate", e.what());
+    }
+    topology::CostModel model;
+    model.segment_bytes = parse_size_option(s_segment, "--segment");
+    model.congestion = *topology::parse_congestion(s_congestion);
+    HealScenario sc;
+    sc.bytes = parse_size_option(s_size, "--size");
+    sc.at_fraction = s_at;
+    sc.slow = slow;
+    sc.slow_bytes_per_s = slow_rate;
+    const auto algo = resolve_algorithm(s_algorithm, grid, sc.bytes, s_root, model);
+    bool analytic = false, analytic_others = false;
+    sc.undisturbed_s = predict(grid, algo, s_root, sc.bytes, model, analytic).makespan_s;
+    std::vector<int> others;
+    for (int r = 0; r < grid.size(); ++r)
+      if (r != victim) others.push_back(r);
+    const topology::Grid rest = runtime::restrict_grid(grid, others);
+    const int rest_root = s_root < victim ? s_root : s_root - 1;
+    sc.survivors_s = predict(rest, resolve_algorithm(s_algorithm, rest, sc.bytes, rest_root, model),
+                             rest_root, sc.bytes, model, analytic_others)
+                         .makespan_s;
+    const HealPrediction p = predict_heal(sc, costs);
+    const std::string node = grid.nodes[static_cast<size_t>(victim)].name;
+    const double u = sc.undisturbed_s;
+    if (s_json) {
+      Json j{{"algorithm", topology::algorithm_name(algo)},
+             {"ranks", grid.size()},
+             {"size", sc.bytes},
+             {"node", node},
+             {"rank", victim},
+             {"event", slow ? "slow" : "lost"},
+             {"at_seconds", number(p.happens_s)},
+             {"undisturbed_seconds", number(u)},
+             {"noticed_seconds", number(p.noticed_s)},
+             {"held_bytes", p.held_bytes},
+             {"check_seconds", number(p.check_s)},
+             {"others_seconds", number(p.others_s)},
+             {"others_ratio", number(u > 0 ? p.others_s / u : 0)},
+             {"method", analytic || analytic_others ? "analytic" : "simulated"}};
+      if (slow) {
+        j["slow_rate_bytes_per_second"] = number(slow_rate);
+        j["straggler_seconds"] = number(p.straggler_s);
+      }
+      write_json(std::cout, j);
+      return 0;
+    }
+    std::cout << "# " << grid.name << ": " << grid.size() << " ranks, root " << s_root << ", "
+              << topology::algorithm_name(algo) << ", " << topology::format_bytes(sc.bytes)
+              << (analytic || analytic_others ? " (priced analytically)" : "") << "\n"
+              << "# " << node << " (rank " << victim << ") "
+              << (slow ? "slows to " + topology::format_bandwidth(8 * slow_rate)
+                       : std::string("is lost"))
+              << " at " << std::lround(100 * s_at) << " %; healed as launch does (docs/FILES.md)\n";
+    std::printf("  undisturbed            %10.3f s\n", u);
+    std::printf("  %-22s %10.3f s\n", slow ? "slowed" : "lost", p.happens_s);
+    std::printf("  %-22s %10.3f s  (%s held by every other node, whole windows)\n",
+                slow ? "set aside" : "noticed", p.noticed_s,
+                topology::format_bytes(p.held_bytes).c_str());
+    std::printf("  resume check           %10.3f s\n", p.check_s);
+    std::printf("  the others done        %10.3f s = %.2f x the undisturbed\n", p.others_s,
+                u > 0 ? p.others_s / u : 0.0);
+    if (slow)
+      std::printf("  %-22s %10.3f s  (from the root alone, at its rate)\n",
+                  (node + " done").c_str(), p.straggler_s);
+    return 0;
   }
 
   int run() {
@@ -77,6 +224,7 @@ struct Simulate {
       grid = load(s_topology_options).grid;
     }
     check_root(s_root, grid);
+    if (!s_lose.empty() || !s_slow.empty()) return scenario(grid);
     std::vector<std::uint64_t> sizes;
     if (s_sweep) {
       for (std::uint64_t sz = 1024; sz <= (256ull << 20); sz *= 4) sizes.push_back(sz);

@@ -95,6 +95,53 @@ TEST(SimulateCommand, APlanPastTheSimulatorsBudgetIsPricedAnalyticallyAndSaysSo)
   EXPECT_EQ(last_json(small.out())["method"], "simulated");
 }
 
+// --lose and --slow price a heal as launch does it: the others are done
+// after the undisturbed time (they wait for the notice, the restart and the
+// resume check), a straggler after them; the event's time follows --at.
+TEST(SimulateCommand, ALostOrSlowNodeIsPricedAgainstTheUndisturbedPrediction) {
+  Child lost({kBin, "simulate", "--scale", "4x50", "--size", "256MiB", "--lose", "s1n7", "--at",
+              "0.3", "--json"});
+  ASSERT_EQ(lost.wait(120s), 0) << lost.err();
+  const auto l = last_json(lost.out());
+  EXPECT_EQ(l["event"], "lost");
+  EXPECT_EQ(l["rank"], 57);
+  const double u = l["undisturbed_seconds"].get<double>();
+  EXPECT_NEAR(l["at_seconds"].get<double>(), 0.3 * u, 1e-6);
+  EXPECT_GT(l["others_ratio"].get<double>(), 1.0);
+  const auto held = l["held_bytes"].get<std::uint64_t>();
+  EXPECT_EQ(held % (64u << 20), 0u);
+  // The resume check at the default 8 Gbit/s of SHA-256: the root's source,
+  // then what each survivor holds.
+  EXPECT_NEAR(l["check_seconds"].get<double>(), static_cast<double>((256u << 20) + held) / 1e9,
+              1e-6);
+  Child slow(
+      {kBin, "simulate", "--scale", "4x50", "--size", "256MiB", "--slow", "57:1Gbit", "--json"});
+  ASSERT_EQ(slow.wait(120s), 0) << slow.err();
+  const auto s = last_json(slow.out());
+  EXPECT_EQ(s["event"], "slow");
+  EXPECT_EQ(s["node"], "s1n7");
+  EXPECT_GT(s["others_seconds"].get<double>(), l["others_seconds"].get<double>())
+      << "a straggler is noticed later than a loss";
+  EXPECT_GT(s["straggler_seconds"].get<double>(), s["others_seconds"].get<double>());
+  Child text({kBin, "simulate", "--scale", "4x50", "--size", "256MiB", "--slow", "s1n7:1Gbit"});
+  ASSERT_EQ(text.wait(120s), 0) << text.err();
+  EXPECT_NE(text.out().find("the others done"), std::string::npos) << text.out();
+  EXPECT_NE(text.out().find("s1n7 done"), std::string::npos) << text.out();
+  for (const auto& [args, why] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--lose", "s0n0"}, "the root cannot be healed around"},
+           {{"--lose", "nosuch"}, "no node nosuch"},
+           {{"--slow", "s1n7"}, "expected NODE:RATE"},
+           {{"--slow", "s1n7:fast"}, "--slow"},
+           {{"--lose", "s1n7", "--slow", "s1n8:1Gbit"}, "not both"},
+           {{"--lose", "s1n7", "--at", "1.5"}, "--at"}}) {
+    std::vector<std::string> argv = {kBin, "simulate", "--scale", "4x50"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Child bad(argv);
+    EXPECT_NE(bad.wait(60s), 0) << why;
+    EXPECT_NE(bad.err().find(why), std::string::npos) << bad.err();
+  }
+}
+
 TEST(PlanCommand, TextAndJsonGiveTheMaxFlowAndTheSimpleBound) {
   Child json({kBin, "plan", kSrc + "/site-configs/testbed-2x2.yaml", "--size", "1MiB", "--format",
               "json"});
