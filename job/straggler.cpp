@@ -67,6 +67,9 @@ double StragglerWatch::can_carry(const Key& k, const Sharing& sharing) const {
   double can = lane_rate(to, lane_to);
   if (const auto it = sharing.find({from, lane_from}); it != sharing.end())
     can = std::min(can, lane_rate(from, lane_from) / it->second);
+  // A sender held to max_rate shares it among all its busy links.
+  if (const auto it = sharing.find({from, kAllLanes}); it != sharing.end())
+    can = std::min(can, grid_.send_rate_bps(from) / 8 / it->second);
   const int site_from = grid_.site_of(from), site_to = grid_.site_of(to);
   if (site_from != site_to) can = std::min(can, wan_rate(site_from, site_to));
   return can;
@@ -87,6 +90,7 @@ double StragglerWatch::together(int rank, bool into, const std::vector<const Ent
   }
   double sum = 0;
   for (const auto& [lane, can] : per_lane) sum += std::min(can, lane_rate(rank, lane));
+  if (!into) sum = std::min(sum, grid_.send_rate_bps(rank) / 8);
   for (const auto& [site, can] : per_site)
     sum -= std::max(0.0, can - wan_rate(site, grid_.site_of(rank)));
   return std::max(0.0, sum);
@@ -107,7 +111,10 @@ std::vector<Straggler> StragglerWatch::observe(Clock::time_point now,
     const auto [from, to, lane_from, lane_to] = e.first;
     into[static_cast<size_t>(to)].push_back(&e);
     out_of[static_cast<size_t>(from)].push_back(&e);
-    if (e.second.notsent >= rule_.backlog_bytes) ++sharing[{from, lane_from}];
+    if (e.second.notsent >= rule_.backlog_bytes) {
+      ++sharing[{from, lane_from}];
+      ++sharing[{from, kAllLanes}];
+    }
   }
   // A link is active when data waits on it that its receiver would take.
   auto active = [&](const Link& l) {

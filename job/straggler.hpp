@@ -17,7 +17,8 @@
 // A link is *active* when it is backlogged and not held, and *slow* when
 // it is active and carries less than `fraction` of what the grid declares it
 // can: at most its sender's lane (shared by the sender's backlogged links on
-// it), its receiver's lane, and the WAN path between them.
+// it), its receiver's lane, the WAN path between them, and the sender's
+// max_rate (defaults.max_rate, shared by all its backlogged links).
 //
 // A rank is a *slow receiver* when every link into it reported within
 // `fresh` is active (a link idle, keeping up or held says its network takes
@@ -122,7 +123,9 @@ class StragglerWatch {
   };
   bool fresh(const Link& l, Clock::time_point now) const { return now - l.at <= rule_.fresh; }
   using Entry = std::pair<const Key, Link>;
-  using Sharing = std::map<std::pair<int, int>, int>;  // (sender, lane): its backlogged links
+  // (sender, lane): its backlogged links on the lane; (sender, kAllLanes): on all.
+  using Sharing = std::map<std::pair<int, int>, int>;
+  static constexpr int kAllLanes = -1;
   double can_carry(const Key& link, const Sharing& sharing) const;
   double together(int rank, bool into, const std::vector<const Entry*>& links,
                   const Sharing& sharing) const;

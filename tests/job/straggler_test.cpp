@@ -201,6 +201,23 @@ TEST(Stragglers, WanLinksAreMeasuredAgainstTheWan) {
   }
 }
 
+TEST(Stragglers, SendersHeldToTheirMaxRateAreMeasuredAgainstIt) {
+  // Nodes of 10 Gbit/s NICs that may send 1 Gbit/s in all (defaults.max_rate):
+  // the root's two paced links carry half of that each, data waiting on both.
+  topology::Grid g = testing::make_grid({3});
+  const double limit = 1e9 / 8;
+  const std::vector<Flow> paced{{0, 1, 0, 0, 0.45 * limit, true}, {0, 2, 1, 1, 0.45 * limit, true}};
+  {
+    Feed unlimited(g);  // against the NICs alone, those links crawl
+    unlimited.run(8, paced);
+    EXPECT_FALSE(unlimited.found.empty());
+  }
+  g.max_rate_bps = 1e9;
+  Feed f(g);
+  f.run(30, paced);
+  EXPECT_TRUE(f.found.empty()) << "named rank " << f.found[0].rank;
+}
+
 TEST(Stragglers, ReportsThatNameNoLinkOfTheGridAreRefused) {
   const topology::Grid g = testing::make_grid({4});
   StragglerWatch w(g);
