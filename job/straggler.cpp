@@ -184,10 +184,17 @@ std::vector<Straggler> StragglerWatch::observe(Clock::time_point now,
 }
 
 std::string StragglerWatch::describe_links(int rank, Clock::time_point now) const {
+  constexpr int kListed = 8;  // a log line stays short however many links a rank has
   std::string text;
+  int listed = 0, more = 0;
   for (const auto& [k, l] : links_) {
     const auto [from, to, lane_from, lane_to] = k;
     if ((to != rank && from != rank) || !fresh(l, now)) continue;
+    if (listed == kListed) {
+      ++more;
+      continue;
+    }
+    ++listed;
     text += (text.empty() ? "" : ", ") +
             ((to == rank ? "from rank " + std::to_string(from) : "to rank " + std::to_string(to)) +
              " lane " + std::to_string(lane_from) + "→" + std::to_string(lane_to) + " " +
@@ -195,6 +202,7 @@ std::string StragglerWatch::describe_links(int rank, Clock::time_point now) cons
              ", " + topology::format_bytes(l.notsent) + " waiting" +
              (l.held ? ", held by the receiver's window" : ""));
   }
+  if (more > 0) text += " and " + std::to_string(more) + " more";
   return text.empty() ? "no link of it reported" : text;
 }
 

@@ -218,6 +218,21 @@ TEST(Stragglers, SendersHeldToTheirMaxRateAreMeasuredAgainstIt) {
   EXPECT_TRUE(f.found.empty()) << "named rank " << f.found[0].rank;
 }
 
+TEST(Stragglers, TheLinksOfARankAreDescribedInABoundedLine) {
+  const topology::Grid g = testing::make_grid({300});
+  StragglerWatch w(g);
+  std::vector<control::LinkReport> many;
+  for (int peer = 1; peer < 300; ++peer) many.push_back({peer, 0, 0, 1, 1, 0, 0});
+  const auto t = Clock::now();
+  w.report(0, t, many);
+  const std::string text = w.describe_links(0, t);
+  EXPECT_NE(text.find("to rank 8 lane 0→0"), std::string::npos) << text;
+  EXPECT_EQ(text.find("to rank 9 lane"), std::string::npos) << text;
+  EXPECT_NE(text.find("and 291 more"), std::string::npos) << text;
+  EXPECT_LT(text.size(), 1000u);
+  EXPECT_EQ(w.describe_links(5, t + milliseconds(10'000)), "no link of it reported");
+}
+
 TEST(Stragglers, ReportsThatNameNoLinkOfTheGridAreRefused) {
   const topology::Grid g = testing::make_grid({4});
   StragglerWatch w(g);
