@@ -1,6 +1,7 @@
 #include "cli/heal_scenario.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace gridbcast::cli {
 
@@ -16,8 +17,7 @@ HealPrediction predict_heal(const HealScenario& s, const HealCosts& c) {
   if (s.slow) moved += std::min(rate, s.slow_bytes_per_s) * (p.noticed_s - p.happens_s);
   moved = std::min(moved, bytes);
   const auto window = static_cast<double>(std::max<std::uint64_t>(c.window_bytes, 1));
-  p.held_bytes = static_cast<std::uint64_t>(
-      std::min(bytes, window * static_cast<double>(static_cast<std::uint64_t>(moved / window))));
+  p.held_bytes = static_cast<std::uint64_t>(std::floor(moved / window) * window);
   const double held = static_cast<double>(p.held_bytes);
   // The root digests the source, then each survivor what it holds, at once.
   p.check_s = c.digest_bytes_per_s > 0 ? (bytes + held) / c.digest_bytes_per_s : 0;

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "job/control.hpp"
 #include "runtime/run_until.hpp"
@@ -38,6 +39,22 @@ std::string hint_value(const std::string& hint, const std::string& key) {
   if (at == std::string::npos) return "";
   const auto end = hint.find_first_of(" \n", at);
   return hint.substr(at + key.size() + 1, end - at - key.size() - 1);
+}
+
+// Where the launcher listens and the job's id, from those instructions;
+// nullopt when they do not say.
+struct Rendezvous {
+  lanes::tcp::endpoint at;
+  std::uint64_t job = 0;
+};
+std::optional<Rendezvous> rendezvous_of(const std::string& hint) {
+  const std::string where = hint_value(hint, "GRIDBCAST_LAUNCHER");
+  const auto colon = where.rfind(':');
+  if (where.empty() || colon == std::string::npos) return std::nullopt;
+  return Rendezvous{
+      lanes::make_endpoint(where.substr(0, colon),
+                           static_cast<std::uint16_t>(std::stoi(where.substr(colon + 1)))),
+      std::stoull(hint_value(hint, "GRIDBCAST_JOB_ID"), nullptr, 16)};
 }
 
 std::string wait_for_hint(Child& launcher) {
@@ -96,12 +113,9 @@ TEST(Launcher, HostileControlClientsWithTheSecretAreRefusedWithoutACrash) {
   Child launcher({"/usr/bin/env", "GRIDBCAST_SECRET=" + kSecretHex, kBin, "launch", "--backend",
                   "external", "--size", "1MiB", "--startup-timeout", "30"});
   const std::string hint = wait_for_hint(launcher);
-  const std::string where = hint_value(hint, "GRIDBCAST_LAUNCHER");
-  ASSERT_FALSE(where.empty()) << hint;
-  const auto colon = where.rfind(':');
-  const auto at = lanes::make_endpoint(
-      where.substr(0, colon), static_cast<std::uint16_t>(std::stoi(where.substr(colon + 1))));
-  const std::uint64_t job = std::stoull(hint_value(hint, "GRIDBCAST_JOB_ID"), nullptr, 16);
+  const auto rendezvous = rendezvous_of(hint);
+  ASSERT_TRUE(rendezvous) << hint;
+  const auto [at, job] = *rendezvous;
   asio::io_context io;
   // Ranks outside the job: 2^31 crashed the old launcher (a signed index), and
   // 2^32-1 is -1 as an int.
@@ -145,12 +159,9 @@ TEST(Launcher, ARootReportingMoreFilesThanTheJobHasFailsTheJob) {
                     "--file", (dir / "b.bin").string(), "--output", (dir / "out").string(),
                     "--startup-timeout", "30"});
     const std::string hint = wait_for_hint(launcher);
-    const std::string where = hint_value(hint, "GRIDBCAST_LAUNCHER");
-    ASSERT_FALSE(where.empty()) << hint << launcher.err();
-    const auto colon = where.rfind(':');
-    const auto at = lanes::make_endpoint(
-        where.substr(0, colon), static_cast<std::uint16_t>(std::stoi(where.substr(colon + 1))));
-    const std::uint64_t job = std::stoull(hint_value(hint, "GRIDBCAST_JOB_ID"), nullptr, 16);
+    const auto rendezvous = rendezvous_of(hint);
+    ASSERT_TRUE(rendezvous) << hint << launcher.err();
+    const auto [at, job] = *rendezvous;
     asio::io_context io;
     auto socket = runtime::run_until(io, connect_as(at, job, 0));
     job::control::Channel ch{std::move(*socket),
@@ -184,21 +195,18 @@ TEST(Launcher, ARootReportingMoreFilesThanTheJobHasFailsTheJob) {
   }
 }
 
-// A rank with the secret whose progress names links that are not in the
-// grid (a peer past the last rank, a lane its peers do not open) fails the
-// job naming it, before the launcher keeps anything of it
-// (job/straggler.hpp, StragglerWatch::check).
+// A rank with the secret whose progress names a link that is not in the
+// grid (a peer past the last rank) fails the job naming it, before the
+// launcher keeps anything of it (the other refusals: Stragglers tests;
+// job/straggler.hpp, StragglerWatch::check).
 TEST(Launcher, ProgressNamingLinksOutsideTheGridFailsTheJobNamingTheRank) {
   Child launcher({"/usr/bin/env", "GRIDBCAST_SECRET=" + kSecretHex, kBin, "launch", "--hosts",
                   "127.0.0.1,127.0.0.2,127.0.0.3", "--backend", "external", "--size", "1MiB",
                   "--startup-timeout", "30"});
   const std::string hint = wait_for_hint(launcher);
-  const std::string where = hint_value(hint, "GRIDBCAST_LAUNCHER");
-  ASSERT_FALSE(where.empty()) << hint << launcher.err();
-  const auto colon = where.rfind(':');
-  const auto at = lanes::make_endpoint(
-      where.substr(0, colon), static_cast<std::uint16_t>(std::stoi(where.substr(colon + 1))));
-  const std::uint64_t job = std::stoull(hint_value(hint, "GRIDBCAST_JOB_ID"), nullptr, 16);
+  const auto rendezvous = rendezvous_of(hint);
+  ASSERT_TRUE(rendezvous) << hint << launcher.err();
+  const auto [at, job] = *rendezvous;
   asio::io_context io;
   std::vector<job::control::Channel> ranks;
   for (std::uint32_t r = 0; r < 3; ++r) {
@@ -245,12 +253,9 @@ TEST(Launcher, EveryLaunchSendsItsOwnRunNonceEvenWithTheSameSecretAndJobId) {
                     "launch", "--hosts", "localhost", "--backend", "external", "--startup-timeout",
                     "30"});
     const std::string hint = wait_for_hint(launcher);
-    const std::string where = hint_value(hint, "GRIDBCAST_LAUNCHER");
-    ASSERT_FALSE(where.empty()) << hint << launcher.err();
-    const auto colon = where.rfind(':');
-    const auto at = lanes::make_endpoint(
-        where.substr(0, colon), static_cast<std::uint16_t>(std::stoi(where.substr(colon + 1))));
-    const std::uint64_t job = std::stoull(hint_value(hint, "GRIDBCAST_JOB_ID"), nullptr, 16);
+    const auto rendezvous = rendezvous_of(hint);
+    ASSERT_TRUE(rendezvous) << hint << launcher.err();
+    const auto [at, job] = *rendezvous;
     EXPECT_EQ(job, 0x5eedu);
     asio::io_context io;
     auto socket = runtime::run_until(io, connect_as(at, job, 0));
