@@ -92,8 +92,8 @@ class StragglerWatch {
   // The ranks found to straggle at this observation, each once per watch;
   // `done[r]`: rank r has all of this broadcast, never behind.
   std::vector<Straggler> observe(Clock::time_point now, const std::vector<bool>& done);
-  // "rank 3's links: from 1 lane 0→0 1.2 MB/s (2.0 MiB waiting), ...": the
-  // figures behind a verdict, for the log.
+  // "from rank 1 lane 0→0 9.66 Mbit/s, 1.2 MiB waiting, to rank 5 ...": the
+  // figures behind a verdict, for the log; at most 8 links, then a count.
   std::string describe_links(int rank, Clock::time_point now) const;
   // The links remembered: at most one message's worth a rank.
   size_t remembered() const { return links_.size(); }
