@@ -149,8 +149,9 @@ struct FileRun {
   runtime::BcastInfo info;      // of the header's broadcast, then the first window's
   ChunkLayout layout;
   std::uint64_t count = 0, bitmap_bytes = 0, per_window = 0, buffer_bytes = 0;
-  FileSink sink;  // every other rank's copy
-  std::uint64_t kept = 0;
+  FileSink sink;                     // every other rank's copy
+  std::uint64_t kept = 0;            // chunks held already (resume)
+  std::uint64_t trusted = 0;         // of which on the chunk record's word
   std::vector<std::uint8_t> needed;  // this rank's, then the plan's (any rank's)
   // Two window buffers, three when compressed (the root packs window k+1
   // while window k is sent and k+2 while k+1 is).
@@ -314,6 +315,7 @@ void FileRun::open_and_check() {
         SinkOptions so;
         so.dir_mode = spec.dir_mode;
         so.resume = h.resume;
+        so.chunk_bytes = h.chunk_bytes;  // the chunk record: what lands, for a later resume
         so.source_dev = spec.source_dev || spec.source_ino ? spec.source_dev : h.meta.dev;
         so.source_ino = spec.source_dev || spec.source_ino ? spec.source_ino : h.meta.ino;
         sink =
@@ -351,10 +353,19 @@ void FileRun::open_and_check() {
           may_hold[c] = true;
         at = sink.partial_next_data(end);
       }
+    // The chunks an earlier run verified as they landed, on its sealed record
+    // (files/file_sink.hpp): not read back nor digested again.
+    const std::vector<bool> recorded =
+        h.resume && sink.reused_partial() ? sink.recorded(digests) : std::vector<bool>(count);
     for (std::uint64_t i = 0; i < count; ++i) {
       if (h.resume) note.tick();
       const std::uint64_t off = layout.offset(i), len = layout.length(i);
       bool have = false;
+      if (recorded[i]) {
+        ++trusted;
+        ++kept;
+        continue;
+      }
       if (h.resume) {
         std::byte* b = bufs[0].data();
         if (may_hold[i] && sink.read_partial(off, b, len) == len &&
@@ -364,6 +375,7 @@ void FileRun::open_and_check() {
           sink.write(off, b, len);
           have = true;
         }
+        if (have) sink.record(i, digests[i]);
       }
       if (h.resume && spec.on_work) spec.on_work(len);
       if (have) {
@@ -595,6 +607,7 @@ void FileRun::drain(size_t k, const std::byte* buf, const WindowHead& head) {
                                ", the root's " + to_hex(sent));
     digests[c] = got;
     sink.write(layout.offset(c), bytes, len);
+    sink.record(c, got);
     if (spec.on_work) spec.on_work(len);
   }
 }
@@ -687,6 +700,7 @@ FileResult FileRun::result() const {
   r.chunks = count;
   r.chunks_sent = todo.size();
   r.chunks_kept = kept;
+  r.chunks_trusted = trusted;
   for (std::uint64_t c : todo) r.bytes_sent += layout.length(c);
   r.windows = windows.size();
   r.algorithm = std::string(topology::algorithm_name(info.algorithm));

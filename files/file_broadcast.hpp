@@ -94,7 +94,10 @@ struct FileResult {
   std::uint64_t chunks = 0;       // in the file
   std::uint64_t chunks_sent = 0;  // broadcast in this run (what any rank needed)
   std::uint64_t chunks_kept = 0;  // this rank: held already and verified (resume)
-  std::uint64_t bytes_sent = 0;   // bytes of the chunks broadcast
+  // Of those, the chunks its sealed chunk record vouched for (an earlier run
+  // verified them as they landed), not read back.
+  std::uint64_t chunks_trusted = 0;
+  std::uint64_t bytes_sent = 0;  // bytes of the chunks broadcast
   std::uint64_t windows = 0;
   std::string algorithm;           // what the broadcasts of the largest window ran
   std::uint64_t buffer_bytes = 0;  // this rank's window buffers

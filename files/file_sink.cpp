@@ -1,6 +1,7 @@
 #include "files/file_sink.hpp"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/random.h>
@@ -49,7 +50,83 @@ void release_cleanup(int slot) {
   g_cleanup[slot].claimed.store(false, std::memory_order_release);
 }
 
+// The chunk record (see the header): a fixed header, the seal, then one
+// digest per chunk. Numbers in network byte order.
+constexpr char kRecordMagic[8] = {'G', 'B', 'C', 'H', 'N', 'K', '0', '1'};
+constexpr std::uint64_t kRecordSealAt = 64;
+constexpr std::uint64_t kRecordSealBytes = 6 * 8;
+constexpr std::uint64_t kRecordHeaderBytes = 128;
+
+void put_be64(unsigned char* at, std::uint64_t v) {
+  for (int i = 7; i >= 0; --i, v >>= 8) at[i] = static_cast<unsigned char>(v & 0xff);
+}
+std::uint64_t get_be64(const unsigned char* at) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | at[i];
+  return v;
+}
+
+// The seal of the partial at `data_fd` as it is now: its device, inode, size
+// and ctime, after a 1 (sealed).
+void seal_of(const struct stat& st, unsigned char* out) {
+  put_be64(out, 1);
+  put_be64(out + 8, static_cast<std::uint64_t>(st.st_dev));
+  put_be64(out + 16, static_cast<std::uint64_t>(st.st_ino));
+  put_be64(out + 24, static_cast<std::uint64_t>(st.st_size));
+  put_be64(out + 32, static_cast<std::uint64_t>(st.st_ctim.tv_sec));
+  put_be64(out + 40, static_cast<std::uint64_t>(st.st_ctim.tv_nsec));
+}
+
+// Seals the record: the partial's bytes and the digests on disk first, then
+// the seal. Async-signal-safe (fdatasync, fstat, pwrite); any failure leaves
+// the record unsealed, which only costs the next run its check.
+void seal_record(int data_fd, int record_fd) {
+  struct stat st {};
+  if (::fdatasync(data_fd) != 0 || ::fstat(data_fd, &st) != 0 || ::fdatasync(record_fd) != 0)
+    return;
+  unsigned char seal[kRecordSealBytes];
+  seal_of(st, seal);
+  if (::pwrite(record_fd, seal, sizeof seal, kRecordSealAt) != static_cast<ssize_t>(sizeof seal))
+    return;
+  ::fdatasync(record_fd);
+}
+
+// Records a signal handler seals: fixed slots like the cleanup's. A sink
+// leaving takes its slot back and waits for a handler that is reading it.
+struct SealSlot {
+  std::atomic<bool> claimed{false};
+  std::atomic<bool> ready{false};
+  std::atomic<int> in_use{0};
+  int data_fd = -1;
+  int record_fd = -1;
+};
+SealSlot g_seal[kCleanupSlots];
+
+int register_seal(int data_fd, int record_fd) {
+  for (int i = 0; i < kCleanupSlots; ++i) {
+    bool expected = false;
+    if (!g_seal[i].claimed.compare_exchange_strong(expected, true)) continue;
+    g_seal[i].data_fd = data_fd;
+    g_seal[i].record_fd = record_fd;
+    g_seal[i].ready.store(true, std::memory_order_release);
+    return i;
+  }
+  return -1;  // not sealed by a signal: the next run checks what it holds
+}
+
+void release_seal(int slot) {
+  if (slot < 0) return;
+  g_seal[slot].ready.store(false, std::memory_order_seq_cst);
+  while (g_seal[slot].in_use.load(std::memory_order_seq_cst) > 0) ::sched_yield();
+  g_seal[slot].claimed.store(false, std::memory_order_release);
+}
+
 extern "C" void cleanup_on_signal(int sig) {
+  for (auto& slot : g_seal) {
+    slot.in_use.fetch_add(1, std::memory_order_seq_cst);
+    if (slot.ready.load(std::memory_order_seq_cst)) seal_record(slot.data_fd, slot.record_fd);
+    slot.in_use.fetch_sub(1, std::memory_order_seq_cst);
+  }
   for (auto& slot : g_cleanup)
     if (slot.ready.load(std::memory_order_acquire)) ::unlink(slot.path);
   ::signal(sig, SIG_DFL);
@@ -208,6 +285,10 @@ std::string partial_name(const std::string& name) {
   return "." + name + ".gridbcast-partial";
 }
 
+std::string chunk_record_name(const std::string& name) {
+  return "." + name + ".gridbcast-chunks";
+}
+
 FileSink FileSink::open(const std::string& final_path, const FileMeta& meta,
                         const SinkOptions& options) {
   const std::filesystem::path full = std::filesystem::absolute(final_path).lexically_normal();
@@ -228,6 +309,9 @@ FileSink FileSink::open_in(UniqueFd dir, const std::string& dir_path, const std:
   s.name_ = name;
   s.final_path_ = dir_path == "/" ? "/" + name : dir_path + "/" + name;
   s.meta_ = meta;
+  s.chunk_bytes_ = options.chunk_bytes;
+  s.chunks_ = options.chunk_bytes ? ChunkLayout{meta.size, options.chunk_bytes}.count() : 0;
+  s.record_name_ = chunk_record_name(name);
   if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
     throw std::runtime_error(s.final_path_ + ": not a file name");
 
@@ -282,6 +366,8 @@ FileSink FileSink::open_in(UniqueFd dir, const std::string& dir_path, const std:
       throw file_error(s.temp_path(), "cannot start the partial copy of an earlier run over");
     }
     s.held_ = true;  // it was kept before; it stays kept whatever happens now
+    // Its record, read before anything here changes the partial's ctime.
+    if (s.chunk_bytes_) s.open_record(options.resume);
   } else if (errno != ENOENT) {
     throw file_error(s.temp_path(), "cannot open the partial copy");
   } else {
@@ -324,7 +410,13 @@ FileSink::FileSink(FileSink&& o) noexcept
       dir_path_(std::move(o.dir_path_)),
       name_(std::move(o.name_)),
       temp_name_(std::move(o.temp_name_)),
+      record_name_(std::move(o.record_name_)),
       meta_(o.meta_),
+      chunk_bytes_(o.chunk_bytes_),
+      chunks_(o.chunks_),
+      record_trusted_(o.record_trusted_),
+      record_fd_(std::exchange(o.record_fd_, -1)),
+      seal_slot_(std::exchange(o.seal_slot_, -1)),
       reused_partial_(o.reused_partial_),
       committed_(o.committed_),
       held_(o.held_),
@@ -342,6 +434,12 @@ FileSink& FileSink::operator=(FileSink&& o) noexcept {
     name_ = std::move(o.name_);
     temp_name_ = std::move(o.temp_name_);
     meta_ = o.meta_;
+    record_name_ = std::move(o.record_name_);
+    chunk_bytes_ = o.chunk_bytes_;
+    chunks_ = o.chunks_;
+    record_trusted_ = o.record_trusted_;
+    record_fd_ = std::exchange(o.record_fd_, -1);
+    seal_slot_ = std::exchange(o.seal_slot_, -1);
     reused_partial_ = o.reused_partial_;
     committed_ = o.committed_;
     held_ = o.held_;
@@ -375,7 +473,86 @@ void FileSink::lock_partial() {
   }
 }
 
+void FileSink::open_record(bool keep) {
+  if (keep && load_record()) {
+    record_trusted_ = true;
+  } else {
+    // Replaced: a name is removed, never followed.
+    if (::unlinkat(dir_fd_, record_name_.c_str(), 0) != 0 && errno != ENOENT)
+      throw file_error(record_path(), "cannot remove the chunk record of an earlier run");
+    record_fd_ = ::openat(dir_fd_, record_name_.c_str(),
+                          O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (record_fd_ < 0) throw file_error(record_path(), "cannot create the chunk record");
+    unsigned char head[kRecordHeaderBytes] = {};
+    std::memcpy(head, kRecordMagic, sizeof kRecordMagic);
+    put_be64(head + 8, meta_.size);
+    put_be64(head + 16, chunk_bytes_);
+    put_be64(head + 24, chunks_);
+    pwrite_full(record_fd_, record_path(), reinterpret_cast<const std::byte*>(head), sizeof head,
+                0);
+    if (::ftruncate(record_fd_,
+                    static_cast<off_t>(kRecordHeaderBytes + chunks_ * sizeof(Digest))) != 0)
+      throw file_error(record_path(), "cannot size the chunk record");
+  }
+  seal_slot_ = register_seal(fd_, record_fd_);
+}
+
+bool FileSink::load_record() {
+  UniqueFd rec(
+      ::openat(dir_fd_, record_name_.c_str(), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (rec.get() < 0) return false;
+  struct stat st {
+  }, pst{};
+  if (::fstat(rec.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
+      st.st_nlink != 1 ||
+      static_cast<std::uint64_t>(st.st_size) != kRecordHeaderBytes + chunks_ * sizeof(Digest))
+    return false;
+  unsigned char head[kRecordHeaderBytes];
+  if (pread_full(rec.get(), record_path(), reinterpret_cast<std::byte*>(head), sizeof head, 0) !=
+      sizeof head)
+    return false;
+  unsigned char want[kRecordSealBytes];
+  if (::fstat(fd_, &pst) != 0) return false;
+  seal_of(pst, want);
+  if (std::memcmp(head, kRecordMagic, sizeof kRecordMagic) != 0 ||
+      get_be64(head + 8) != meta_.size || get_be64(head + 16) != chunk_bytes_ ||
+      get_be64(head + 24) != chunks_ || std::memcmp(head + kRecordSealAt, want, sizeof want) != 0)
+    return false;
+  record_fd_ = rec.release();
+  return true;
+}
+
+void FileSink::record(std::uint64_t chunk, const Digest& d) {
+  if (chunk_bytes_ == 0 || chunk >= chunks_)
+    throw std::runtime_error(record_path() + ": no chunk " + std::to_string(chunk) + " of " +
+                             std::to_string(chunks_) + " to record");
+  if (record_fd_ < 0) open_record(false);
+  pwrite_full(record_fd_, record_path(), d.data(), sizeof d,
+              kRecordHeaderBytes + chunk * sizeof(Digest));
+}
+
+std::vector<bool> FileSink::recorded(const std::vector<Digest>& want) const {
+  std::vector<bool> out(want.size(), false);
+  if (!record_trusted_ || want.size() != chunks_) return out;
+  constexpr std::uint64_t kBatch = 4096;  // digests per read
+  std::vector<Digest> got(std::min<std::uint64_t>(kBatch, chunks_));
+  for (std::uint64_t first = 0; first < chunks_; first += kBatch) {
+    const std::uint64_t n = std::min(kBatch, chunks_ - first);
+    const std::uint64_t bytes = n * sizeof(Digest);
+    if (pread_full(record_fd_, record_path(), got.front().data(), bytes,
+                   kRecordHeaderBytes + first * sizeof(Digest)) != bytes)
+      return std::vector<bool>(want.size(), false);
+    for (std::uint64_t i = 0; i < n; ++i) out[first + i] = got[i] == want[first + i];
+  }
+  return out;
+}
+
 void FileSink::release() {
+  if (record_fd_ >= 0) {
+    release_seal(seal_slot_);
+    if (!committed_ && held_ && fd_ >= 0) seal_record(fd_, record_fd_);
+    ::close(record_fd_);
+  }
   if (direct_fd_ >= 0) ::close(direct_fd_);
   if (fd_ >= 0) {
     // Removed before the lock goes with the descriptor: nobody else's by then.
@@ -385,7 +562,7 @@ void FileSink::release() {
   release_cleanup(cleanup_slot_);
   if (existing_fd_ >= 0) ::close(existing_fd_);
   if (dir_fd_ >= 0) ::close(dir_fd_);
-  fd_ = dir_fd_ = existing_fd_ = direct_fd_ = cleanup_slot_ = -1;
+  fd_ = dir_fd_ = existing_fd_ = direct_fd_ = cleanup_slot_ = record_fd_ = seal_slot_ = -1;
 }
 
 void FileSink::write(std::uint64_t offset, const std::byte* data, std::uint64_t bytes) {
@@ -394,6 +571,7 @@ void FileSink::write(std::uint64_t offset, const std::byte* data, std::uint64_t 
     held_ = true;
     release_cleanup(cleanup_slot_);
     cleanup_slot_ = -1;
+    if (chunk_bytes_ && record_fd_ < 0) open_record(false);
   }
   const bool aligned = offset % kDirectAlign == 0 && bytes % kDirectAlign == 0 &&
                        reinterpret_cast<std::uintptr_t>(data) % kDirectAlign == 0;
@@ -436,6 +614,13 @@ void FileSink::commit() {
   if (::renameat(dir_fd_, temp_name_.c_str(), dir_fd_, name_.c_str()) != 0)
     throw file_error(final_path_, "cannot rename " + tmp + " into place");
   committed_ = true;
+  if (record_fd_ >= 0) {
+    release_seal(seal_slot_);
+    seal_slot_ = -1;
+    ::close(record_fd_);
+    record_fd_ = -1;
+    ::unlinkat(dir_fd_, record_name_.c_str(), 0);
+  }
   if (::fsync(dir_fd_) != 0) throw file_error(dir_path_, "cannot fsync the directory");
 }
 

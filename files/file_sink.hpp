@@ -15,6 +15,23 @@
 // it over. Before its first byte (a failure while opening, a full disk) it is
 // removed, by install_signal_cleanup()'s handler too.
 //
+// With a chunk size (SinkOptions::chunk_bytes), the sink keeps beside the
+// partial its chunk record, DIR/.NAME.gridbcast-chunks (0600, same rules):
+//
+//   [ header: magic, size, chunk size, count | seal | d(c0) | d(c1) | ... ]
+//
+// record(c, d) writes chunk c's digest after its bytes landed (zeros: not
+// held). When the sink goes without commit (a failure, SIGINT, SIGTERM or
+// SIGHUP; not SIGKILL) it seals the record: the partial is synced, then its
+// device, inode, size and ctime are written in the seal, after the digests.
+// A later run with resume trusts the record only when the partial is still
+// that file with that ctime (anything that changes a file's data or inode
+// changes its ctime, and nobody can set it), so the chunks a run verified as
+// they landed are not read back and digested again; every other chunk is
+// checked as before. A record that is not ours, not a regular file with one
+// link, of another size or format, or unsealed is not followed nor trusted,
+// and is replaced. A commit removes it.
+//
 // Directories on the way to the output root (the path the user named) are
 // walked from "/" one component at a time without following symlinks, except
 // a symlink owned by root or by us; each one must be owned by root or by us
@@ -29,8 +46,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "files/beneath.hpp"
+#include "files/chunk_digest.hpp"
 #include "files/file_source.hpp"
 
 namespace gridbcast::files {
@@ -51,6 +70,8 @@ struct SinkOptions {
   // of a link the source no longer has, and the rename replaces it (the link,
   // never what it points to). Elsewhere such a link is refused.
   bool replace_symlink = false;
+  // > 0: keep the chunk record for chunks of this size (see above).
+  std::uint64_t chunk_bytes = 0;
 };
 
 // Throws std::runtime_error naming the node and what is wrong when a node name
@@ -77,6 +98,8 @@ void place_symlink_at(int dir_fd, const std::string& dir_path, const std::string
 
 // The temporary name of DIR/NAME's copy in progress with resume.
 std::string partial_name(const std::string& name);
+// The name of its chunk record.
+std::string chunk_record_name(const std::string& name);
 
 class FileSink {
  public:
@@ -116,6 +139,13 @@ class FileSink {
   // Reads what an existing DIR/NAME holds (resume); 0 when there is none.
   std::uint64_t read_existing(std::uint64_t offset, std::byte* data, std::uint64_t bytes) const;
   bool reused_partial() const { return reused_partial_; }
+  // The chunk record: chunk c's digest, written once its bytes landed. Throws
+  // for a chunk past the file's, or without a chunk size.
+  void record(std::uint64_t chunk, const Digest& d);
+  // Per chunk, whether the sealed record of an earlier run says the partial
+  // holds it with the digest `want` gives; all false when there is no such
+  // record. `want` has one digest per chunk.
+  std::vector<bool> recorded(const std::vector<Digest>& want) const;
   // fsync, the source's mode and mtime, rename into place, fsync the directory.
   void commit();
 
@@ -125,8 +155,15 @@ class FileSink {
  private:
   void release();
   void lock_partial();
-  std::string final_path_, dir_path_, name_, temp_name_;
+  void open_record(bool keep);
+  bool load_record();
+  std::string record_path() const { return dir_path_ + "/" + record_name_; }
+  std::string final_path_, dir_path_, name_, temp_name_, record_name_;
   FileMeta meta_;
+  std::uint64_t chunk_bytes_ = 0, chunks_ = 0;
+  bool record_trusted_ = false;  // the record is an earlier run's, sealed on this partial
+  int record_fd_ = -1;
+  int seal_slot_ = -1;
   bool reused_partial_ = false;
   bool committed_ = false;
   bool held_ = false;  // holds bytes of this run or an earlier one: kept on failure

@@ -298,9 +298,11 @@ TEST(FileBroadcast, ResumeAfterAStoppedRankMovesOnlyTheMissingChunks) {
   // rank that finished, its copy) does not hold intact.
   std::set<std::uint64_t> missing;
   std::map<int, std::uint64_t> good;
+  std::map<int, bool> partial_left;
   for (int r = 1; r < 4; ++r) {
     const fs::path d = dir / ("n" + std::to_string(r));
     const fs::path partial = d / partial_name("copy");
+    partial_left[r] = fs::exists(partial);
     const std::string held = slurp((fs::exists(partial) ? partial : d / "copy").string());
     for (std::uint64_t c = 0; c < chunks; ++c) {
       const std::uint64_t off = c * kChunk,
@@ -327,9 +329,53 @@ TEST(FileBroadcast, ResumeAfterAStoppedRankMovesOnlyTheMissingChunks) {
             missing.size() * kChunk - (missing.count(chunks - 1) ? 100 : 0));
   for (int r = 1; r < 4; ++r) {
     EXPECT_EQ(second.results.at(r).chunks_kept, good[r]) << "rank " << r;
+    // Each partial's sealed record vouched for all it held: nothing was read
+    // back. A rank that finished checked its copy chunk by chunk.
+    EXPECT_EQ(second.results.at(r).chunks_trusted, partial_left[r] ? good[r] : 0) << "rank " << r;
     EXPECT_EQ(second.results.at(r).root_digest, second.results.at(0).root_digest);
     EXPECT_EQ(slurp((dir / ("n" + std::to_string(r)) / "copy").string()), data) << "rank " << r;
   }
+  EXPECT_TRUE(temporaries(dir.path()).empty());
+}
+
+// A partial changed after its run ended (a byte of its first chunk
+// overwritten) is not taken on its chunk record's word: the rerun checks it
+// chunk by chunk as before, keeps the rest, moves the damaged chunk again, and
+// every copy is whole. (Untouched, the record vouches for every chunk the
+// partial holds: ResumeAfterAStoppedRankMovesOnlyTheMissingChunks.)
+TEST(FileBroadcast, ResumeChecksAPartialChangedSinceItsRecordWasSealed) {
+  const auto grid = make_grid({4});
+  TempDir dir;
+  const std::uint64_t chunks = 40;
+  const std::string data = pattern_bytes(chunks * kChunk - 100, 13);
+  write_file(dir / "src", data);
+  ASSERT_NO_FATAL_FAILURE(run_with_rank_2_stopping(grid, dir.path(), 3));
+  const fs::path tampered = dir / "n2" / partial_name("copy");
+  ASSERT_TRUE(fs::exists(tampered));
+  const std::string held = slurp(tampered.string());
+  std::uint64_t intact = 0;
+  for (std::uint64_t c = 0; c < chunks; ++c) {
+    const std::uint64_t off = c * kChunk, len = std::min<std::uint64_t>(kChunk, data.size() - off);
+    if (held.compare(off, len, data, off, len) == 0) ++intact;
+  }
+  ASSERT_EQ(held.compare(0, kChunk, data, 0, kChunk), 0) << "it held chunk 0";
+  ASSERT_GT(intact, 1u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past the seal's clock tick
+  {
+    const int fd = ::open(tampered.c_str(), O_WRONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    const char flipped = static_cast<char>(data[5] ^ 0x01);
+    ASSERT_EQ(::pwrite(fd, &flipped, 1, 5), 1);
+    ::close(fd);
+  }
+  Ranks ranks(grid);
+  const Outcome second = run(ranks, 0, [&](int r) { return resume_spec(dir.path(), r); });
+  ASSERT_TRUE(second.errors.empty()) << second.errors.begin()->second;
+  EXPECT_EQ(second.results.at(2).chunks_trusted, 0u) << "changed after its seal";
+  EXPECT_EQ(second.results.at(2).chunks_kept, intact - 1) << "all but the damaged chunk";
+  EXPECT_EQ(second.results.at(0).chunks_sent, chunks - intact + 1);
+  for (int r = 1; r < 4; ++r)
+    EXPECT_EQ(slurp((dir / ("n" + std::to_string(r)) / "copy").string()), data) << "rank " << r;
   EXPECT_TRUE(temporaries(dir.path()).empty());
 }
 
@@ -505,10 +551,10 @@ TEST(FileBroadcast, SigtermMidTransferKeepsThePartialCopiesBesideThePreviousOnes
     ::_exit(0);  // too fast: the parent reports it
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (temporaries(dir.path()).size() < 2 && std::chrono::steady_clock::now() < deadline)
+  while (temporaries(dir.path()).size() < 4 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a few windows in
-  EXPECT_EQ(temporaries(dir.path()).size(), 2u);
+  EXPECT_EQ(temporaries(dir.path()).size(), 4u) << "a partial and its chunk record per rank";
   ::kill(pid, SIGTERM);
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
@@ -524,8 +570,9 @@ TEST(FileBroadcast, SigtermMidTransferKeepsThePartialCopiesBesideThePreviousOnes
     EXPECT_EQ(fs::status(partial).permissions(), fs::perms(0600));
     const std::string held = slurp(partial.string());
     EXPECT_EQ(held.compare(0, kChunk, data, 0, kChunk), 0) << "its first chunk";
+    EXPECT_EQ(fs::status(n / chunk_record_name("copy")).permissions(), fs::perms(0600));
   }
-  EXPECT_EQ(temporaries(dir.path()).size(), 2u);
+  EXPECT_EQ(temporaries(dir.path()).size(), 4u);
 }
 
 // A hostile root (or a stream injected into a job without TLS) sends the header
@@ -689,10 +736,13 @@ TEST(FileBroadcast, AChunkDamagedInFlightIsCaughtAsItLands) {
   EXPECT_NE(e.find("chunk "), std::string::npos) << e;
   EXPECT_NE(e.find("the root's "), std::string::npos) << e;
   EXPECT_FALSE(fs::exists(dir / "n2" / "copy"));
-  // What is left for a rerun is partial copies only (a rerun with resume
-  // checks each of their chunks against the root's digests).
-  for (const auto& t : temporaries(dir.path()))
-    EXPECT_EQ(fs::path(t).filename().string(), partial_name("copy"));
+  // What is left for a rerun is partial copies and their chunk records only
+  // (a rerun with resume checks against the root's digests each chunk a
+  // record does not vouch for; the damaged one never reached the record).
+  for (const auto& t : temporaries(dir.path())) {
+    const std::string name = fs::path(t).filename().string();
+    EXPECT_TRUE(name == partial_name("copy") || name == chunk_record_name("copy")) << t;
+  }
   // Whatever the others did, none holds a copy that differs from the source.
   for (int r = 1; r < 4; ++r) {
     const fs::path copy = dir / ("n" + std::to_string(r)) / "copy";

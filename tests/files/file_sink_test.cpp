@@ -21,11 +21,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "files/chunk_digest.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
 #include "support/tmpfs.hpp"
@@ -431,6 +433,235 @@ TEST(FileSink, SigtermKeepsAPartialWithBytesAndRemovesAnEmptyOne) {
     EXPECT_EQ(slurp(dest.string()), "previous");
     std::filesystem::remove(dir / partial_name("copy.bin"));
   }
+}
+
+// The chunk record (DIR/.NAME.gridbcast-chunks): what a run verified and
+// wrote, chunk by chunk, trusted by the next run with resume only while the
+// partial is exactly as the run that sealed it left it.
+constexpr std::uint64_t kRecChunk = 4096;
+
+SinkOptions recorded_options(bool resume) {
+  SinkOptions o;
+  o.resume = resume;
+  o.chunk_bytes = kRecChunk;
+  return o;
+}
+
+Digest digest_of(const std::string& s) {
+  return sha256(bytes_of(s), s.size());
+}
+
+// Three chunks, 4096 + 4096 + 100 bytes, each a letter of its own.
+std::vector<std::string> three_chunks() {
+  return {std::string(kRecChunk, 'a'), std::string(kRecChunk, 'b'), std::string(100, 'c')};
+}
+std::vector<Digest> digests_of(const std::vector<std::string>& chunks) {
+  std::vector<Digest> d;
+  for (const auto& c : chunks) d.push_back(digest_of(c));
+  return d;
+}
+constexpr std::uint64_t kThreeChunksBytes = 2 * kRecChunk + 100;
+
+// A sink that wrote and recorded chunks 0 and 2 of three_chunks(), then was
+// destroyed without commit (a failure): the partial and its sealed record stay.
+void write_chunks_0_and_2(const fs::path& dest) {
+  const auto chunks = three_chunks();
+  FileSink sink =
+      FileSink::open(dest.string(), meta_for(kThreeChunksBytes), recorded_options(false));
+  for (std::uint64_t c : {0u, 2u}) {
+    sink.write(c * kRecChunk, bytes_of(chunks[c]), chunks[c].size());
+    sink.record(c, digest_of(chunks[c]));
+  }
+}
+
+std::vector<bool> trusted_on_reopen(const fs::path& dest, const std::vector<Digest>& want) {
+  FileSink again =
+      FileSink::open(dest.string(), meta_for(kThreeChunksBytes), recorded_options(true));
+  EXPECT_TRUE(again.reused_partial());
+  return again.recorded(want);
+}
+
+TEST(ChunkRecord, ChunksWrittenBeforeAFailureAreTrustedWhereTheirDigestsAreStillTheRoots) {
+  TempDir dir;
+  const fs::path dest = dir / "copy.bin";
+  write_chunks_0_and_2(dest);
+  EXPECT_TRUE(fs::exists(dir / chunk_record_name("copy.bin")));
+  auto want = digests_of(three_chunks());
+  EXPECT_EQ(trusted_on_reopen(dest, want), (std::vector<bool>{true, false, true}));
+  // The source changed since: chunk 2's digest is no longer the root's.
+  want[2] = digest_of("other");
+  EXPECT_EQ(trusted_on_reopen(dest, want), (std::vector<bool>{true, false, false}));
+  // A commit removes the record with the partial.
+  {
+    const auto chunks = three_chunks();
+    FileSink sink =
+        FileSink::open(dest.string(), meta_for(kThreeChunksBytes), recorded_options(true));
+    sink.write(kRecChunk, bytes_of(chunks[1]), chunks[1].size());
+    sink.commit();
+  }
+  EXPECT_TRUE(temporaries(dir.path()).empty());
+  EXPECT_EQ(slurp(dest.string()), three_chunks()[0] + three_chunks()[1] + three_chunks()[2]);
+}
+
+// Anything that changed the partial after the seal (a write, a change of
+// mode, a truncation, another file renamed over it) makes every chunk
+// checked again: the record says nothing about bytes it did not see land.
+TEST(ChunkRecord, APartialChangedAfterTheSealIsCheckedAgainNotTrusted) {
+  const auto want = digests_of(three_chunks());
+  const std::vector<std::function<void(const fs::path&)>> changes = {
+      [](const fs::path& p) {
+        const int fd = ::open(p.c_str(), O_WRONLY | O_CLOEXEC);
+        ASSERT_GE(fd, 0);
+        ASSERT_EQ(::pwrite(fd, "x", 1, 10), 1);
+        ::close(fd);
+      },
+      [](const fs::path& p) { ASSERT_EQ(::chmod(p.c_str(), 0640), 0); },
+      [](const fs::path& p) {
+        // Same size, same bytes: a copy of it renamed over it (another inode).
+        const fs::path tmp = p.string() + ".tmp";
+        fs::copy_file(p, tmp);
+        ASSERT_EQ(::chmod(tmp.c_str(), 0600), 0);
+        fs::rename(tmp, p);
+      },
+  };
+  for (size_t i = 0; i < changes.size(); ++i) {
+    SCOPED_TRACE("change " + std::to_string(i));
+    TempDir dir;
+    const fs::path dest = dir / "copy.bin";
+    write_chunks_0_and_2(dest);
+    // The kernel's timestamps have a granularity of a clock tick: a change
+    // within the tick of the seal would keep its ctime.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    changes[i](dir / partial_name("copy.bin"));
+    EXPECT_EQ(trusted_on_reopen(dest, want), (std::vector<bool>{false, false, false}));
+  }
+}
+
+// What sits at the record's name is never followed nor trusted unless it is
+// our regular file of exactly the size the file's chunks give, in our
+// format, for this chunk size: a symlink to a file of the user's, a record
+// cut short, one of a terabyte (read only as far as the chunks go), garbage,
+// another chunk size. Each is replaced by a record of this run.
+TEST(ChunkRecord, ARecordThatIsNotOursOrNotWellFormedIsNeitherFollowedNorTrusted) {
+  const auto want = digests_of(three_chunks());
+  const std::vector<std::pair<std::string, std::function<void(const fs::path&, const fs::path&)>>>
+      attacks = {
+          {"symlink",
+           [](const fs::path& rec, const fs::path& victim) {
+             fs::copy_file(rec, victim);  // a valid record, where the link points
+             fs::remove(rec);
+             fs::create_symlink(victim, rec);
+           }},
+          {"cut short", [](const fs::path& rec, const fs::path&) { fs::resize_file(rec, 100); }},
+          {"a terabyte",
+           [](const fs::path& rec, const fs::path&) { fs::resize_file(rec, 1ull << 40); }},
+          {"garbage",
+           [](const fs::path& rec, const fs::path&) {
+             const auto n = fs::file_size(rec);
+             write_text(rec, std::string(n, '\x5a'));
+           }},
+          {"other chunk size",
+           [](const fs::path& rec, const fs::path&) {
+             // The header's chunk size field, after the magic and the file size.
+             const int fd = ::open(rec.c_str(), O_WRONLY | O_CLOEXEC);
+             ASSERT_GE(fd, 0);
+             const unsigned char two = 2;
+             ASSERT_EQ(::pwrite(fd, &two, 1, 8 + 8 + 6), 1);
+             ::close(fd);
+           }},
+      };
+  for (const auto& [what, attack] : attacks) {
+    SCOPED_TRACE(what);
+    TempDir dir;
+    const fs::path dest = dir / "copy.bin", rec = dir / chunk_record_name("copy.bin");
+    const fs::path victim = dir / "victim";
+    write_chunks_0_and_2(dest);
+    ASSERT_EQ(trusted_on_reopen(dest, want), (std::vector<bool>{true, false, true}))
+        << "sealed before the attack";
+    attack(rec, victim);
+    const std::string victim_before = fs::exists(victim) ? slurp(victim.string()) : "";
+    const auto start = std::chrono::steady_clock::now();
+    {
+      FileSink again =
+          FileSink::open(dest.string(), meta_for(kThreeChunksBytes), recorded_options(true));
+      EXPECT_EQ(again.recorded(want), (std::vector<bool>{false, false, false}));
+      again.record(1, want[1]);  // written to a record of its own
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+    EXPECT_FALSE(fs::is_symlink(rec));
+    EXPECT_LE(fs::file_size(rec), 4096u) << "replaced";
+    if (fs::exists(victim)) {
+      EXPECT_EQ(slurp(victim.string()), victim_before) << "not written";
+    }
+  }
+}
+
+// A directory at the record's name is refused naming it, before any data.
+TEST(ChunkRecord, ADirectoryAtTheRecordsNameIsRefusedNamingIt) {
+  TempDir dir;
+  const fs::path dest = dir / "copy.bin";
+  write_chunks_0_and_2(dest);
+  fs::remove(dir / chunk_record_name("copy.bin"));
+  fs::create_directory(dir / chunk_record_name("copy.bin"));
+  expect_error(
+      [&] { FileSink::open(dest.string(), meta_for(kThreeChunksBytes), recorded_options(true)); },
+      {chunk_record_name("copy.bin")});
+}
+
+// A real process stopped two ways while it holds chunks: SIGTERM (how the
+// launcher stops the survivors of a loss) seals the record, and the next run
+// trusts it; SIGKILL leaves it unsealed, and the next run checks everything.
+TEST(ChunkRecord, SigtermSealsTheRecordAndSigkillLeavesItToBeCheckedAgain) {
+  const auto want = digests_of(three_chunks());
+  for (const int sig : {SIGTERM, SIGKILL}) {
+    SCOPED_TRACE(sig == SIGTERM ? "SIGTERM" : "SIGKILL");
+    TempDir dir;
+    const fs::path dest = dir / "copy.bin";
+    int ready[2];
+    ASSERT_EQ(::pipe(ready), 0);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      install_signal_cleanup();
+      const auto chunks = three_chunks();
+      FileSink sink =
+          FileSink::open(dest.string(), meta_for(kThreeChunksBytes), recorded_options(false));
+      for (std::uint64_t c : {0u, 2u}) {
+        sink.write(c * kRecChunk, bytes_of(chunks[c]), chunks[c].size());
+        sink.record(c, digest_of(chunks[c]));
+      }
+      (void)!::write(ready[1], "r", 1);
+      for (;;) ::pause();
+    }
+    ::close(ready[1]);
+    char c = 0;
+    ASSERT_EQ(::read(ready[0], &c, 1), 1);
+    ::close(ready[0]);
+    ::kill(pid, sig);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == sig) << "status " << status;
+    EXPECT_EQ(trusted_on_reopen(dest, want),
+              (sig == SIGTERM ? std::vector<bool>{true, false, true}
+                              : std::vector<bool>{false, false, false}));
+  }
+}
+
+// Without resume a rerun starts the partial over, and its record with it:
+// nothing of the earlier run is trusted by the run after.
+TEST(ChunkRecord, ARunWithoutResumeStartsTheRecordOver) {
+  TempDir dir;
+  const fs::path dest = dir / "copy.bin";
+  write_chunks_0_and_2(dest);
+  {
+    FileSink over =
+        FileSink::open(dest.string(), meta_for(kThreeChunksBytes), recorded_options(false));
+    const std::string b(kRecChunk, 'b');
+    over.write(kRecChunk, bytes_of(b), b.size());
+    over.record(1, digest_of(b));
+  }
+  EXPECT_EQ(trusted_on_reopen(dest, digests_of(three_chunks())),
+            (std::vector<bool>{false, true, false}));
 }
 
 }  // namespace
