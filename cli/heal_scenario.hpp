@@ -2,7 +2,8 @@
 // file broadcast, priced the way `gridbcast launch` heals (docs/FILES.md,
 // "When a node is lost" and "Slow nodes"): the launcher notices, the others
 // run again over the survivors with --resume (the root digests the source,
-// each survivor what it holds, then the chunks some survivor lacks move),
+// each survivor takes what it holds on its chunk record's word, then the
+// chunks some survivor lacks move),
 // and a straggler then gets the rest of its copy from the root alone at its
 // own rate. Pure arithmetic over the cost model's predictions; `gridbcast
 // simulate --lose/--slow` prints it (docs/PERFORMANCE.md).
@@ -16,7 +17,7 @@ struct HealCosts {
   double notice_loss_s = 0.3;       // a killed rank: its exit, and the launcher's grace for it
   double notice_slow_s = 4.0;       // a straggler: 3 s behind, and the report that starts it
   double restart_s = 0.5;           // the others' processes, rendezvous and plan, again
-  double digest_bytes_per_s = 1e9;  // SHA-256 of one node's core (the resume check)
+  double digest_bytes_per_s = 1e9;  // SHA-256 of the root's core (the resume check)
   std::uint64_t window_bytes = std::uint64_t{64}
                                << 20;  // what every survivor holds is whole windows
 };

@@ -78,7 +78,7 @@ struct Simulate {
         ->capture_default_str();
     sim_cmd
         ->add_option("--digest-rate", s_digest_rate,
-                     "--lose/--slow: what one node's core digests (SHA-256) a second, for the "
+                     "--lose/--slow: what the root's core digests (SHA-256) a second, for the "
                      "resume check")
         ->capture_default_str();
     sim_cmd->add_flag("--json", s_json, "JSON lines, one per prediction");
