@@ -37,13 +37,14 @@ void StragglerWatch::report(int sender, Clock::time_point now,
   links_.erase(first, last);
   for (const auto& r : links) {
     const Key key{sender, r.peer, r.lane_from, r.lane_to};
-    Link l{r.bytes_acked, r.notsent_bytes, r.rwnd_limited_us, now, 0, false, false};
+    Link l{r.bytes_acked, r.notsent_bytes, r.rwnd_limited_us, now, now, 0, false, false};
     if (auto it = before.find(key); it != before.end()) {
       const double dt = std::chrono::duration<double>(now - it->second.at).count();
       // A count that went back is a new connection: no rate until the next.
       if (dt > 0 && r.bytes_acked >= it->second.acked && r.rwnd_limited_us >= it->second.rwnd_us) {
         l.rate = static_cast<double>(r.bytes_acked - it->second.acked) / dt;
         l.rated = true;
+        l.from = it->second.at;
         const double held_s = static_cast<double>(r.rwnd_limited_us - it->second.rwnd_us) / 1e6;
         l.held = held_s >= rule_.held_fraction * dt * std::max<int>(1, r.streams);
       }
@@ -128,7 +129,10 @@ std::vector<Straggler> StragglerWatch::observe(Clock::time_point now,
     if (is_done(rank)) continue;
     if (!into[r].empty() && std::all_of(into[r].begin(), into[r].end(),
                                         [&](const Entry* e) { return active(e->second); })) {
-      for (const Entry* e : into[r]) in[r].rate += e->second.rate;
+      for (const Entry* e : into[r]) {
+        in[r].rate += e->second.rate;
+        in[r].from = std::max(in[r].from, e->second.from);
+      }
       in[r].expected = together(rank, true, into[r], sharing);
       in[r].slow = in[r].expected > 0 && in[r].rate < rule_.fraction * in[r].expected;
     }
@@ -136,7 +140,10 @@ std::vector<Straggler> StragglerWatch::observe(Clock::time_point now,
     for (const Entry* e : out_of[r])
       if (active(e->second) && !is_done(std::get<1>(e->first))) sending.push_back(e);
     if (!sending.empty()) {
-      for (const Entry* e : sending) out[r].rate += e->second.rate;
+      for (const Entry* e : sending) {
+        out[r].rate += e->second.rate;
+        out[r].from = std::max(out[r].from, e->second.from);
+      }
       out[r].expected = together(rank, false, sending, sharing);
       out[r].slow = out[r].expected > 0 && out[r].rate < rule_.fraction * out[r].expected;
     }
@@ -170,7 +177,7 @@ std::vector<Straggler> StragglerWatch::observe(Clock::time_point now,
       continue;
     }
     const Verdict& v = in[r].slow ? in[r] : out[r];
-    if (!b.on) b = Behind{true, now, 0, 0, 0, b.named};
+    if (!b.on) b = Behind{true, std::min(v.from, now), 0, 0, 0, b.named};
     b.rate_sum += v.rate;
     b.expected += v.expected;
     ++b.samples;

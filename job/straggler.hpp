@@ -33,6 +33,8 @@
 //
 // A rank behind for `sustained` without a break is a straggler; one that
 // catches up within it starts over, so a node that recovers is not named.
+// It is behind from the start of the first interval its reports measured it
+// slow over (the report before), not from when the launcher looked.
 // Each rank is named once per watch (one broadcast).
 //
 // Victims of a straggler are not behind: a sender stuck on the slow link
@@ -104,7 +106,8 @@ class StragglerWatch {
     std::uint64_t notsent = 0;
     std::uint64_t rwnd_us = 0;
     Clock::time_point at{};
-    double rate = 0;  // bytes/s acknowledged since the report before
+    Clock::time_point from{};  // the report before: the rate's interval is [from, at]
+    double rate = 0;           // bytes/s acknowledged since the report before
     bool rated = false;
     bool held = false;  // by the peer's receive window, since the report before
   };
@@ -120,6 +123,7 @@ class StragglerWatch {
   struct Verdict {
     bool slow = false;
     double rate = 0, expected = 0;
+    Clock::time_point from{};  // since when its links' rates say so (the latest interval start)
   };
   bool fresh(const Link& l, Clock::time_point now) const { return now - l.at <= rule_.fresh; }
   using Entry = std::pair<const Key, Link>;
