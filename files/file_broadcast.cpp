@@ -28,6 +28,9 @@ constexpr std::int64_t kStatusTag = 1;
 // resume's digests and checks take as long as the disk does, and a
 // broadcast may wait with nothing on the wire for --timeout only).
 constexpr std::int64_t kStillWorkingTag = 3;
+// With digests on demand, each rank's bitmap of the chunks it may hold, to
+// the root before the digests.
+constexpr std::int64_t kMayHoldTag = 4;
 
 // Sends kStillWorkingTag to `to` at most every quarter of the communicator's
 // timeout, when tick() is called (none when there is no timeout).
@@ -152,6 +155,7 @@ struct FileRun {
   FileSink sink;                     // every other rank's copy
   std::uint64_t kept = 0;            // chunks held already (resume)
   std::uint64_t trusted = 0;         // of which on the chunk record's word
+  std::uint64_t digested = 0;        // the root's, with resume: chunks digested before the plan
   std::vector<std::uint8_t> needed;  // this rank's, then the plan's (any rank's)
   // Two window buffers, three when compressed (the root packs window k+1
   // while window k is sent and k+2 while k+1 is).
@@ -175,6 +179,10 @@ struct FileRun {
            comm.grid().nodes.at(static_cast<size_t>(r)).name + ")";
   }
   void agree_header();
+  void gather(std::int64_t tag, std::vector<std::byte>& buf, StillWorking& note,
+              const std::function<void(int, std::uint64_t)>& take);
+  void digest_source(const std::vector<std::uint8_t>& which);
+  void agree_digests_on_demand(const std::vector<bool>& may_hold);
   void open_and_check();
   void agree_plan();
   void plan_windows();
@@ -228,19 +236,12 @@ void FileRun::agree_header() {
       }
       if (h.resume) {
         // Every chunk's digest before any data moves, so ranks can tell which
-        // chunks they hold already.
-        std::vector<int> others;
-        for (int r = 0; r < comm.size(); ++r)
-          if (r != root) others.push_back(r);
-        StillWorking note(comm, std::move(others));
-        const ChunkLayout all{h.meta.size, h.chunk_bytes};
-        auto buf = allocate(h.chunk_bytes);
-        digests.resize(all.count());
-        for (std::uint64_t i = 0; i < all.count(); ++i) {
-          source.read(all.offset(i), buf.data(), all.length(i));
-          digests[i] = sha256(buf.data(), all.length(i));
-          if (spec.on_work) spec.on_work(all.length(i));
-          note.tick();
+        // chunks they hold already; for a large file only those some rank
+        // may hold, once they said which (agree_digests_on_demand).
+        h.digests_on_demand = comm.size() > 1 && h.meta.size > spec.digests_on_demand_above;
+        if (!h.digests_on_demand) {
+          const ChunkLayout all{h.meta.size, h.chunk_bytes};
+          digest_source(std::vector<std::uint8_t>((all.count() + 7) / 8, 0xff));
         }
       }
     } catch (const std::exception& e) {
@@ -268,12 +269,104 @@ void FileRun::agree_header() {
   layout = ChunkLayout{h.meta.size, h.chunk_bytes};
   count = layout.count();
   bitmap_bytes = (count + 7) / 8;
-  if (h.resume) {
-    digests.resize(count);
+  digests.resize(count);
+  if (h.resume && !h.digests_on_demand)
     comm.bcast(digests.data(), count * sizeof(Digest), root, spec.algorithm);
-  } else {
-    digests.resize(count);
+}
+
+// The root, with resume: reads and digests the chunks set in `which` (a
+// bitmap over the source's chunks), telling every other rank it still works.
+void FileRun::digest_source(const std::vector<std::uint8_t>& which) {
+  std::vector<int> others;
+  for (int r = 0; r < comm.size(); ++r)
+    if (r != root) others.push_back(r);
+  StillWorking note(comm, std::move(others));
+  const ChunkLayout all{h.meta.size, h.chunk_bytes};
+  auto buf = allocate(h.chunk_bytes);
+  digests.resize(all.count());
+  for (std::uint64_t i = 0; i < all.count(); ++i) {
+    if (!test_bit(which, i)) continue;
+    source.read(all.offset(i), buf.data(), all.length(i));
+    digests[i] = sha256(buf.data(), all.length(i));
+    ++digested;
+    if (spec.on_work) spec.on_work(all.length(i));
+    note.tick();
   }
+}
+
+// The root: one message of `tag` from every other rank, in the order they
+// come, each handed to `take` (its rank and length; the bytes in `buf`).
+// Still-working notes are taken as they come, and the ranks that reported
+// hear through `note` that the root still waits for the others; a rank that sends anything
+// else, or twice, fails the root naming it, and a deadline names the ranks
+// not heard from.
+void FileRun::gather(std::int64_t tag, std::vector<std::byte>& buf, StillWorking& note,
+                     const std::function<void(int, std::uint64_t)>& take) {
+  std::vector<bool> heard(static_cast<size_t>(comm.size()), false);
+  heard[static_cast<size_t>(root)] = true;
+  for (int reported = 0; reported < comm.size() - 1;) {
+    note.tick();
+    runtime::Received got;
+    try {
+      got = comm.receive(std::nullopt, kFileContext, std::nullopt, buf.data(), buf.size());
+    } catch (const std::exception& e) {
+      std::string waiting;
+      for (int r = 0; r < comm.size(); ++r)
+        if (!heard[static_cast<size_t>(r)]) waiting += (waiting.empty() ? "" : ", ") + who(r);
+      throw std::runtime_error(std::string(e.what()) + " (still checking: " + waiting + ")");
+    }
+    if (got.tag == kStillWorkingTag) continue;
+    const int r = got.source;
+    if (got.tag != tag || r == root || heard[static_cast<size_t>(r)])
+      throw std::runtime_error(me + ": " + who(r) + " sent an unexpected file message (tag " +
+                               std::to_string(got.tag) + ")");
+    heard[static_cast<size_t>(r)] = true;
+    ++reported;
+    note.also(r);
+    take(r, std::min<std::uint64_t>(got.bytes, buf.size()));
+  }
+}
+
+// Digests on demand (a large file with resume): every other rank sends the
+// chunks it may hold (`may_hold`: where its partial has data, or all of them
+// when it has a copy under the final name); the root digests their union and
+// broadcasts the digests, zero where nobody may hold a chunk (it moves, and
+// is checked against the digest sent with it).
+void FileRun::agree_digests_on_demand(const std::vector<bool>& may_hold) {
+  std::vector<std::uint8_t> bits(bitmap_bytes, 0);
+  if (is_root) {
+    // One byte more than a bitmap: a longer message is seen as one.
+    std::vector<std::byte> msg(bitmap_bytes + 1);
+    StillWorking note(comm, {});
+    gather(kMayHoldTag, msg, note, [&](int r, std::uint64_t bytes) {
+      if (bytes != bitmap_bytes)
+        throw std::runtime_error(me + ": " + who(r) + " said which chunks it may hold in " +
+                                 (bytes > bitmap_bytes ? "more than " + std::to_string(bitmap_bytes)
+                                                       : std::to_string(bytes)) +
+                                 " bytes, where " + std::to_string(count) + " chunks take " +
+                                 std::to_string(bitmap_bytes));
+      const auto* theirs = reinterpret_cast<const std::uint8_t*>(msg.data());
+      if (count % 8 != 0 && (theirs[bitmap_bytes - 1] >> (count % 8)) != 0)
+        throw std::runtime_error(me + ": " + who(r) + " said it may hold chunks past the file's " +
+                                 std::to_string(count));
+      for (std::uint64_t b = 0; b < bitmap_bytes; ++b)
+        bits[b] = static_cast<std::uint8_t>(bits[b] | theirs[b]);
+    });
+    if (my_error.empty()) {
+      try {
+        digest_source(bits);
+      } catch (const std::exception& e) {
+        my_error = e.what();  // said in the plan, like any failure before it
+      }
+    }
+    send_go(comm, root);
+  } else {
+    for (std::uint64_t i = 0; i < count; ++i)
+      if (may_hold[i]) set_bit(bits, i);
+    comm.send(root, kFileContext, kMayHoldTag, bits.data(), bitmap_bytes);
+    await_go(comm, root);
+  }
+  comm.bcast(digests.data(), count * sizeof(Digest), root, spec.algorithm);
 }
 
 void FileRun::open_and_check() {
@@ -328,6 +421,7 @@ void FileRun::open_and_check() {
   };
   if (is_root) {
     my_error = open_all();
+    if (h.digests_on_demand) agree_digests_on_demand({});
     return;
   }
   {
@@ -337,22 +431,33 @@ void FileRun::open_and_check() {
     comm.wait({hello}, 1);  // if it throws, the future's destructor waits for the open
     my_error = opening.get();
   }
-  if (!my_error.empty()) return;
-  try {
-    StillWorking note(comm, {root});
-    std::vector<std::pair<std::uint64_t, Digest>> zeros;
-    // Where the partial holds data, asked before anything is read: reading
-    // a range never written (and the kernel's read-ahead past it) fills the
-    // page cache with zeros, which SEEK_DATA then reports as data.
-    // One step per extent of data, each past the last.
-    std::vector<bool> may_hold(count, false);
-    if (h.resume && sink.reused_partial())
+  // Where the partial holds data, asked before anything is read: reading
+  // a range never written (and the kernel's read-ahead past it) fills the
+  // page cache with zeros, which SEEK_DATA then reports as data.
+  // One step per extent of data, each past the last.
+  std::vector<bool> may_hold(count, false);
+  if (my_error.empty() && h.resume && sink.reused_partial()) {
+    try {
       for (std::uint64_t at = sink.partial_next_data(0); at < h.meta.size;) {
         const std::uint64_t end = sink.partial_next_hole(at);
         for (std::uint64_t c = at / h.chunk_bytes; c < count && layout.offset(c) < end; ++c)
           may_hold[c] = true;
         at = sink.partial_next_data(end);
       }
+    } catch (const std::exception& e) {
+      my_error = e.what();
+    }
+  }
+  if (h.digests_on_demand) {
+    // A copy under the final name may hold any chunk.
+    std::vector<bool> asked = may_hold;
+    if (my_error.empty() && sink.has_existing()) asked.assign(count, true);
+    agree_digests_on_demand(my_error.empty() ? asked : std::vector<bool>(count, false));
+  }
+  if (!my_error.empty()) return;
+  try {
+    StillWorking note(comm, {root});
+    std::vector<std::pair<std::uint64_t, Digest>> zeros;
     // The chunks an earlier run verified as they landed, on its sealed record
     // (files/file_sink.hpp): not read back nor digested again.
     const std::vector<bool> recorded =
@@ -366,7 +471,9 @@ void FileRun::open_and_check() {
         ++kept;
         continue;
       }
-      if (h.resume) {
+      // With digests on demand, a chunk nobody may hold has no digest: it moves.
+      const bool known = !h.digests_on_demand || digests[i] != Digest{};
+      if (h.resume && known) {
         std::byte* b = bufs[0].data();
         if (may_hold[i] && sink.read_partial(off, b, len) == len &&
             holds(b, len, digests[i], zeros)) {
@@ -410,31 +517,9 @@ void FileRun::agree_plan() {
     }
     std::vector<std::byte> status(status_bytes);
     std::vector<std::uint8_t> theirs(bitmap_bytes);
-    // Statuses in the order they come; the ranks that reported hear that the
-    // root still waits for the others.
     StillWorking note(comm, {});
-    std::vector<bool> heard(static_cast<size_t>(comm.size()), false);
-    heard[static_cast<size_t>(root)] = true;
-    for (int reported = 0; reported < comm.size() - 1;) {
-      note.tick();
-      runtime::Received got;
-      try {
-        got = comm.receive(std::nullopt, kFileContext, std::nullopt, status.data(), status.size());
-      } catch (const std::exception& e) {
-        std::string waiting;
-        for (int r = 0; r < comm.size(); ++r)
-          if (!heard[static_cast<size_t>(r)]) waiting += (waiting.empty() ? "" : ", ") + who(r);
-        throw std::runtime_error(std::string(e.what()) + " (still checking: " + waiting + ")");
-      }
-      if (got.tag == kStillWorkingTag) continue;
-      const int r = got.source;
-      if (got.tag != kStatusTag || r == root || heard[static_cast<size_t>(r)])
-        throw std::runtime_error(me + ": " + who(r) + " sent an unexpected file message (tag " +
-                                 std::to_string(got.tag) + ")");
-      heard[static_cast<size_t>(r)] = true;
-      ++reported;
-      note.also(r);
-      WireReader rd(status.data(), std::min<std::uint64_t>(got.bytes, status.size()));
+    gather(kStatusTag, status, note, [&](int r, std::uint64_t bytes) {
+      WireReader rd(status.data(), bytes);
       const bool ok = rd.u32() == 0;
       rd.bytes(theirs.data(), bitmap_bytes);
       const std::string why = rd.text();
@@ -444,7 +529,7 @@ void FileRun::agree_plan() {
       }
       for (std::uint64_t b = 0; b < bitmap_bytes; ++b)
         all[b] = static_cast<std::uint8_t>(all[b] | theirs[b]);
-    }
+    });
     // Compressed, the first window's length goes in the plan: the root packs
     // it now, telling the ranks waiting for the plan that it still works (a
     // third of a large --window takes longer than --timeout to pack).
@@ -541,7 +626,7 @@ std::uint64_t FileRun::fill(size_t k, std::byte* buf, const std::function<void()
   const std::uint64_t n = w.chunks.size();
   auto digest = [&](std::uint64_t c, const std::byte* at, std::uint64_t len) {
     const Digest d = sha256(at, len);
-    if (h.resume && d != digests[c])
+    if (h.resume && digests[c] != Digest{} && d != digests[c])
       throw std::runtime_error(me + ": " + spec.source + ": changed during the broadcast (chunk " +
                                std::to_string(c) + " no longer matches its digest)");
     digests[c] = d;
@@ -602,7 +687,7 @@ void FileRun::drain(size_t k, const std::byte* buf, const WindowHead& head) {
       data += len;
     }
     const Digest got = sha256(bytes, len);
-    if (got != sent || (h.resume && got != digests[c]))
+    if (got != sent || (h.resume && digests[c] != Digest{} && got != digests[c]))
       throw std::runtime_error(me + ": " + what + " arrived damaged: SHA-256 " + to_hex(got) +
                                ", the root's " + to_hex(sent));
     digests[c] = got;
@@ -701,6 +786,7 @@ FileResult FileRun::result() const {
   r.chunks_sent = todo.size();
   r.chunks_kept = kept;
   r.chunks_trusted = trusted;
+  r.chunks_digested = digested;
   for (std::uint64_t c : todo) r.bytes_sent += layout.length(c);
   r.windows = windows.size();
   r.algorithm = std::string(topology::algorithm_name(info.algorithm));

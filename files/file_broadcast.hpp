@@ -56,7 +56,12 @@ struct FileSpec {
   std::uint64_t window_bytes = 0;  // memory per rank for data in flight; 0: kDefaultWindowBytes
   std::uint64_t chunk_bytes = 0;   // 0: 4 MiB, or half the window if that is smaller
   bool resume = false;             // keep verified chunks of a partial or an existing copy
-  std::uint32_t dir_mode = 0700;   // directories the copy's path needs
+  // The root's, with resume: a file larger than this has its chunks digested
+  // only where some rank may hold them (its partial has data there, or it
+  // has a copy under the final name), after one more exchange; a smaller one
+  // is digested whole at once. After a loss that is what was sent before it.
+  std::uint64_t digests_on_demand_above = 64ull << 20;
+  std::uint32_t dir_mode = 0700;  // directories the copy's path needs
   // The source's device and inode on the root's host (the launcher's stat);
   // a destination that is the same file is refused. 0/0: taken from the root's
   // header, which is enough on the root's own host.
@@ -97,6 +102,9 @@ struct FileResult {
   // Of those, the chunks its sealed chunk record vouched for (an earlier run
   // verified them as they landed), not read back.
   std::uint64_t chunks_trusted = 0;
+  // The root's, with resume: the chunks it digested before the plan (every
+  // chunk, or with digests on demand those some rank may hold).
+  std::uint64_t chunks_digested = 0;
   std::uint64_t bytes_sent = 0;  // bytes of the chunks broadcast
   std::uint64_t windows = 0;
   std::string algorithm;           // what the broadcasts of the largest window ran

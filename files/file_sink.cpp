@@ -542,7 +542,10 @@ std::vector<bool> FileSink::recorded(const std::vector<Digest>& want) const {
     if (pread_full(record_fd_, record_path(), got.front().data(), bytes,
                    kRecordHeaderBytes + first * sizeof(Digest)) != bytes)
       return std::vector<bool>(want.size(), false);
-    for (std::uint64_t i = 0; i < n; ++i) out[first + i] = got[i] == want[first + i];
+    // A chunk never recorded is zeros there, and never matches (not even a
+    // `want` of zeros: a digest not known).
+    for (std::uint64_t i = 0; i < n; ++i)
+      out[first + i] = got[i] != Digest{} && got[i] == want[first + i];
   }
   return out;
 }

@@ -139,6 +139,8 @@ class FileSink {
   // Reads what an existing DIR/NAME holds (resume); 0 when there is none.
   std::uint64_t read_existing(std::uint64_t offset, std::byte* data, std::uint64_t bytes) const;
   bool reused_partial() const { return reused_partial_; }
+  // Resume: whether DIR/NAME existed (read_existing reads it).
+  bool has_existing() const { return existing_fd_ >= 0; }
   // The chunk record: chunk c's digest, written once its bytes landed. Throws
   // for a chunk past the file's, or without a chunk size.
   void record(std::uint64_t chunk, const Digest& d);

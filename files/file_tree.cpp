@@ -251,6 +251,7 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
       result.bytes += r.size;
       result.chunks += r.chunks;
       result.chunks_sent += r.chunks_sent;
+      result.chunks_digested += r.chunks_digested;
       result.check_seconds += r.check_seconds;
       result.bytes_sent += r.bytes_sent;
       result.wire_bytes += r.wire_bytes;

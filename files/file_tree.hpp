@@ -46,7 +46,8 @@ struct TreeResult {
   std::uint64_t files = 0, directories = 0, symlinks = 0;
   std::uint64_t bytes = 0;  // of the regular files
   std::uint64_t chunks = 0, chunks_sent = 0;
-  double check_seconds = 0;  // summed over the files (FileResult::check_seconds)
+  std::uint64_t chunks_digested = 0;  // the root's, with resume (FileResult::chunks_digested)
+  double check_seconds = 0;           // summed over the files (FileResult::check_seconds)
   // Summed over the files: the bytes of the chunks sent, and of the windows'
   // broadcasts that carried them (fewer when compressed).
   std::uint64_t bytes_sent = 0, wire_bytes = 0;

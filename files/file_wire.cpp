@@ -137,7 +137,7 @@ void encode_file_header(const FileHeader& h, std::byte* out) {
       .u64(h.meta.ino)
       .u64(h.chunk_bytes)
       .u64(h.window_bytes)
-      .u32(h.resume ? 1 : 0)
+      .u32(h.resume ? (h.digests_on_demand ? 2 : 1) : 0)
       .u32(h.compressed ? 1 : 0)
       .text(h.error);
 }
@@ -162,8 +162,9 @@ FileHeader decode_file_header(std::span<const std::byte> in) {
   h.chunk_bytes = r.u64();
   h.window_bytes = r.u64();
   const std::uint32_t resume = r.u32();
-  if (resume > 1) refuse("header has a resume flag of " + std::to_string(resume));
-  h.resume = resume == 1;
+  if (resume > 2) refuse("header has a resume flag of " + std::to_string(resume));
+  h.resume = resume >= 1;
+  h.digests_on_demand = resume == 2;
   const std::uint32_t compressed = r.u32();
   if (compressed > 1) refuse("header has a compression of " + std::to_string(compressed));
   h.compressed = compressed == 1;

@@ -69,6 +69,9 @@ struct FileHeader {
   std::uint64_t chunk_bytes = 0;
   std::uint64_t window_bytes = 0;
   bool resume = false;
+  // With resume: the root digests only the chunks some rank may hold, after
+  // the ranks say which (a large file after a loss: what was sent before it).
+  bool digests_on_demand = false;
   bool compressed = false;  // windows carry a head and chunks packed by zstd
 };
 

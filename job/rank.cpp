@@ -188,7 +188,8 @@ int run_file_rank(Session& session) {
       lanes::log::notice("gridbcast rank " + std::to_string(rank) + ": resume: sent " +
                          std::to_string(r.chunks_sent) + " of " + std::to_string(r.chunks) +
                          " chunks; every copy held the others intact (checked in " +
-                         topology::format_duration(r.check_seconds) + ")");
+                         topology::format_duration(r.check_seconds) + "; the root digested " +
+                         std::to_string(r.chunks_digested) + " of the source's chunks)");
     if (rank == it.root && (r.files_compressed > 0 || !r.compression_why.empty()))
       lanes::log::notice("gridbcast rank " + std::to_string(rank) + ": compression: " +
                          std::to_string(r.files_compressed) + " of " + std::to_string(r.files) +

@@ -271,17 +271,32 @@ FileSpec resume_spec(const fs::path& dir, int r) {
 
 // A first run with resume in which rank 2 stops after window `last` (the
 // others then fail on their deadline), leaving partial copies for a rerun.
-void run_with_rank_2_stopping(const topology::Grid& grid, const fs::path& dir, std::uint64_t last) {
+void run_with_ranks_stopping(const topology::Grid& grid, const fs::path& dir, std::uint64_t last,
+                             const std::set<int>& stopping) {
   Ranks ranks(grid, quick_timeout());
   const Outcome first = run(ranks, 0, [&](int r) {
     FileSpec s = resume_spec(dir, r);
-    if (r == 2)
+    if (stopping.count(r))
       s.after_window = [last](std::uint64_t w) {
         if (w == last) throw std::runtime_error("stopped by the test");
       };
     return s;
   });
-  ASSERT_TRUE(first.errors.count(2)) << "rank 2 stops";
+  for (int r : stopping) ASSERT_TRUE(first.errors.count(r)) << "rank " << r << " stops";
+}
+void run_with_rank_2_stopping(const topology::Grid& grid, const fs::path& dir, std::uint64_t last) {
+  run_with_ranks_stopping(grid, dir, last, {2});
+}
+
+// Whether the file system of the temporary directories reports holes
+// (SEEK_DATA): where it cannot, every chunk of a partial reads as data.
+bool file_system_reports_holes() {
+  TempDir probe;
+  SinkOptions o;
+  o.resume = true;
+  FileMeta meta;
+  meta.size = 1 << 20;
+  return FileSink::open((probe / "f").string(), meta, o).partial_next_data(0) != 0;
 }
 
 // Resume: a first run in which rank 2 stops after its 4th window (the others
@@ -379,21 +394,119 @@ TEST(FileBroadcast, ResumeChecksAPartialChangedSinceItsRecordWasSealed) {
   EXPECT_TRUE(temporaries(dir.path()).empty());
 }
 
+// Digests on demand: after every other rank stopped two windows in, a resume
+// of a file above FileSpec::digests_on_demand_above has the root digest only
+// the chunks some partial has data for (what was sent before the stop), not
+// the whole source; the rest moves, checked against the digests sent with it,
+// and every copy is whole.
+TEST(FileBroadcast, AResumeOfALargeFileDigestsOnlyTheChunksSomeRankMayHold) {
+  if (!file_system_reports_holes())
+    GTEST_SKIP() << "this file system does not report holes (SEEK_DATA)";
+  const auto grid = make_grid({4});
+  TempDir dir;
+  const std::uint64_t chunks = 40;
+  const std::string data = pattern_bytes(chunks * kChunk - 100, 17);
+  write_file(dir / "src", data);
+  ASSERT_NO_FATAL_FAILURE(run_with_ranks_stopping(grid, dir.path(), 1, {1, 2, 3}));
+  std::set<std::uint64_t> held_by_some;
+  std::map<std::uint64_t, int> holders;
+  for (int r = 1; r < 4; ++r) {
+    const fs::path partial = dir / ("n" + std::to_string(r)) / partial_name("copy");
+    ASSERT_TRUE(fs::exists(partial)) << "rank " << r;
+    const std::string held = slurp(partial.string());
+    for (std::uint64_t c = 0; c < chunks; ++c) {
+      const std::uint64_t off = c * kChunk,
+                          len = std::min<std::uint64_t>(kChunk, data.size() - off);
+      if (held.compare(off, len, data, off, len) == 0) {
+        held_by_some.insert(c);
+        ++holders[c];
+      }
+    }
+    // The read put pages of zeros where nothing landed in the cache, which
+    // SEEK_DATA calls data: dropped, as for a partial nobody read.
+    const int fd = ::open(partial.c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+  ASSERT_FALSE(held_by_some.empty());
+  ASSERT_LT(held_by_some.size(), chunks / 2) << "two windows of many";
+  std::uint64_t held_by_all = 0;
+  for (const auto& [c, n] : holders) held_by_all += n == 3 ? 1 : 0;
+  Ranks ranks(grid);
+  const Outcome second = run(ranks, 0, [&](int r) {
+    FileSpec s = resume_spec(dir.path(), r);
+    s.digests_on_demand_above = 0;
+    return s;
+  });
+  ASSERT_TRUE(second.errors.empty()) << second.errors.begin()->second;
+  EXPECT_EQ(second.results.at(0).chunks_digested, held_by_some.size())
+      << "the root digested what some rank may hold, not the " << chunks << " chunks";
+  EXPECT_EQ(second.results.at(0).chunks_sent, chunks - held_by_all);
+  for (int r = 1; r < 4; ++r)
+    EXPECT_EQ(slurp((dir / ("n" + std::to_string(r)) / "copy").string()), data) << "rank " << r;
+  // A file at or below the threshold is digested whole, as before.
+  write_file(dir / "src", data + "x");
+  Ranks again(grid);
+  const Outcome small = run(again, 0, [&](int r) { return resume_spec(dir.path(), r); });
+  ASSERT_TRUE(small.errors.empty()) << small.errors.begin()->second;
+  EXPECT_EQ(small.results.at(0).chunks_digested, chunks);
+}
+
+// A hostile rank in the digests-on-demand exchange: a bitmap with chunks
+// past the file's, one byte short, or one byte long. The root refuses it
+// naming the rank and what is wrong, before it reads or sends anything.
+TEST(FileBroadcast, AHostileMayHoldBitmapFailsTheRootNamingTheRank) {
+  const auto grid = make_grid({3});
+  TempDir dir;
+  const std::uint64_t chunks = 13;  // not a multiple of 8: a last byte with spare bits
+  write_file(dir / "src", pattern_bytes(chunks * kChunk, 19));
+  constexpr std::int64_t kMayHoldTag = 4;  // files/file_broadcast.cpp
+  const std::uint64_t bitmap = (chunks + 7) / 8;
+  const std::vector<std::pair<std::string, std::vector<std::uint8_t>>> attacks = {
+      {"said it may hold chunks past the file's 13", {0xff, 0xff}},
+      {"in 1 bytes, where 13 chunks take 2", {0xff}},
+      {"in more than 2 bytes", std::vector<std::uint8_t>(bitmap + 1, 0)},
+  };
+  for (const auto& [want, bits] : attacks) {
+    SCOPED_TRACE(want);
+    Ranks ranks(grid, quick_timeout());
+    std::string root_error;
+    std::mutex m;
+    ranks.run([&](runtime::Communicator& c) {
+      if (c.rank() == 2) {
+        std::byte b{};
+        while (c.receive(0, kFileContext, std::nullopt, &b, 1).tag != kGoTag) {
+        }
+        std::vector<std::byte> header(kFileHeaderBytes);
+        c.bcast(header.data(), header.size(), 0);
+        c.send(0, kFileContext, kMayHoldTag, bits.data(), bits.size());
+        return;
+      }
+      try {
+        FileSpec s = resume_spec(dir.path(), c.rank());
+        s.digests_on_demand_above = 0;
+        broadcast_file(c, s, 0);
+      } catch (const std::exception& e) {
+        if (c.rank() == 0) {
+          std::lock_guard lock(m);
+          root_error = e.what();
+        }
+      }
+    });
+    EXPECT_NE(root_error.find("rank 2"), std::string::npos) << root_error;
+    EXPECT_NE(root_error.find(want), std::string::npos) << root_error;
+  }
+}
+
 // Resume reads back only the chunks a partial holds data for: a chunk that
 // never landed is a hole, told from the file system's map and not by reading
 // it. The source's tail is zeros, so a check that read the holes (zeros, and
 // the zero chunk's digest) would keep them: what each rank keeps is exactly
 // what its first run wrote, and every copy is whole.
 TEST(FileBroadcast, ResumeKeepsOnlyWhatLandedAlthoughTheRestReadsAsTheSourcesZeros) {
-  {
-    TempDir probe;
-    SinkOptions o;
-    o.resume = true;
-    FileMeta meta;
-    meta.size = 1 << 20;
-    if (FileSink::open((probe / "f").string(), meta, o).partial_next_data(0) == 0)
-      GTEST_SKIP() << "this file system does not report holes (SEEK_DATA)";
-  }
+  if (!file_system_reports_holes())
+    GTEST_SKIP() << "this file system does not report holes (SEEK_DATA)";
   const auto grid = make_grid({3});
   TempDir dir;
   const std::uint64_t chunks = 24;
