@@ -19,10 +19,12 @@ HealPrediction predict_heal(const HealScenario& s, const HealCosts& c) {
   const auto window = static_cast<double>(std::max<std::uint64_t>(c.window_bytes, 1));
   p.held_bytes = static_cast<std::uint64_t>(std::floor(moved / window) * window);
   const double held = static_cast<double>(p.held_bytes);
-  // The root digests the source; each survivor takes what it holds on its
-  // sealed chunk record's word (the launcher stopped it with SIGTERM), so
-  // reads back nothing.
-  p.check_s = c.digest_bytes_per_s > 0 ? bytes / c.digest_bytes_per_s : 0;
+  // The root digests what some survivor may hold (a file over the on-demand
+  // threshold; a smaller one whole); each survivor takes what it holds on
+  // its sealed chunk record's word (the launcher stopped it with SIGTERM),
+  // so reads back nothing.
+  const double digested = s.bytes > c.digests_on_demand_above ? held : bytes;
+  p.check_s = c.digest_bytes_per_s > 0 ? digested / c.digest_bytes_per_s : 0;
   const double rest = bytes > 0 ? (bytes - held) / bytes : 0;
   p.others_s = p.noticed_s + c.restart_s + p.check_s + s.survivors_s * rest;
   if (s.slow)

@@ -1,9 +1,9 @@
 // What healing costs, predicted: a node lost or slowed at some point of a
 // file broadcast, priced the way `gridbcast launch` heals (docs/FILES.md,
 // "When a node is lost" and "Slow nodes"): the launcher notices, the others
-// run again over the survivors with --resume (the root digests the source,
-// each survivor takes what it holds on its chunk record's word, then the
-// chunks some survivor lacks move),
+// run again over the survivors with --resume (the root digests what some
+// survivor may hold, each survivor takes it on its chunk record's word, then
+// the chunks some survivor lacks move),
 // and a straggler then gets the rest of its copy from the root alone at its
 // own rate. Pure arithmetic over the cost model's predictions; `gridbcast
 // simulate --lose/--slow` prints it (docs/PERFORMANCE.md).
@@ -11,15 +11,22 @@
 
 #include <cstdint>
 
+#include "files/file_broadcast.hpp"
+
 namespace gridbcast::cli {
 
 struct HealCosts {
   double notice_loss_s = 0.3;       // a killed rank: its exit, and the launcher's grace for it
-  double notice_slow_s = 4.0;       // a straggler: 3 s behind, and the report that starts it
+  // A straggler: 3 s behind from the start of the first slow report
+  // interval, and the report that shows it (3.5-3.7 s on testbed-8x8).
+  double notice_slow_s = 3.5;
   double restart_s = 0.5;           // the others' processes, rendezvous and plan, again
   double digest_bytes_per_s = 1e9;  // SHA-256 of the root's core (the resume check)
   std::uint64_t window_bytes = std::uint64_t{64}
                                << 20;  // what every survivor holds is whole windows
+  // Above it the root digests only what some survivor may hold
+  // (files::FileSpec::digests_on_demand_above).
+  std::uint64_t digests_on_demand_above = files::FileSpec{}.digests_on_demand_above;
 };
 
 struct HealScenario {

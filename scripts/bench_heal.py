@@ -72,7 +72,10 @@ def launch(args, src, out_dir, env, victim=None, at=None, timeout=3600, tb_id=No
                 sys.exit(f"bench_heal: rank {victim} not found under the launcher")
             os.kill(pid, signal.SIGKILL)
         hit = time.monotonic() - t0
-    out, _ = p.communicate(timeout=timeout)
+    # stdout here, stderr only by the reader (communicate() would read it too
+    # and keep some of its lines from the reader).
+    out = p.stdout.read()
+    p.wait(timeout=timeout)
     reader.join(timeout=10)
     wall = time.monotonic() - t0
     summary = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}

@@ -18,8 +18,12 @@ TEST(HealScenario, ALossIsNoticedAtOnceAndTheOthersResumeFromWholeWindows) {
   EXPECT_DOUBLE_EQ(p.noticed_s, 9.3);
   // 153.6 MiB moved by then: every survivor holds the two whole windows.
   EXPECT_EQ(p.held_bytes, 128 * MiB);
-  // The root digests the source; the survivors' records vouch for the rest.
-  EXPECT_DOUBLE_EQ(p.check_s, static_cast<double>(512 * MiB) / 1e9);
+  // The root digests what the survivors may hold; their records vouch for it.
+  EXPECT_DOUBLE_EQ(p.check_s, static_cast<double>(128 * MiB) / 1e9);
+  // A file at or below the on-demand threshold is digested whole.
+  HealScenario small = s;
+  small.bytes = 64 * MiB;
+  EXPECT_DOUBLE_EQ(predict_heal(small, c).check_s, static_cast<double>(64 * MiB) / 1e9);
   EXPECT_DOUBLE_EQ(p.others_s, 9.3 + 0.5 + p.check_s + 28 * 0.75);
   EXPECT_EQ(p.straggler_s, 0);
 }
@@ -27,10 +31,10 @@ TEST(HealScenario, ALossIsNoticedAtOnceAndTheOthersResumeFromWholeWindows) {
 TEST(HealScenario, AStragglerHoldsEverybodyBackUntilItIsSetAsideThenGoesAtItsRate) {
   HealScenario s{512 * MiB, 32, 30, 0.25, true, 1.25e6};
   const HealPrediction p = predict_heal(s);
-  EXPECT_DOUBLE_EQ(p.noticed_s, 8 + 4);
-  // 128 MiB by the slowdown, 4 s at 1.25 MB/s more: still two windows.
+  EXPECT_DOUBLE_EQ(p.noticed_s, 8 + 3.5);
+  // 128 MiB by the slowdown, 3.5 s at 1.25 MB/s more: still two windows.
   EXPECT_EQ(p.held_bytes, 128 * MiB);
-  EXPECT_DOUBLE_EQ(p.others_s, 12 + 0.5 + p.check_s + 30 * 0.75);
+  EXPECT_DOUBLE_EQ(p.others_s, 11.5 + 0.5 + p.check_s + 30 * 0.75);
   EXPECT_DOUBLE_EQ(p.straggler_s,
                    p.others_s + 0.5 + p.check_s + static_cast<double>(384 * MiB) / 1.25e6);
 }
