@@ -14,6 +14,7 @@
 #include <climits>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -54,7 +55,7 @@ void release_cleanup(int slot) {
 // digest per chunk. Numbers in network byte order.
 constexpr char kRecordMagic[8] = {'G', 'B', 'C', 'H', 'N', 'K', '0', '1'};
 constexpr std::uint64_t kRecordSealAt = 64;
-constexpr std::uint64_t kRecordSealBytes = 6 * 8;
+constexpr std::uint64_t kRecordSealBytes = 6 * 8 + 16;  // + the boot id
 constexpr std::uint64_t kRecordHeaderBytes = 128;
 
 void put_be64(unsigned char* at, std::uint64_t v) {
@@ -66,8 +67,35 @@ std::uint64_t get_be64(const unsigned char* at) {
   return v;
 }
 
-// The seal of the partial at `data_fd` as it is now: its device, inode, size
-// and ctime, after a 1 (sealed).
+// This boot of the kernel (/proc/sys/kernel/random/boot_id, 16 bytes), read
+// once before any seal is made; all zeros where it cannot be read.
+unsigned char g_boot_id[16];
+bool g_boot_known = false;
+std::once_flag g_boot_once;
+
+void read_boot_id() {
+  std::call_once(g_boot_once, [] {
+    const int fd = ::open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    char text[64] = {};
+    const ssize_t n = ::read(fd, text, sizeof text - 1);
+    ::close(fd);
+    int got = 0;
+    for (ssize_t i = 0; i < n && got < 32; ++i) {
+      const char c = text[i];
+      const int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      if (v < 0) continue;  // the dashes, the newline
+      g_boot_id[got / 2] =
+          static_cast<unsigned char>(g_boot_id[got / 2] | (v << (got % 2 ? 0 : 4)));
+      ++got;
+    }
+    g_boot_known = got == 32;
+    if (!g_boot_known) std::memset(g_boot_id, 0, sizeof g_boot_id);
+  });
+}
+
+// The seal of a partial whose fstat is `st`: its device, inode, size and
+// ctime after a 1 (sealed), then the boot id.
 void seal_of(const struct stat& st, unsigned char* out) {
   put_be64(out, 1);
   put_be64(out + 8, static_cast<std::uint64_t>(st.st_dev));
@@ -75,20 +103,25 @@ void seal_of(const struct stat& st, unsigned char* out) {
   put_be64(out + 24, static_cast<std::uint64_t>(st.st_size));
   put_be64(out + 32, static_cast<std::uint64_t>(st.st_ctim.tv_sec));
   put_be64(out + 40, static_cast<std::uint64_t>(st.st_ctim.tv_nsec));
+  std::memcpy(out + 48, g_boot_id, sizeof g_boot_id);
 }
 
-// Seals the record: the partial's bytes and the digests on disk first, then
-// the seal. Async-signal-safe (fdatasync, fstat, pwrite); any failure leaves
-// the record unsealed, which only costs the next run its check.
+// Seals the record. Within one boot the page cache is what every reader
+// sees, so nothing is synced: the boot id in the seal makes a crash or a
+// reboot since (when unwritten pages may have been lost) untrusted. Where
+// the boot id is not known, the partial's bytes and the digests go to disk
+// first. Async-signal-safe (fstat, pwrite, fdatasync) and quick, so a
+// SIGTERM's seal is done long before the launcher's SIGKILL; any failure
+// leaves the record unsealed, which only costs the next run its check.
 void seal_record(int data_fd, int record_fd) {
   struct stat st {};
-  if (::fdatasync(data_fd) != 0 || ::fstat(data_fd, &st) != 0 || ::fdatasync(record_fd) != 0)
-    return;
+  if (!g_boot_known && (::fdatasync(data_fd) != 0 || ::fdatasync(record_fd) != 0)) return;
+  if (::fstat(data_fd, &st) != 0) return;
   unsigned char seal[kRecordSealBytes];
   seal_of(st, seal);
   if (::pwrite(record_fd, seal, sizeof seal, kRecordSealAt) != static_cast<ssize_t>(sizeof seal))
     return;
-  ::fdatasync(record_fd);
+  if (!g_boot_known) ::fdatasync(record_fd);
 }
 
 // Records a signal handler seals: fixed slots like the cleanup's. A sink
@@ -103,6 +136,7 @@ struct SealSlot {
 SealSlot g_seal[kCleanupSlots];
 
 int register_seal(int data_fd, int record_fd) {
+  read_boot_id();
   for (int i = 0; i < kCleanupSlots; ++i) {
     bool expected = false;
     if (!g_seal[i].claimed.compare_exchange_strong(expected, true)) continue;
@@ -512,6 +546,7 @@ bool FileSink::load_record() {
       sizeof head)
     return false;
   unsigned char want[kRecordSealBytes];
+  read_boot_id();
   if (::fstat(fd_, &pst) != 0) return false;
   seal_of(pst, want);
   if (std::memcmp(head, kRecordMagic, sizeof kRecordMagic) != 0 ||
@@ -552,8 +587,9 @@ std::vector<bool> FileSink::recorded(const std::vector<Digest>& want) const {
 
 void FileSink::release() {
   if (record_fd_ >= 0) {
-    release_seal(seal_slot_);
+    // Sealed while the slot is still there: a SIGTERM meanwhile seals too.
     if (!committed_ && held_ && fd_ >= 0) seal_record(fd_, record_fd_);
+    release_seal(seal_slot_);
     ::close(record_fd_);
   }
   if (direct_fd_ >= 0) ::close(direct_fd_);

@@ -22,13 +22,16 @@
 //
 // record(c, d) writes chunk c's digest after its bytes landed (zeros: not
 // held). When the sink goes without commit (a failure, SIGINT, SIGTERM or
-// SIGHUP; not SIGKILL) it seals the record: the partial is synced, then its
-// device, inode, size and ctime are written in the seal, after the digests.
-// A later run with resume trusts the record only when the partial is still
-// that file with that ctime (anything that changes a file's data or inode
-// changes its ctime, and nobody can set it), so the chunks a run verified as
-// they landed are not read back and digested again; every other chunk is
-// checked as before. A record that is not ours, not a regular file with one
+// SIGHUP; not SIGKILL) it seals the record: the partial's device, inode,
+// size and ctime, and the kernel's boot id, are written in the seal, after
+// the digests. A later run with resume trusts the record only when the
+// partial is still that file with that ctime (anything that changes a file's
+// data or inode changes its ctime, and nobody can set it) in the same boot
+// (a crash may lose pages that were never written back, so nothing needs a
+// sync; where the boot id cannot be read, the partial and the record are
+// synced before the seal). The chunks a run verified as they landed are
+// then not read back and digested again; every other chunk is checked as
+// before. A record that is not ours, not a regular file with one
 // link, of another size or format, or unsealed is not followed nor trusted,
 // and is replaced. A commit removes it.
 //

@@ -560,6 +560,17 @@ TEST(ChunkRecord, ARecordThatIsNotOursOrNotWellFormedIsNeitherFollowedNorTrusted
              const auto n = fs::file_size(rec);
              write_text(rec, std::string(n, '\x5a'));
            }},
+          {"sealed in another boot",
+           [](const fs::path& rec, const fs::path&) {
+             // The seal's boot id, after its 1, device, inode, size and ctime.
+             const int fd = ::open(rec.c_str(), O_RDWR | O_CLOEXEC);
+             ASSERT_GE(fd, 0);
+             unsigned char b = 0;
+             ASSERT_EQ(::pread(fd, &b, 1, 64 + 48), 1);
+             b ^= 0x01;
+             ASSERT_EQ(::pwrite(fd, &b, 1, 64 + 48), 1);
+             ::close(fd);
+           }},
           {"other chunk size",
            [](const fs::path& rec, const fs::path&) {
              // The header's chunk size field, after the magic and the file size.
