@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -97,10 +98,14 @@ inline std::string describe_tree(pid_t root) {
   return out.str();
 }
 
+// Its standard output and error go to DIR/stdout and DIR/stderr; without a
+// DIR, to a temporary directory of its own, removed with it.
 class Child {
  public:
-  explicit Child(std::vector<std::string> argv, const std::string& dir = temp_dir())
-      : out_path_(dir + "/stdout"), err_path_(dir + "/stderr") {
+  explicit Child(std::vector<std::string> argv, const std::string& dir = {})
+      : owned_dir_(dir.empty() ? temp_dir() : std::string()),
+        out_path_((dir.empty() ? owned_dir_ : dir) + "/stdout"),
+        err_path_((dir.empty() ? owned_dir_ : dir) + "/stderr") {
     std::vector<char*> cargv;
     for (auto& a : argv) cargv.push_back(a.data());
     cargv.push_back(nullptr);
@@ -121,7 +126,13 @@ class Child {
       ::kill(pid_, SIGKILL);
       ::waitpid(pid_, nullptr, 0);
     }
+    if (!owned_dir_.empty()) {
+      std::error_code ignored;
+      std::filesystem::remove_all(owned_dir_, ignored);
+    }
   }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
   pid_t pid() const { return pid_; }
   // Exit status, or -1 if still running at the deadline (then the destructor
   // kills it); a hang is described on standard error first, so the test's
@@ -143,6 +154,7 @@ class Child {
   std::string err() const { return slurp(err_path_); }
 
  private:
+  std::string owned_dir_;  // the temporary directory it made, or ""
   std::string out_path_, err_path_;
   pid_t pid_ = -1;
   bool exited_ = false;
