@@ -612,6 +612,16 @@ void FileSink::write(std::uint64_t offset, const std::byte* data, std::uint64_t 
     cleanup_slot_ = -1;
     if (chunk_bytes_ && record_fd_ < 0) open_record(false);
   }
+  if (record_fd_ >= 0 && bytes > 0) {
+    // The record stops vouching for the chunks these bytes touch before they
+    // change: a loaded record may hold an earlier run's digest for them, and
+    // a failure before record() would seal it over different bytes.
+    static const Digest kNone{};
+    const std::uint64_t last = std::min(chunks_ - 1, (offset + bytes - 1) / chunk_bytes_);
+    for (std::uint64_t c = offset / chunk_bytes_; c <= last && c < chunks_; ++c)
+      pwrite_full(record_fd_, record_path(), kNone.data(), sizeof kNone,
+                  kRecordHeaderBytes + c * sizeof(Digest));
+  }
   const bool aligned = offset % kDirectAlign == 0 && bytes % kDirectAlign == 0 &&
                        reinterpret_cast<std::uintptr_t>(data) % kDirectAlign == 0;
   pwrite_full(direct_fd_ >= 0 && aligned ? direct_fd_ : fd_, temp_path(), data, bytes, offset);
@@ -650,16 +660,18 @@ void FileSink::commit() {
   struct timespec times[2] = {{0, UTIME_OMIT}, meta_.mtime.timespec()};
   if (::futimens(fd_, times) != 0) throw file_error(tmp, "cannot set the modification time");
   if (::fsync(fd_) != 0) throw file_error(tmp, "cannot fsync");
-  if (::renameat(dir_fd_, temp_name_.c_str(), dir_fd_, name_.c_str()) != 0)
-    throw file_error(final_path_, "cannot rename " + tmp + " into place");
-  committed_ = true;
   if (record_fd_ >= 0) {
+    // Gone before the rename, while the partial's lock keeps every other job
+    // from making a record of its own under the name.
     release_seal(seal_slot_);
     seal_slot_ = -1;
     ::close(record_fd_);
     record_fd_ = -1;
     ::unlinkat(dir_fd_, record_name_.c_str(), 0);
   }
+  if (::renameat(dir_fd_, temp_name_.c_str(), dir_fd_, name_.c_str()) != 0)
+    throw file_error(final_path_, "cannot rename " + tmp + " into place");
+  committed_ = true;
   if (::fsync(dir_fd_) != 0) throw file_error(dir_path_, "cannot fsync the directory");
 }
 

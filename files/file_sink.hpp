@@ -33,7 +33,9 @@
 // then not read back and digested again; every other chunk is checked as
 // before. A record that is not ours, not a regular file with one
 // link, of another size or format, or unsealed is not followed nor trusted,
-// and is replaced. A commit removes it.
+// and is replaced (a directory there, which cannot be, is refused naming
+// it). Before bytes are written over a chunk, the record stops vouching for
+// it. A commit removes the record, then renames the partial into place.
 //
 // Directories on the way to the output root (the path the user named) are
 // walked from "/" one component at a time without following symlinks, except

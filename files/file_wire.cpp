@@ -84,6 +84,13 @@ void check_relative(const std::string& p) {
     if (comp.empty() || comp == "." || comp == ".." || comp.find('\0') != std::string_view::npos ||
         comp.size() > kMaxNameBytes)
       refuse("manifest names " + quoted(p) + ", which is not a path under the output");
+    // files/file_sink.hpp's names beside a copy: the copy of X would remove
+    // or overwrite the copy of a file so named.
+    for (const std::string_view mine : {".gridbcast-partial", ".gridbcast-chunks"})
+      if (comp.size() > mine.size() && comp.front() == '.' &&
+          comp.substr(comp.size() - mine.size()) == mine)
+        refuse("manifest names " + quoted(p) +
+               ", the name of a copy in progress beside its file (rename it in the source)");
     if (slash == std::string::npos) break;
     start = slash + 1;
   }

@@ -44,7 +44,9 @@ void StragglerWatch::report(int sender, Clock::time_point now,
       if (dt > 0 && r.bytes_acked >= it->second.acked && r.rwnd_limited_us >= it->second.rwnd_us) {
         l.rate = static_cast<double>(r.bytes_acked - it->second.acked) / dt;
         l.rated = true;
-        l.from = it->second.at;
+        // A report after a long silence averages over the gap: it says no
+        // more than `fresh` of it.
+        l.from = std::max(it->second.at, now - rule_.fresh);
         const double held_s = static_cast<double>(r.rwnd_limited_us - it->second.rwnd_us) / 1e6;
         l.held = held_s >= rule_.held_fraction * dt * std::max<int>(1, r.streams);
       }

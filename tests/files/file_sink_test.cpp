@@ -658,6 +658,34 @@ TEST(ChunkRecord, SigtermSealsTheRecordAndSigkillLeavesItToBeCheckedAgain) {
   }
 }
 
+// A run that rewrites a chunk its loaded record vouched for with other
+// bytes (the source changed since) and fails before it records the new
+// digest: the record no longer vouches for that chunk, so a run with the
+// first source again checks it and does not take the new bytes for the old.
+TEST(ChunkRecord, AChunkRewrittenAndNotRecordedIsNoLongerVouchedFor) {
+  TempDir dir;
+  const fs::path dest = dir / "copy.bin";
+  const auto v1 = three_chunks();
+  {
+    FileSink sink =
+        FileSink::open(dest.string(), meta_for(kThreeChunksBytes), recorded_options(false));
+    for (std::uint64_t c = 0; c < 3; ++c) {
+      sink.write(c * kRecChunk, bytes_of(v1[c]), v1[c].size());
+      sink.record(c, digest_of(v1[c]));
+    }
+  }
+  auto v2 = v1;
+  v2[1] = std::string(kRecChunk, 'B');
+  {
+    FileSink sink =
+        FileSink::open(dest.string(), meta_for(kThreeChunksBytes), recorded_options(true));
+    ASSERT_EQ(sink.recorded(digests_of(v2)), (std::vector<bool>{true, false, true}));
+    sink.write(kRecChunk, bytes_of(v2[1]), v2[1].size());
+    // ... and fails here, before record(1, ...).
+  }
+  EXPECT_EQ(trusted_on_reopen(dest, digests_of(v1)), (std::vector<bool>{true, false, true}));
+}
+
 // Without resume a rerun starts the partial over, and its record with it:
 // nothing of the earlier run is trusted by the run after.
 TEST(ChunkRecord, ARunWithoutResumeStartsTheRecordOver) {

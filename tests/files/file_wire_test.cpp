@@ -204,6 +204,19 @@ TEST(FileWire, PathsThatLeaveTheOutputAreRefused) {
   expect_manifest_refused({dir(""), file(std::string(4096, 'n'))}, "path of 4096 bytes");
 }
 
+// A tree whose files are named as a copy in progress is (.X.gridbcast-partial,
+// .X.gridbcast-chunks) would have the copy of X remove or overwrite the copy
+// of that file: refused naming it, also as a directory on the way.
+TEST(FileWire, NamesOfCopiesInProgressAreRefused) {
+  for (const std::string bad :
+       {".x.gridbcast-partial", "a/.x.gridbcast-chunks", ".d.gridbcast-chunks/x"}) {
+    SCOPED_TRACE(bad);
+    expect_manifest_refused({dir(""), dir("a"), dir(".d.gridbcast-chunks"), file(bad)},
+                            "the name of a copy in progress");
+  }
+  expect_manifest_refused({dir(""), file(".x.gridbcast-partial")}, ".x.gridbcast-partial");
+}
+
 TEST(FileWire, FieldsOfTheWrongKindAreRefused) {
   expect_manifest_refused({link("", "/etc")}, "output itself a symbolic link");
   expect_manifest_refused({dir(""), link("l", "")}, "without a target");

@@ -174,6 +174,20 @@ TEST(Stragglers, ANodeThatRecoversWithinTheSustainedTimeIsNotNamed) {
   EXPECT_TRUE(f.found.empty());
 }
 
+// A sender silent for 10 s (its heartbeats stalled) whose next report
+// averages a slow rate over the whole gap is behind for at most `fresh` of
+// it, not named at once on that one report.
+TEST(Stragglers, OneReportAfterALongSilenceDoesNotNameARankAtOnce) {
+  Feed f(testing::make_grid({4}));
+  const std::vector<Flow> slow{{0, 1, 0, 0, 0.01 * kLane, true}, {0, 2, 1, 1, 0.01 * kLane, true}};
+  f.run(1, slow);
+  f.t += milliseconds(9000);
+  f.run(1, slow);
+  EXPECT_TRUE(f.found.empty());
+  f.run(1, slow);  // then 3.5 s behind: named
+  EXPECT_EQ(f.found.size(), 1u);
+}
+
 TEST(Stragglers, ADoneRankIsNeverBehind) {
   Feed f(testing::make_grid({4}));
   f.done = {false, true, false, false};
