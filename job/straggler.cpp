@@ -120,8 +120,11 @@ std::vector<Straggler> StragglerWatch::observe(Clock::time_point now,
     }
   }
   // A link is active when data waits on it that its receiver would take.
+  // One that moved nothing at all since the report before is stalled, not
+  // slow: a cut link or a dead peer, which the ranks' progress deadlines
+  // name (a straggler still moves its bytes, slowly).
   auto active = [&](const Link& l) {
-    return l.rated && l.notsent >= rule_.backlog_bytes && !l.held;
+    return l.rated && l.notsent >= rule_.backlog_bytes && !l.held && l.rate > 0;
   };
   // Slow receivers: every link into them active, together well below what
   // they can carry. Slow senders: their active links out, the same.
