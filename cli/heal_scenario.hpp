@@ -16,7 +16,7 @@
 namespace gridbcast::cli {
 
 struct HealCosts {
-  double notice_loss_s = 0.3;       // a killed rank: its exit, and the launcher's grace for it
+  double notice_loss_s = 0.3;  // a killed rank: its exit, and the launcher's grace for it
   // A straggler: 3 s behind from the start of the first slow report
   // interval, and the report that shows it (3.5-3.7 s on testbed-8x8).
   double notice_slow_s = 3.5;

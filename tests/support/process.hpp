@@ -77,7 +77,8 @@ inline std::string describe_tree(pid_t root) {
       if (c == '\0') c = ' ';
     const std::string stat = slurp(dir + "/stat");
     const auto close = stat.rfind(')');
-    const char state = close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
+    const char state =
+        close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
     out << "--- pid " << pid << " [" << state << "] wchan " << slurp(dir + "/wchan") << ": "
         << cmd.substr(0, 300) << "\n";
     if (!gdb || state == 'Z') continue;
@@ -87,7 +88,8 @@ inline std::string describe_tree(pid_t root) {
       std::string text;
       char buf[4096];
       size_t n;
-      while ((n = std::fread(buf, 1, sizeof buf, f)) > 0 && text.size() < 32768) text.append(buf, n);
+      while ((n = std::fread(buf, 1, sizeof buf, f)) > 0 && text.size() < 32768)
+        text.append(buf, n);
       ::pclose(f);
       // Only the stack lines: gdb's banner and symbol-loading chatter say nothing.
       std::istringstream lines(text);
