@@ -288,6 +288,15 @@ void run_with_rank_2_stopping(const topology::Grid& grid, const fs::path& dir, s
   run_with_ranks_stopping(grid, dir, last, {2});
 }
 
+// Drops what the page cache holds of `path`: reading a partial's holes
+// fills the cache with zeros that SEEK_DATA then calls data.
+void drop_cached_pages(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << path;
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
 // Whether the file system of the temporary directories reports holes
 // (SEEK_DATA): where it cannot, every chunk of a partial reads as data.
 bool file_system_reports_holes() {
@@ -424,10 +433,7 @@ TEST(FileBroadcast, AResumeOfALargeFileDigestsOnlyTheChunksSomeRankMayHold) {
     }
     // The read put pages of zeros where nothing landed in the cache, which
     // SEEK_DATA calls data: dropped, as for a partial nobody read.
-    const int fd = ::open(partial.c_str(), O_RDONLY | O_CLOEXEC);
-    ASSERT_GE(fd, 0);
-    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    ::close(fd);
+    ASSERT_NO_FATAL_FAILURE(drop_cached_pages(partial));
   }
   ASSERT_FALSE(held_by_some.empty());
   ASSERT_LT(held_by_some.size(), chunks / 2) << "two windows of many";
@@ -527,10 +533,7 @@ TEST(FileBroadcast, ResumeKeepsOnlyWhatLandedAlthoughTheRestReadsAsTheSourcesZer
   {
     // Reading the holes just now put pages of zeros in the cache, which
     // SEEK_DATA calls data: dropped, as for a partial nobody read.
-    const int fd = ::open(partial.c_str(), O_RDONLY | O_CLOEXEC);
-    ASSERT_GE(fd, 0);
-    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    ::close(fd);
+    ASSERT_NO_FATAL_FAILURE(drop_cached_pages(partial));
   }
   Ranks ranks(grid);
   const Outcome second = run(ranks, 0, [&](int r) { return resume_spec(dir.path(), r); });
