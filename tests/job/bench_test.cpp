@@ -136,7 +136,11 @@ TEST(Bench, ALooseTargetStopsAtTheMinimum) {
   BenchSpec spec = small_spec(BenchMethod::kRounds);
   spec.sizes = {65536};
   spec.algorithms = {"binary"};
-  spec.target_rel_stdev = 0.99;  // any two samples of the same thing agree this well
+  // The sample standard deviation of n nonnegative samples is at most sqrt(n)
+  // times their mean (all but one zero), so with three samples this target is
+  // met whatever the timings: 0.99 was not, when one sample of three took over
+  // 5 x the others on a busy machine (CI saw 12 iterations).
+  spec.target_rel_stdev = 1.75;
   spec.min_iterations = 3;
   spec.max_iterations = 50;
   const auto points = sweep(make_grid({3}), spec, 1);
