@@ -15,11 +15,10 @@ std::string num(double v) {
   return std::to_string(std::llround(v));
 }
 
-// One HTB class line. Burst: 1 ms at the rate, but at least one GSO packet
-// (64 KiB) so big segments do not stall the class.
+// One HTB class line, with a burst of shaping_burst_bytes(ceil).
 std::string htb_class(const std::string& dev, const std::string& parent, const std::string& id,
                       double rate_bps, double ceil_bps, long long quantum) {
-  const long long burst = std::max<long long>(std::llround(ceil_bps / 8 / 1000), 70000);
+  const long long burst = shaping_burst_bytes(ceil_bps);
   return "class add dev " + dev + " parent " + parent + " classid " + id + " htb rate " +
          num(rate_bps) + "bit ceil " + num(ceil_bps) + "bit burst " + std::to_string(burst) +
          " cburst " + std::to_string(burst) + " quantum " + std::to_string(quantum);
@@ -106,6 +105,10 @@ StartDelayLine delay_line_step(const RouterPlan& r, const ScriptOptions& o) {
 
 }  // namespace
 
+long long shaping_burst_bytes(double rate_bps) {
+  return std::max<long long>(std::llround(rate_bps / 8 / 1000), kMinShapingBurst);
+}
+
 std::string_view latency_name(Latency l) {
   switch (l) {
     case Latency::kNone:
@@ -128,7 +131,10 @@ NicShaping nic_shaping(const Layout& l, const NodePlan& n, const NicPlan& nic, d
   for (const auto& m : l.nodes)
     if (m.rank != n.rank)
       for (const auto& other : m.nics) peers.push_back(other.address);
-  return {fair_htb(nic.device, rate_bps, "dst", peers), fair_htb(nic.port, rate_bps, "src", peers)};
+  const long long gso = std::min<long long>(shaping_burst_bytes(rate_bps), kMaxGso);
+  return {fair_htb(nic.device, rate_bps, "dst", peers),
+          fair_htb(nic.port, rate_bps, "src", peers),
+          {"link set dev " + nic.device + " gso_max_size " + std::to_string(gso)}};
 }
 
 std::vector<std::string> fair_htb(const std::string& dev, double rate_bps, std::string_view key,
@@ -332,7 +338,13 @@ std::vector<Step> build_script(const topology::Grid& grid, const Layout& l,
   // every WAN end (a router's FIFO).
   for (const auto& n : l.nodes) {
     lines.clear();
-    for (const auto& nic : n.nics) append(lines, nic_shaping(l, n, nic, nic.bandwidth_bps).node);
+    std::vector<std::string> gso;
+    for (const auto& nic : n.nics) {
+      const NicShaping shaping = nic_shaping(l, n, nic, nic.bandwidth_bps);
+      append(lines, shaping.node);
+      append(gso, shaping.node_ip);
+    }
+    script.ip(n.ns, gso, "sizing the send offload of node " + quoted(n.name) + "'s NICs");
     script.tc(n.ns, lines, "shaping the NICs of node " + quoted(n.name));
   }
   for (const auto& r : l.routers) {
