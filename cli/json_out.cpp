@@ -4,6 +4,7 @@
 
 #include "topology/bound.hpp"
 #include "topology/plan/pacing.hpp"
+#include "topology/plan/segments.hpp"
 #include "topology/simulate.hpp"
 
 namespace gridbcast::cli {
@@ -60,7 +61,9 @@ Json plan_json(const topology::Grid& grid, const topology::Plan& plan) {
                      {"site", grid.sites[static_cast<size_t>(n.site)].name},
                      {"nics", n.nics.size()}});
   }
-  const std::vector<topology::LinkPace> paces = topology::link_paces(grid, plan);
+  // Paced as the executor paces it, with the segment it cuts by default.
+  const std::vector<topology::LinkPace> paces = topology::link_paces(
+      grid, plan, plan.size > 0 ? topology::resolve_segment_bytes(grid, plan, 0) : 0);
   Json& transfers = j["transfers"] = Json::array();
   for (const auto& t : plan.transfers)
     transfers.push_back(

@@ -304,7 +304,8 @@ asio::awaitable<ExecStats> execute(Transport& transport, const topology::Plan& p
     for (const Segment& s : link.segments) ++exp[{s.offset, s.length}];
   }
 
-  const std::vector<topology::LinkPace> paces = topology::link_paces(transport.grid(), plan);
+  const std::vector<topology::LinkPace> paces =
+      topology::link_paces(transport.grid(), plan, mine.segment_bytes);
   for (size_t l = 0; l < mine.send.size(); ++l) {
     const auto& link = mine.send[l];
     const double pace = topology::pace_of(paces, me, link.to, link.lane_from, link.lane_to);

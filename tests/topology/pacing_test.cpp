@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <tuple>
@@ -106,6 +108,45 @@ TEST(Pacing, OnlyWhenTheGridAsksAndOnlyForMultilane) {
   }
   // A plan with nothing to send has no links to pace.
   EXPECT_TRUE(link_paces(on, build_plan(on, Algorithm::kMultilane, 0, 0)).empty());
+}
+
+// 64 KiB on testbed-hetero-nics puts one segment on each WAN link of four
+// streams: three streams stay idle, and paced at a quarter of the link's part
+// the one segment took four times as long (multilane 26 ms, 21 ms after).
+// The part goes to the streams that carry segments, so what the link sends in
+// all never exceeds its part, which a rate limit relies on.
+TEST(Pacing, ALinksPartGoesToTheStreamsThatCarrySegments) {
+  const Grid g = load_grid_string(hetero_nics("  pace_lanes: true\n", "300 Mbit"), "inline.yaml");
+  const std::uint64_t segment = 16 << 10;
+  for (const std::uint64_t size : {std::uint64_t{64} << 10, std::uint64_t{256} << 10,
+                                   std::uint64_t{64} << 20}) {
+    SCOPED_TRACE(size);
+    const Plan plan = build_plan(g, Algorithm::kMultilane, 0, size);
+    const std::vector<LinkPace> every = link_paces(g, plan);
+    const std::vector<LinkPace> carrying = link_paces(g, plan, segment);
+    ASSERT_EQ(every.size(), carrying.size());
+    std::map<std::tuple<int, int, int, int>, std::uint64_t> segments;
+    for (const Transfer& t : plan.transfers)
+      segments[{t.from, t.to, t.lane_from, t.lane_to}] += (t.length + segment - 1) / segment;
+    for (size_t i = 0; i < every.size(); ++i) {
+      const LinkPace& a = every[i];
+      const LinkPace& b = carrying[i];
+      const bool wan = g.site_of(a.from) != g.site_of(a.to);
+      const auto n = segments.at({a.from, a.to, a.lane_from, a.lane_to});
+      const int streams = wan ? 4 : 1;
+      EXPECT_EQ(a.streams, streams);
+      EXPECT_EQ(b.streams, static_cast<int>(std::min<std::uint64_t>(streams, n)));
+      // The link's part is the same; only the streams sharing it differ.
+      EXPECT_DOUBLE_EQ(a.bytes_per_second * a.streams, b.bytes_per_second * b.streams);
+    }
+  }
+  // 64 KiB: each WAN link carries one segment of 10,923 bytes, at its whole part.
+  const Plan small = build_plan(g, Algorithm::kMultilane, 0, 64 << 10);
+  for (const LinkPace& p : link_paces(g, small, segment))
+    if (g.site_of(p.from) != g.site_of(p.to)) {
+      EXPECT_EQ(p.streams, 1);
+      EXPECT_DOUBLE_EQ(p.bytes_per_second, bytes_per_second(25 * kMbit));
+    }
 }
 
 TEST(Pacing, LanesOnTheirOwnNicsGetTheWholeNicOverTheirLinks) {

@@ -6,6 +6,7 @@
 
 #include "topology/bound.hpp"
 #include "topology/plan/pacing.hpp"
+#include "topology/plan/segments.hpp"
 #include "topology/simulate.hpp"
 #include "topology/units.hpp"
 
@@ -71,7 +72,9 @@ std::string plan_to_text(const Grid& grid, const Plan& plan) {
       << " at worst\n";
   }
   if (grid.rate_limited()) o << rate_limits_text(grid) << "\n";
-  const std::vector<LinkPace> paces = link_paces(grid, plan);
+  // Paced as the executor paces it, with the segment it cuts by default.
+  const std::vector<LinkPace> paces =
+      link_paces(grid, plan, plan.size > 0 ? resolve_segment_bytes(grid, plan, 0) : 0);
   if (!paces.empty()) {
     if (grid.pace_lanes && plan.algorithm == Algorithm::kMultilane)
       o << "paced: each connection at most its part of the NICs and WAN links "
@@ -91,9 +94,13 @@ std::string plan_to_text(const Grid& grid, const Plan& plan) {
       o << "  " << name(t.from) << " lane " << t.lane_from << (wan ? " ==WAN==> " : " --> ")
         << name(t.to) << " lane " << t.lane_to << "  bytes [" << t.offset << ", "
         << t.offset + t.length << ")";
+      const LinkPace* pace = find_pace(paces, t.from, t.to, t.lane_from, t.lane_to);
       if (t.streams > 1) o << " over " << t.streams << " streams";
-      if (const double pace = pace_of(paces, t.from, t.to, t.lane_from, t.lane_to); pace > 0)
-        o << ", paced at " << format_bandwidth(pace * 8) << (t.streams > 1 ? " each" : "");
+      if (pace && t.streams > 1 && pace->streams < t.streams)
+        o << " (" << pace->streams << " with segments)";
+      if (pace)
+        o << ", paced at " << format_bandwidth(pace->bytes_per_second * 8)
+          << (t.streams > 1 ? " each" : "");
       o << "\n";
     }
     for (const auto& m : plan.multicasts) {

@@ -50,11 +50,12 @@ std::map<std::tuple<int, int, bool>, double> lane_shares(const Grid& grid, const
   return shares;
 }
 
-std::vector<LinkPace> link_paces(const Grid& grid, const Plan& plan) {
+std::vector<LinkPace> link_paces(const Grid& grid, const Plan& plan, std::uint64_t segment_bytes) {
   const bool lanes_paced = grid.pace_lanes && plan.algorithm == Algorithm::kMultilane;
   if (!lanes_paced && !grid.rate_limited()) return {};
   struct LinkUse {
     int streams = 1;  // the most streams a transfer on the link asks for
+    std::uint64_t segments = 0;  // of segment_bytes, when given
     std::vector<std::pair<const WanLink*, int>> wan;  // each hop, with the site it leaves
   };
   std::map<Link, LinkUse> links;
@@ -62,6 +63,7 @@ std::vector<LinkPace> link_paces(const Grid& grid, const Plan& plan) {
     if (t.length > 0) {
       LinkUse& u = links[{t.from, t.to, t.lane_from, t.lane_to}];
       u.streams = std::max(u.streams, t.streams);
+      if (segment_bytes > 0) u.segments += (t.length + segment_bytes - 1) / segment_bytes;
     }
   // How many links each lane carries, and each WAN link each way.
   std::map<std::tuple<int, int, bool>, int> links_on_lane;  // (rank, lane, egress)
@@ -101,20 +103,34 @@ std::vector<LinkPace> link_paces(const Grid& grid, const Plan& plan) {
           bps = std::min(bps, hop.first->max_rate_bps / over_wan.at(hop));
     }
     if (!(bps > 0) || bps == std::numeric_limits<double>::infinity()) continue;
+    // The streams that carry segments share the link's part: segments are
+    // dealt round-robin, so with fewer segments than streams some stay idle.
+    const int carrying =
+        segment_bytes > 0
+            ? static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(u.streams), u.segments))
+            : u.streams;
     paces.push_back({l.from, l.to, l.lane_from, l.lane_to,
-                     bps / static_cast<double>(u.streams) * kPacedPayloadShare / 8});
+                     bps / static_cast<double>(std::max(carrying, 1)) * kPacedPayloadShare / 8,
+                     std::max(carrying, 1)});
   }
   return paces;
 }
 
-double pace_of(const std::vector<LinkPace>& paces, int from, int to, int lane_from, int lane_to) {
+const LinkPace* find_pace(const std::vector<LinkPace>& paces, int from, int to, int lane_from,
+                          int lane_to) {
   const auto key = std::tie(from, to, lane_from, lane_to);
   const auto it =
       std::lower_bound(paces.begin(), paces.end(), key, [](const LinkPace& p, const auto& k) {
         return std::tie(p.from, p.to, p.lane_from, p.lane_to) < k;
       });
-  if (it == paces.end() || std::tie(it->from, it->to, it->lane_from, it->lane_to) != key) return 0;
-  return it->bytes_per_second;
+  if (it == paces.end() || std::tie(it->from, it->to, it->lane_from, it->lane_to) != key)
+    return nullptr;
+  return &*it;
+}
+
+double pace_of(const std::vector<LinkPace>& paces, int from, int to, int lane_from, int lane_to) {
+  const LinkPace* p = find_pace(paces, from, to, lane_from, lane_to);
+  return p ? p->bytes_per_second : 0;
 }
 
 }  // namespace gridbcast::topology

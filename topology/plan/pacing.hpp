@@ -16,7 +16,11 @@
 //                   / (links B receives on over lane j)
 //   WAN part      = bandwidth(W) / (plan links over W that way), for each WAN
 //                   link W on the path
-//   pace of each of L's streams = min(parts) / S x kPacedPayloadShare, bytes/s
+//   pace of each of L's streams = min(parts) / S' x kPacedPayloadShare, bytes/s
+//   S' = the streams that carry segments: S, or fewer when L has fewer
+//        segments than streams (segments are dealt round-robin). Paced at
+//        min(parts) / S, the one segment of 64 KiB over a WAN link of four
+//        streams took four times as long (testbed-hetero-nics).
 //
 // Only multilane plans: there every link is busy throughout, while in trees
 // and chains a link's part changes as others start and stop. Only when the
@@ -56,6 +60,7 @@ struct LinkPace {
   int lane_from = 0;
   int lane_to = 0;
   double bytes_per_second = 0;  // for each stream of the link; never 0 in the list
+  int streams = 1;              // the streams that share the link's part (carry segments)
 
   bool operator==(const LinkPace&) const = default;
 };
@@ -71,8 +76,15 @@ std::map<std::tuple<int, int, bool>, double> lane_shares(const Grid& grid, const
 // The paces of `plan`'s links on `grid`, ordered by (from, to, lane_from,
 // lane_to), one per link that carries bytes; empty when nothing asks for
 // pacing (pace_lanes in a multilane plan, a rate limit in any).
-std::vector<LinkPace> link_paces(const Grid& grid, const Plan& plan);
+// With `segment_bytes` 0 every stream of a link is taken to carry segments;
+// the executor gives the segment it cuts with, and so should what prints a
+// plan's paces.
+std::vector<LinkPace> link_paces(const Grid& grid, const Plan& plan,
+                                 std::uint64_t segment_bytes = 0);
 
+// One link's entry in `paces` (as link_paces returns), null when it has none.
+const LinkPace* find_pace(const std::vector<LinkPace>& paces, int from, int to, int lane_from,
+                          int lane_to);
 // The pace of one link in `paces` (as link_paces returns), 0 when it has none.
 double pace_of(const std::vector<LinkPace>& paces, int from, int to, int lane_from, int lane_to);
 
