@@ -131,10 +131,7 @@ NicShaping nic_shaping(const Layout& l, const NodePlan& n, const NicPlan& nic, d
   for (const auto& m : l.nodes)
     if (m.rank != n.rank)
       for (const auto& other : m.nics) peers.push_back(other.address);
-  const long long gso = std::min<long long>(shaping_burst_bytes(rate_bps), kMaxGso);
-  return {fair_htb(nic.device, rate_bps, "dst", peers),
-          fair_htb(nic.port, rate_bps, "src", peers),
-          {"link set dev " + nic.device + " gso_max_size " + std::to_string(gso)}};
+  return {fair_htb(nic.device, rate_bps, "dst", peers), fair_htb(nic.port, rate_bps, "src", peers)};
 }
 
 std::vector<std::string> fair_htb(const std::string& dev, double rate_bps, std::string_view key,
@@ -338,13 +335,7 @@ std::vector<Step> build_script(const topology::Grid& grid, const Layout& l,
   // every WAN end (a router's FIFO).
   for (const auto& n : l.nodes) {
     lines.clear();
-    std::vector<std::string> gso;
-    for (const auto& nic : n.nics) {
-      const NicShaping shaping = nic_shaping(l, n, nic, nic.bandwidth_bps);
-      append(lines, shaping.node);
-      append(gso, shaping.node_ip);
-    }
-    script.ip(n.ns, gso, "sizing the send offload of node " + quoted(n.name) + "'s NICs");
+    for (const auto& nic : n.nics) append(lines, nic_shaping(l, n, nic, nic.bandwidth_bps).node);
     script.tc(n.ns, lines, "shaping the NICs of node " + quoted(n.name));
   }
   for (const auto& r : l.routers) {

@@ -93,15 +93,13 @@ std::string format_script(const std::vector<Step>& script);
 // timer. The floor was 70,000 bytes once, which let a flow starting on an idle
 // 50-100 Mbit NIC send its first 70 KB at the veth's speed: messages of a few
 // tens of KiB then ran faster than the declared NICs allow (0.92 x the
-// max-flow bound, docs/PERFORMANCE.md "An honest burst").
+// max-flow bound; docs/TESTBED.md, "What an idle NIC lets out at once").
+// HTB sends a packet when its class has tokens and charges it afterwards, so
+// one GSO packet (up to 64 KiB) still leaves at once; capping the NICs' GSO
+// packets too cost so much CPU that testbed-8x8 missed its rates (16 MiB
+// multilane at 1.68 x the bound instead of 1.14 x).
 constexpr long long kMinShapingBurst = 2 * 1514;
 long long shaping_burst_bytes(double rate_bps);
-// HTB sends a packet when its class has tokens and charges it afterwards, so
-// one GSO packet (up to 64 KiB) leaves at once whatever the burst. A node's
-// NIC therefore also caps its GSO packets at the burst (`gso_max_size`, which
-// TCP sizes its packets by): what an idle NIC lets out at once stays about
-// 1 ms of its rate, as on a real NIC.
-constexpr long long kMaxGso = 65536;
 // A FIFO holding `seconds` at the rate (at least 128 KiB): a switch or router buffer.
 std::string bfifo(double rate_bps, double seconds);
 
@@ -127,13 +125,11 @@ std::vector<std::string> fair_htb(const std::string& dev, double rate_bps, std::
                                   const std::vector<Ipv4>& peers);
 
 // One NIC of node `n` shaped at `rate_bps` (fair_htb among the other nodes'
-// addresses): the lines for the node's namespace (egress from the node, and
-// the NIC's GSO size) and for its site router's (the bridge port's egress
-// toward the node). What `up`
+// addresses): the lines for the node's namespace (egress from the node) and
+// for its site router's (the bridge port's egress toward the node). What `up`
 // runs, and what `testbed shape` runs again with another rate.
 struct NicShaping {
-  std::vector<std::string> node, router;  // tc lines
-  std::vector<std::string> node_ip;       // ip lines for the node's namespace: its GSO size
+  std::vector<std::string> node, router;
 };
 NicShaping nic_shaping(const Layout& l, const NodePlan& n, const NicPlan& nic, double rate_bps);
 

@@ -558,7 +558,7 @@ std::string shape(const topology::Grid& grid, const std::string& id, const std::
       return "node " + n.name + " cut off: the switch ports of its " +
              std::to_string(n.nics.size()) + " NIC(s) are down";
   }
-  std::vector<std::string> node_lines, router_lines, gso_lines;
+  std::vector<std::string> node_lines, router_lines;
   std::string rates;
   for (const auto& nic : n.nics) {
     const double rate = o.reset ? nic.bandwidth_bps : o.bandwidth_bps;
@@ -567,12 +567,10 @@ std::string shape(const topology::Grid& grid, const std::string& id, const std::
     node_lines.insert(node_lines.end(), shaping.node.begin(), shaping.node.end());
     router_lines.push_back("qdisc del dev " + nic.port + " root");
     router_lines.insert(router_lines.end(), shaping.router.begin(), shaping.router.end());
-    gso_lines.insert(gso_lines.end(), shaping.node_ip.begin(), shaping.node_ip.end());
     rates +=
         (rates.empty() ? "" : ", ") + nic.address.str() + " " + topology::format_bandwidth(rate);
   }
   if (o.up) return "node " + n.name + " back: the switch ports of its NIC(s) are up";
-  run_batch("ip", n.ns, gso_lines, what);
   run_batch("tc", n.ns, node_lines, what);
   run_batch("tc", router, router_lines, what);
   return "node " + n.name + (o.reset ? " at its declared rates: " : " shaped: ") + rates;

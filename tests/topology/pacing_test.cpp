@@ -118,8 +118,8 @@ TEST(Pacing, OnlyWhenTheGridAsksAndOnlyForMultilane) {
 TEST(Pacing, ALinksPartGoesToTheStreamsThatCarrySegments) {
   const Grid g = load_grid_string(hetero_nics("  pace_lanes: true\n", "300 Mbit"), "inline.yaml");
   const std::uint64_t segment = 16 << 10;
-  for (const std::uint64_t size : {std::uint64_t{64} << 10, std::uint64_t{256} << 10,
-                                   std::uint64_t{64} << 20}) {
+  for (const std::uint64_t size :
+       {std::uint64_t{64} << 10, std::uint64_t{256} << 10, std::uint64_t{64} << 20}) {
     SCOPED_TRACE(size);
     const Plan plan = build_plan(g, Algorithm::kMultilane, 0, size);
     const std::vector<LinkPace> every = link_paces(g, plan);

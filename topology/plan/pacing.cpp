@@ -54,7 +54,7 @@ std::vector<LinkPace> link_paces(const Grid& grid, const Plan& plan, std::uint64
   const bool lanes_paced = grid.pace_lanes && plan.algorithm == Algorithm::kMultilane;
   if (!lanes_paced && !grid.rate_limited()) return {};
   struct LinkUse {
-    int streams = 1;  // the most streams a transfer on the link asks for
+    int streams = 1;             // the most streams a transfer on the link asks for
     std::uint64_t segments = 0;  // of segment_bytes, when given
     std::vector<std::pair<const WanLink*, int>> wan;  // each hop, with the site it leaves
   };
@@ -105,10 +105,9 @@ std::vector<LinkPace> link_paces(const Grid& grid, const Plan& plan, std::uint64
     if (!(bps > 0) || bps == std::numeric_limits<double>::infinity()) continue;
     // The streams that carry segments share the link's part: segments are
     // dealt round-robin, so with fewer segments than streams some stay idle.
-    const int carrying =
-        segment_bytes > 0
-            ? static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(u.streams), u.segments))
-            : u.streams;
+    const int carrying = segment_bytes > 0 ? static_cast<int>(std::min<std::uint64_t>(
+                                                 static_cast<std::uint64_t>(u.streams), u.segments))
+                                           : u.streams;
     paces.push_back({l.from, l.to, l.lane_from, l.lane_to,
                      bps / static_cast<double>(std::max(carrying, 1)) * kPacedPayloadShare / 8,
                      std::max(carrying, 1)});
