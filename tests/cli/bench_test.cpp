@@ -8,6 +8,7 @@
 
 #include "support/json.hpp"
 #include "support/process.hpp"
+#include "support/temp_dir.hpp"
 
 namespace gridbcast::testing {
 namespace {
@@ -46,7 +47,8 @@ TEST(BenchCommand, BarrierMethodAsCsvAndRoundsWithAPlot) {
   EXPECT_EQ(csv.out().rfind("algorithm,used,bytes,", 0), 0u) << csv.out();
   EXPECT_EQ(count(csv.out(), "\nchain,chain,"), 2u) << csv.out();
 
-  const std::string dir = temp_dir();
+  const TempDir scratch;
+  const std::string dir = scratch.path().string();
   Child plot({kBin, "bench", kSrc + "/site-configs/three-sites-hetero.yaml", "--sizes",
               "64KiB:1MiB", "--algorithms", "auto,scatter_ring_tuned", "--method", "rounds",
               "--rounds", "3", "--min-iterations", "2", "--max-iterations", "2", "--plot",

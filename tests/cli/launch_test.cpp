@@ -11,6 +11,7 @@
 
 #include "support/json.hpp"
 #include "support/process.hpp"
+#include "support/temp_dir.hpp"
 
 namespace gridbcast::testing {
 namespace {
@@ -183,7 +184,8 @@ std::string congestion_topology(const std::string& dir, const std::string& cc) {
 }
 
 TEST(Launch, TheTopologysCongestionControlIsUsedOrTheJobFailsNamingIt) {
-  const std::string dir = temp_dir();
+  const TempDir scratch;
+  const std::string dir = scratch.path().string();
   Child ok({kBin, "launch", congestion_topology(dir, "reno"), "--size", "3MiB", "--json"});
   ASSERT_EQ(ok.wait(120s), 0) << ok.err();
   EXPECT_EQ(last_json(ok.out())["verified"], true) << ok.out();
@@ -196,7 +198,8 @@ TEST(Launch, TheTopologysCongestionControlIsUsedOrTheJobFailsNamingIt) {
 }
 
 TEST(Launch, DistributesAFileToEveryNode) {
-  const std::string dir = temp_dir();
+  const TempDir scratch;
+  const std::string dir = scratch.path().string();
   const std::string input = dir + "/input.bin";
   {
     std::ofstream f(input, std::ios::binary);
@@ -334,7 +337,8 @@ TEST(Launch, RejectedConnectionsAreCountedInTheSummary) {
 }
 
 TEST(Launch, BadTopologyNamesFileLineAndColumn) {
-  const std::string dir = temp_dir();
+  const TempDir scratch;
+  const std::string dir = scratch.path().string();
   {
     std::ofstream f(dir + "/bad.yaml");
     f << "sites:\n  - name: x\n    nodes:\n      - name: n1\n        nics:\n          - address: "
@@ -396,7 +400,8 @@ namespace {
 
 TEST(Launch, SshBackendRunsRanksThroughTheSshCommandWithTheSecretOffArgv) {
   // An ssh stand-in: logs its arguments, drops the host, runs the command here.
-  const std::string dir = temp_dir();
+  const TempDir scratch;
+  const std::string dir = scratch.path().string();
   const std::string fake = dir + "/fake-ssh";
   {
     std::ofstream f(fake);
@@ -453,7 +458,8 @@ TEST(Launch, ExternalBackendAcceptsRanksStartedByHandWithMpiStyleRankVariables) 
 // srun's options and runs the rest, as one srun step would; scripts/
 // test_slurm.sh runs the real one). An explicit --backend wins.
 TEST(Launch, InsideASlurmAllocationTheNodelistAndSrun) {
-  const std::string dir = temp_dir();
+  const TempDir scratch;
+  const std::string dir = scratch.path().string();
   {
     std::ofstream f(dir + "/srun");
     f << "#!/bin/sh\necho \"$@\" >> " << dir

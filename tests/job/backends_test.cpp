@@ -8,6 +8,7 @@
 
 #include "job/backend.hpp"
 #include "support/process.hpp"
+#include "support/temp_dir.hpp"
 #include "topology/loader.hpp"
 
 namespace gridbcast::job {
@@ -15,7 +16,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using testing::slurp;
-using testing::temp_dir;
+using testing::TempDir;
 
 topology::Node node(const std::string& name, const std::string& host) {
   topology::Node n;
@@ -92,7 +93,8 @@ TEST(ListenAddress, LoopbackGridsKeep127AndOthersGetTheRoutesSource) {
 }
 
 TEST(SshBackend, ArgumentsReachTheProgramAsTheyWereGiven) {
-  const std::string dir = temp_dir();
+  const TempDir scratch;
+  const std::string dir = scratch.path().string();
   const std::string out = dir + "/args";
   auto b = make_ssh_backend(
       fake_ssh(dir), std::vector<std::string>{"/bin/sh", "-c", "printf '%s\\n' \"$@\" > " + out,
@@ -107,7 +109,8 @@ TEST(SshBackend, ArgumentsReachTheProgramAsTheyWereGiven) {
 }
 
 TEST(SshBackend, AHostThatSshWouldReadAsAnOptionIsRefused) {
-  const std::string dir = temp_dir();
+  const TempDir scratch;
+  const std::string dir = scratch.path().string();
   auto b = make_ssh_backend(fake_ssh(dir), std::string("/bin/true"));
   for (const char* host : {"-oProxyCommand=touch /tmp/pwned", "a b", "x;y", "-"}) {
     try {
@@ -124,7 +127,8 @@ TEST(SshBackend, AHostThatSshWouldReadAsAnOptionIsRefused) {
 }
 
 TEST(LocalBackend, StoppingARankStopsEverythingItStarted) {
-  const std::string dir = temp_dir();
+  const TempDir scratch;
+  const std::string dir = scratch.path().string();
   auto b = make_local_backend(
       std::vector<std::string>{"/bin/sh", "-c", "sleep 1000 & echo $! > " + dir + "/child; wait"});
   b->start(0, node("n1", ""), {}, std::string(64, 'a'));
@@ -172,7 +176,8 @@ TEST(SrunBackend, OneStepPerRankOnItsNode) {
 // With a stand-in srun: the secret arrives on standard input, not in the
 // arguments or the environment.
 TEST(SrunBackend, SecretOnStandardInputOnly) {
-  const std::string dir = temp_dir();
+  const TempDir scratch;
+  const std::string dir = scratch.path().string();
   const std::string srun = dir + "/fake-srun";
   {
     std::ofstream f(srun);

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "mpi_support.hpp"
+#include "support/temp_dir.hpp"
 
 namespace gridbcast::testing {
 namespace {
@@ -37,7 +38,8 @@ std::vector<pid_t> wait_for_pids(const std::string& dir, const std::string& name
 // fails naming it, within the limit and a few seconds, with --timeout and,
 // through --silence-timeout, without.
 void stopped_rank_fails_the_job(const std::vector<std::string>& limit_args, double limit_s) {
-  const std::string dir = temp_dir();
+  const TempDir scratch;
+  const std::string dir = scratch.path().string();
   std::vector<std::string> argv = {kBin, "launch"};
   argv.insert(argv.end(), limit_args.begin(), limit_args.end());
   argv.insert(argv.end(), {"--", kMpiBin + "/loop_gridbcast", dir, "120"});
@@ -124,7 +126,8 @@ TEST(JobLiveness, ARankThatExitsBeforeJoiningFailsTheJobAtOnce) {
 TEST(JobLiveness, NothingARankStartedOutlivesAFailedJob) {
   // The rank is a shell with a child of its own that never joins: the job
   // fails at the start-up timeout and the whole process group goes.
-  const std::string dir = temp_dir();
+  const TempDir scratch;
+  const std::string dir = scratch.path().string();
   Child c({kBin, "launch", "--startup-timeout", "3", "--", "/bin/sh", "-c",
            "sleep 1000 & echo $! > " + dir + "/sleep.$GRIDBCAST_RANK; wait"});
   const auto pids = wait_for_pids(dir, "sleep", 8, 30s);

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "mpi_support.hpp"
+#include "support/temp_dir.hpp"
 
 namespace gridbcast::testing {
 namespace {
@@ -98,7 +99,8 @@ TEST_P(Provider, SameOutputOverLanesWithEveryAlgorithm) {
 }
 
 TEST_P(Provider, SameOutputWithMultilaneOnATwoSiteTopology) {
-  const std::string dir = temp_dir();
+  const TempDir scratch;
+  const std::string dir = scratch.path().string();
   const std::string topo = write_loopback_topology(dir, {2, 2});
   same_as_without("mpi", {{"GRIDBCAST_MIN_BYTES", "1000"},
                           {"GRIDBCAST_ALGORITHM", "multilane"},
@@ -110,7 +112,8 @@ TEST_P(Provider, SameOutputWithMultilaneOnATwoSiteTopology) {
 // The multicast algorithm needs the lanes transport: it runs there, and the
 // mpi transport refuses it with that advice rather than run the ring alone.
 TEST_P(Provider, MulticastOverLanesAndRefusedOverMpi) {
-  const std::string dir = temp_dir();
+  const TempDir scratch;
+  const std::string dir = scratch.path().string();
   const std::string topo = write_loopback_topology(dir, {2, 2});
   same_as_without("lanes", {{"GRIDBCAST_MIN_BYTES", "1000"},
                             {"GRIDBCAST_ALGORITHM", "multicast"},

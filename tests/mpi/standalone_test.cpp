@@ -66,7 +66,8 @@ TEST(MpiStandalone, PrintsWhatOpenMpiPrintsForTheSameProgram) {
 TEST(MpiStandalone, PrintsWhatMpichPrintsForTheSameProgram) {
   const auto f = mpich();
   if (!f.missing().empty()) GTEST_SKIP() << f.missing();
-  const std::string dir = temp_dir();
+  const TempDir scratch;
+  const std::string dir = scratch.path().string();
   Child theirs(f.command({}, {f.program("calls")}));
   ASSERT_EQ(theirs.wait(120s), 0) << theirs.err();
   // Three ranks on two sites.
@@ -134,7 +135,8 @@ TEST(MpiStandalone, StandardInputStaysTheProgramsOnRankZero) {
 }
 
 TEST(MpiStandalone, WrapperAndPkgConfigBuildTheBenchmarkUnmodified) {
-  const std::string dir = temp_dir();
+  const TempDir scratch;
+  const std::string dir = scratch.path().string();
   Child cc({kMpiLibDir + "/gridbcast-cc", "-O2", "-Wall", kSrc + "/bench/mpi_bcast.c", "-o",
             dir + "/mpi_bcast"});
   ASSERT_EQ(cc.wait(120s), 0) << cc.err();
@@ -264,7 +266,8 @@ TEST(MpiStandalone, AWaitWithoutProgressFailsAtTheTimeoutNamingThePeer) {
 TEST(MpiStandalone, OsuBenchmarkIdiomsCompileWithTheWrapperAndRun) {
   // MPI_Request arrays with MPI_Waitall, MPI_Wait, MPI_Test: what the OSU
   // Micro-Benchmarks' collective suite needs besides the collectives.
-  const std::string dir = temp_dir();
+  const TempDir scratch;
+  const std::string dir = scratch.path().string();
   Child cc({kMpiLibDir + "/gridbcast-cc", "-O2", "-Wall", "-Wextra", "-Werror",
             kSrc + "/tests/mpi/osu_idioms.c", "-o", dir + "/osu_idioms"});
   ASSERT_EQ(cc.wait(120s), 0) << cc.err();

@@ -28,6 +28,8 @@ inline std::string slurp(const std::string& path) {
   return ss.str();
 }
 
+// A fresh directory under /tmp; whoever calls it removes it (or use TempDir,
+// support/temp_dir.hpp).
 inline std::string temp_dir() {
   std::string tmpl = "/tmp/gridbcast-test-XXXXXX";
   if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
