@@ -4,7 +4,6 @@
 
 #include "topology/bound.hpp"
 #include "topology/plan/pacing.hpp"
-#include "topology/plan/segments.hpp"
 #include "topology/simulate.hpp"
 
 namespace gridbcast::cli {
@@ -61,20 +60,21 @@ Json plan_json(const topology::Grid& grid, const topology::Plan& plan) {
                      {"site", grid.sites[static_cast<size_t>(n.site)].name},
                      {"nics", n.nics.size()}});
   }
-  // Paced as the executor paces it, with the segment it cuts by default.
-  const std::vector<topology::LinkPace> paces = topology::link_paces(
-      grid, plan, plan.size > 0 ? topology::resolve_segment_bytes(grid, plan, 0) : 0);
+  const std::vector<topology::LinkPace> paces = topology::default_link_paces(grid, plan);
   Json& transfers = j["transfers"] = Json::array();
-  for (const auto& t : plan.transfers)
-    transfers.push_back(
-        {{"from", t.from},
-         {"to", t.to},
-         {"offset", t.offset},
-         {"length", t.length},
-         {"lane_from", t.lane_from},
-         {"lane_to", t.lane_to},
-         {"streams", t.streams},
-         {"pace_bps", number(topology::pace_of(paces, t.from, t.to, t.lane_from, t.lane_to) * 8)}});
+  for (const auto& t : plan.transfers) {
+    const topology::LinkPace* pace =
+        topology::find_pace(paces, t.from, t.to, t.lane_from, t.lane_to);
+    transfers.push_back({{"from", t.from},
+                         {"to", t.to},
+                         {"offset", t.offset},
+                         {"length", t.length},
+                         {"lane_from", t.lane_from},
+                         {"lane_to", t.lane_to},
+                         {"streams", t.streams},
+                         {"pace_bps", number(pace ? pace->bytes_per_second * 8 : 0)},
+                         {"paced_streams", pace ? pace->streams : 0}});
+  }
   Json& multicasts = j["multicasts"] = Json::array();
   for (const auto& m : plan.multicasts)
     multicasts.push_back({{"from", m.from},

@@ -174,6 +174,7 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
   }
   // Where rate limits are paced in any plan, a link runs no faster than its
   // pace (pacing.hpp), which in trees is below what the lanes would allow.
+  // Without a segment, pace x streams is the link's part.
   const std::vector<LinkPace> paces =
       grid.rate_limited() ? link_paces(grid, plan) : std::vector<LinkPace>{};
   std::map<std::tuple<int, int, int, int>, Link> links;

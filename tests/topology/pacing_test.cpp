@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "topology/loader.hpp"
+#include "topology/plan/segments.hpp"
 
 namespace gridbcast::topology {
 namespace {
@@ -116,37 +117,49 @@ TEST(Pacing, OnlyWhenTheGridAsksAndOnlyForMultilane) {
 // The part goes to the streams that carry segments, so what the link sends in
 // all never exceeds its part, which a rate limit relies on.
 TEST(Pacing, ALinksPartGoesToTheStreamsThatCarrySegments) {
-  const Grid g = load_grid_string(hetero_nics("  pace_lanes: true\n", "300 Mbit"), "inline.yaml");
   const std::uint64_t segment = 16 << 10;
-  for (const std::uint64_t size :
-       {std::uint64_t{64} << 10, std::uint64_t{256} << 10, std::uint64_t{64} << 20}) {
-    SCOPED_TRACE(size);
-    const Plan plan = build_plan(g, Algorithm::kMultilane, 0, size);
-    const std::vector<LinkPace> every = link_paces(g, plan);
-    const std::vector<LinkPace> carrying = link_paces(g, plan, segment);
-    ASSERT_EQ(every.size(), carrying.size());
-    std::map<std::tuple<int, int, int, int>, std::uint64_t> segments;
-    for (const Transfer& t : plan.transfers)
-      segments[{t.from, t.to, t.lane_from, t.lane_to}] += (t.length + segment - 1) / segment;
-    for (size_t i = 0; i < every.size(); ++i) {
-      const LinkPace& a = every[i];
-      const LinkPace& b = carrying[i];
-      const bool wan = g.site_of(a.from) != g.site_of(a.to);
-      const auto n = segments.at({a.from, a.to, a.lane_from, a.lane_to});
-      const int streams = wan ? 4 : 1;
-      EXPECT_EQ(a.streams, streams);
-      EXPECT_EQ(b.streams, static_cast<int>(std::min<std::uint64_t>(streams, n)));
-      // The link's part is the same; only the streams sharing it differ.
-      EXPECT_DOUBLE_EQ(a.bytes_per_second * a.streams, b.bytes_per_second * b.streams);
+  // Paced lanes, and a rate limit on every node and on the WAN link (any plan).
+  const Grid lanes =
+      load_grid_string(hetero_nics("  pace_lanes: true\n", "300 Mbit"), "inline.yaml");
+  const Grid limited = load_grid_string(
+      hetero_nics("  max_rate: 40 Mbit\n", "300 Mbit, max_rate: 90 Mbit"), "inline.yaml");
+  for (const Grid* g : {&lanes, &limited})
+    for (const std::uint64_t size :
+         {std::uint64_t{64} << 10, std::uint64_t{256} << 10, std::uint64_t{64} << 20}) {
+      SCOPED_TRACE(std::to_string(size) + (g == &lanes ? " paced lanes" : " rate limits"));
+      const Plan plan = build_plan(*g, Algorithm::kMultilane, 0, size);
+      const std::vector<LinkPace> every = link_paces(*g, plan);
+      const std::vector<LinkPace> carrying = link_paces(*g, plan, segment);
+      ASSERT_FALSE(every.empty());
+      ASSERT_EQ(every.size(), carrying.size());
+      // The streams that carry, as the executor's segment lists deal them.
+      SegmentOptions so;
+      so.segment_bytes = segment;
+      std::map<std::tuple<int, int, int, int>, std::set<int>> used;
+      for (const LinkSegments& l : segment_schedule(plan, so).links)
+        for (const Segment& seg : l.segments)
+          used[{l.from, l.to, l.lane_from, l.lane_to}].insert(seg.stream);
+      for (size_t i = 0; i < every.size(); ++i) {
+        const LinkPace& a = every[i];
+        const LinkPace& b = carrying[i];
+        const bool wan = g->site_of(a.from) != g->site_of(a.to);
+        EXPECT_EQ(a.streams, wan ? 4 : 1);
+        EXPECT_EQ(b.streams,
+                  static_cast<int>(used.at({a.from, a.to, a.lane_from, a.lane_to}).size()));
+        // The link's part is the same; only the streams sharing it differ.
+        EXPECT_DOUBLE_EQ(a.bytes_per_second * a.streams, b.bytes_per_second * b.streams);
+      }
     }
-  }
   // 64 KiB: each WAN link carries one segment of 10,923 bytes, at its whole part.
-  const Plan small = build_plan(g, Algorithm::kMultilane, 0, 64 << 10);
-  for (const LinkPace& p : link_paces(g, small, segment))
-    if (g.site_of(p.from) != g.site_of(p.to)) {
+  const Plan small = build_plan(lanes, Algorithm::kMultilane, 0, 64 << 10);
+  int over_wan = 0;
+  for (const LinkPace& p : link_paces(lanes, small, segment))
+    if (lanes.site_of(p.from) != lanes.site_of(p.to)) {
+      ++over_wan;
       EXPECT_EQ(p.streams, 1);
       EXPECT_DOUBLE_EQ(p.bytes_per_second, bytes_per_second(25 * kMbit));
     }
+  EXPECT_EQ(over_wan, 6);
 }
 
 TEST(Pacing, LanesOnTheirOwnNicsGetTheWholeNicOverTheirLinks) {

@@ -6,7 +6,6 @@
 
 #include "topology/bound.hpp"
 #include "topology/plan/pacing.hpp"
-#include "topology/plan/segments.hpp"
 #include "topology/simulate.hpp"
 #include "topology/units.hpp"
 
@@ -72,9 +71,7 @@ std::string plan_to_text(const Grid& grid, const Plan& plan) {
       << " at worst\n";
   }
   if (grid.rate_limited()) o << rate_limits_text(grid) << "\n";
-  // Paced as the executor paces it, with the segment it cuts by default.
-  const std::vector<LinkPace> paces =
-      link_paces(grid, plan, plan.size > 0 ? resolve_segment_bytes(grid, plan, 0) : 0);
+  const std::vector<LinkPace> paces = default_link_paces(grid, plan);
   if (!paces.empty()) {
     if (grid.pace_lanes && plan.algorithm == Algorithm::kMultilane)
       o << "paced: each connection at most its part of the NICs and WAN links "
@@ -100,7 +97,7 @@ std::string plan_to_text(const Grid& grid, const Plan& plan) {
         o << " (" << pace->streams << " with segments)";
       if (pace)
         o << ", paced at " << format_bandwidth(pace->bytes_per_second * 8)
-          << (t.streams > 1 ? " each" : "");
+          << (pace->streams > 1 ? " each" : "");
       o << "\n";
     }
     for (const auto& m : plan.multicasts) {

@@ -6,6 +6,8 @@
 #include <set>
 #include <tuple>
 
+#include "topology/plan/segments.hpp"
+
 namespace gridbcast::topology {
 
 namespace {
@@ -50,9 +52,13 @@ std::map<std::tuple<int, int, bool>, double> lane_shares(const Grid& grid, const
   return shares;
 }
 
+bool plan_is_paced(const Grid& grid, const Plan& plan) {
+  return (grid.pace_lanes && plan.algorithm == Algorithm::kMultilane) || grid.rate_limited();
+}
+
 std::vector<LinkPace> link_paces(const Grid& grid, const Plan& plan, std::uint64_t segment_bytes) {
   const bool lanes_paced = grid.pace_lanes && plan.algorithm == Algorithm::kMultilane;
-  if (!lanes_paced && !grid.rate_limited()) return {};
+  if (!plan_is_paced(grid, plan)) return {};
   struct LinkUse {
     int streams = 1;             // the most streams a transfer on the link asks for
     std::uint64_t segments = 0;  // of segment_bytes, when given
@@ -105,14 +111,20 @@ std::vector<LinkPace> link_paces(const Grid& grid, const Plan& plan, std::uint64
     if (!(bps > 0) || bps == std::numeric_limits<double>::infinity()) continue;
     // The streams that carry segments share the link's part: segments are
     // dealt round-robin, so with fewer segments than streams some stay idle.
-    const int carrying = segment_bytes > 0 ? static_cast<int>(std::min<std::uint64_t>(
-                                                 static_cast<std::uint64_t>(u.streams), u.segments))
-                                           : u.streams;
+    const int carrying =
+        std::max(segment_bytes > 0
+                     ? static_cast<int>(std::min(static_cast<std::uint64_t>(u.streams), u.segments))
+                     : u.streams,
+                 1);
     paces.push_back({l.from, l.to, l.lane_from, l.lane_to,
-                     bps / static_cast<double>(std::max(carrying, 1)) * kPacedPayloadShare / 8,
-                     std::max(carrying, 1)});
+                     bps / static_cast<double>(carrying) * kPacedPayloadShare / 8, carrying});
   }
   return paces;
+}
+
+std::vector<LinkPace> default_link_paces(const Grid& grid, const Plan& plan) {
+  if (plan.size == 0 || !plan_is_paced(grid, plan)) return {};
+  return link_paces(grid, plan, resolve_segment_bytes(grid, plan, 0));
 }
 
 const LinkPace* find_pace(const std::vector<LinkPace>& paces, int from, int to, int lane_from,

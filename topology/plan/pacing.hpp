@@ -40,6 +40,7 @@
 // links (scatter, then allgather) each phase stays below it.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <tuple>
 #include <vector>
@@ -76,11 +77,18 @@ std::map<std::tuple<int, int, bool>, double> lane_shares(const Grid& grid, const
 // The paces of `plan`'s links on `grid`, ordered by (from, to, lane_from,
 // lane_to), one per link that carries bytes; empty when nothing asks for
 // pacing (pace_lanes in a multilane plan, a rate limit in any).
-// With `segment_bytes` 0 every stream of a link is taken to carry segments;
-// the executor gives the segment it cuts with, and so should what prints a
-// plan's paces.
+// With `segment_bytes` 0 every stream of a link is taken to carry segments,
+// so bytes_per_second x streams is each link's part whatever the segment:
+// what the simulator and the selection price (they charge a link its part,
+// segment by segment). The executor gives the segment it cuts with.
 std::vector<LinkPace> link_paces(const Grid& grid, const Plan& plan,
                                  std::uint64_t segment_bytes = 0);
+// Whether link_paces paces anything in `plan`: pace_lanes in a multilane
+// plan, a rate limit in any.
+bool plan_is_paced(const Grid& grid, const Plan& plan);
+// The paces the executor sets when no segment is asked for (the plan's
+// resolve_segment_bytes): what `plan` prints.
+std::vector<LinkPace> default_link_paces(const Grid& grid, const Plan& plan);
 
 // One link's entry in `paces` (as link_paces returns), null when it has none.
 const LinkPace* find_pace(const std::vector<LinkPace>& paces, int from, int to, int lane_from,
