@@ -153,7 +153,8 @@ TEST(JsonSchema, Plan) {
                                     {"lane_from", T::number_unsigned},
                                     {"lane_to", T::number_unsigned},
                                     {"streams", T::number_unsigned},
-                                    {"pace_bps", T::number_float}});
+                                    {"pace_bps", T::number_float},
+                                    {"paced_streams", T::number_unsigned}});
   EXPECT_GT(j["max_flow_bound_seconds"].get<double>(), 0);
   EXPECT_TRUE(j["multicasts"].empty());
 }
