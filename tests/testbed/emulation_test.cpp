@@ -286,13 +286,13 @@ TEST_F(TestbedEmulation, OneTcpStreamIsCappedAtTheNicRate) {
 // small, where a warm one may still send one GSO packet at once, which HTB
 // charges afterwards). With the old 70 KB burst this measured 108-111 Mbit/s,
 // now 97-100. A busy machine can delay the accept and inflate a run, never
-// deflate the shaper, so the lowest of up to three runs must be within 3 % of
-// the NIC rate.
+// deflate the shaper, so the lowest of up to five runs must be within 3 % of
+// the NIC rate (the old burst exceeded it in every run).
 TEST_F(TestbedEmulation, AnIdleNicLetsOutAboutAMillisecondOfItsRateAtOnce) {
   const auto& g = *guard_;
   double lowest = 1e18;
   std::string runs;
-  for (int attempt = 0; attempt < 3 && lowest > 1.03 * kNicRate; ++attempt) {
+  for (int attempt = 0; attempt < 5 && lowest > 1.03 * kNicRate; ++attempt) {
     const auto r = measure(g, "a1", "10.211.1.1", "a2", "10.211.1.2", 1, 0.02, 0.0);
     ASSERT_GT(r.bytes, 0u);
     lowest = std::min(lowest, r.bits_per_second());
