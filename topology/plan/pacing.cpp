@@ -52,12 +52,20 @@ std::map<std::tuple<int, int, bool>, double> lane_shares(const Grid& grid, const
   return shares;
 }
 
+namespace {
+
+// pace_lanes holds multilane plans to their lanes' parts.
+bool lanes_paced(const Grid& grid, const Plan& plan) {
+  return grid.pace_lanes && plan.algorithm == Algorithm::kMultilane;
+}
+
+}  // namespace
+
 bool plan_is_paced(const Grid& grid, const Plan& plan) {
-  return (grid.pace_lanes && plan.algorithm == Algorithm::kMultilane) || grid.rate_limited();
+  return lanes_paced(grid, plan) || grid.rate_limited();
 }
 
 std::vector<LinkPace> link_paces(const Grid& grid, const Plan& plan, std::uint64_t segment_bytes) {
-  const bool lanes_paced = grid.pace_lanes && plan.algorithm == Algorithm::kMultilane;
   if (!plan_is_paced(grid, plan)) return {};
   struct LinkUse {
     int streams = 1;             // the most streams a transfer on the link asks for
@@ -93,7 +101,7 @@ std::vector<LinkPace> link_paces(const Grid& grid, const Plan& plan, std::uint64
   std::vector<LinkPace> paces;
   for (const auto& [l, u] : links) {
     double bps = std::numeric_limits<double>::infinity();
-    if (lanes_paced) {
+    if (lanes_paced(grid, plan)) {
       // The parts of the NICs (a node's max_rate already shared among its
       // lanes: lane_shares) and of the WAN links' rates.
       bps = std::min(part(l.from, l.lane_from, true), part(l.to, l.lane_to, false));
