@@ -285,7 +285,9 @@ struct Launch {
     std::vector<job::BroadcastSummary::Missing> missing;
     std::vector<job::BroadcastSummary::Straggler> set_aside;  // finished after the others
     bool healed = false;
-    const topology::Grid full_grid = o.grid;  // every heal restricts it afresh
+    // Every heal restricts it afresh; a WAN link routed around leaves it.
+    topology::Grid full_grid = o.grid;
+    std::vector<job::BroadcastSummary::RoutedAround> routed_around;
     std::vector<std::int32_t> labels(static_cast<size_t>(o.grid.size()));
     for (size_t r = 0; r < labels.size(); ++r) labels[r] = static_cast<std::int32_t>(r);
     const int root_label = o.params.root;
@@ -304,7 +306,8 @@ struct Launch {
       return r;
     };
     while (result.status != 0 && !o.params.program() && o.params.kind == job::JobKind::kBroadcast &&
-           !o.params.random_roots && result.lost_first && !result.lost.empty()) {
+           !o.params.random_roots && result.lost_first &&
+           (!result.lost.empty() || !result.routed_around.empty())) {
       std::vector<bool> gone(static_cast<size_t>(o.grid.size()), false);
       for (const auto& lost : result.lost) gone.at(static_cast<size_t>(lost.rank)) = true;
       std::vector<int> survivors;
@@ -325,8 +328,16 @@ struct Launch {
         else
           missing.push_back({label, node_of(lost.rank), cause});
         all_stragglers = all_stragglers && lost.straggler;
-        lost_text += (lost_text.empty() ? "" : "; ") +
-                     ("rank " + std::to_string(label) + " (" + node_of(lost.rank) + "): " + cause);
+        // One line however many were lost (a site cut off loses all its
+        // nodes): the first few, then a count; the summary lists each.
+        constexpr size_t kNamed = 4;
+        const size_t at = static_cast<size_t>(&lost - result.lost.data());
+        if (at < kNamed)
+          lost_text += (lost_text.empty() ? "" : "; ") + ("rank " + std::to_string(label) + " (" +
+                                                          node_of(lost.rank) + "): " + cause);
+        else if (at + 1 == result.lost.size())
+          lost_text += "; and " + std::to_string(result.lost.size() - kNamed) +
+                       " more (the summary lists each)";
       }
       if (gone[static_cast<size_t>(o.params.root)]) {
         lanes::log::notice("gridbcast launch: the root (rank " + std::to_string(root_label) +
@@ -341,11 +352,35 @@ struct Launch {
                            ": not healing");
         break;
       }
-      lanes::log::notice(
-          "gridbcast launch: " + std::string(all_stragglers ? "set aside " : "lost ") + lost_text +
-          "; healing: the " + std::to_string(survivors.size()) +
-          " others go on from what they hold" +
-          (l_files.empty() ? " (the broadcast starts over)" : ""));
+      if (!result.lost.empty())
+        lanes::log::notice(
+            "gridbcast launch: " + std::string(all_stragglers ? "set aside " : "lost ") +
+            lost_text + "; healing: the " + std::to_string(survivors.size()) +
+            " others go on from what they hold" +
+            (l_files.empty() ? " (the broadcast starts over)" : ""));
+      for (const auto& w : result.routed_around) {
+        // The others go on without it: every rank plans over the topology
+        // without the link (the sites chained over the links that remain).
+        const auto site = [&](const std::string& name) {
+          for (size_t i = 0; i < full_grid.sites.size(); ++i)
+            if (full_grid.sites[i].name == name) return static_cast<int>(i);
+          return -1;
+        };
+        const int a = site(w.site_a), b = site(w.site_b);
+        std::erase_if(full_grid.wan, [&](const topology::WanLink& link) {
+          return (link.site_a == a && link.site_b == b) || (link.site_a == b && link.site_b == a);
+        });
+        routed_around.push_back(w);
+        lanes::log::notice("gridbcast launch: " + w.cause +
+                           "; healing: the others go on around it");
+      }
+      if (!result.routed_around.empty()) o.yaml_text = topology::grid_to_yaml(full_grid);
+      if (result.lost.empty()) {
+        // Nobody lost: the same ranks again, over the links that remain.
+        healed = true;
+        result = rerun_over(labels);
+        continue;
+      }
       std::vector<std::int32_t> next;
       for (int r : survivors) next.push_back(labels[static_cast<size_t>(r)]);
       healed = true;
@@ -412,6 +447,7 @@ struct Launch {
     if (result.broadcast) {
       job::BroadcastSummary& b = *result.broadcast;
       b.missing = missing;
+      b.routed_around = routed_around;
       if (probed) {
         b.declared_max_flow_bound_seconds = topology::max_flow_bound_seconds(
             declared, b.root, b.iterations.empty() ? 0 : b.iterations.back().bytes);

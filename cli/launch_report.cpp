@@ -127,6 +127,7 @@ void print_broadcast_text(std::ostream& out, const job::BroadcastSummary& s) {
           << "): " << topology::format_bandwidth(8 * st.rate_bytes_per_s)
           << " while behind; its copy took " << fmt_seconds(st.seconds) << " s after the others\n";
   }
+  for (const auto& w : s.routed_around) out << "  routed around: " << w.cause << "\n";
   out << "  largest rank resident set: " << topology::format_bytes(s.peak_rss_bytes) << "\n";
   if (s.rejected_connections > 0)
     out << "  rejected connections: " << s.rejected_connections << "\n";
@@ -180,6 +181,9 @@ void print_broadcast_json(std::ostream& out, const job::BroadcastSummary& s) {
                           {"cause", st.cause},
                           {"rate_bytes_per_second", number(st.rate_bytes_per_s)},
                           {"seconds", number(st.seconds)}});
+  Json& routed = j["routed_around"] = Json::array();
+  for (const auto& w : s.routed_around)
+    routed.push_back({{"sites", {w.site_a, w.site_b}}, {"cause", w.cause}});
   Json& files = j["files"] = Json::array();
   for (const auto& f : s.files)
     files.push_back({{"path", f.path},

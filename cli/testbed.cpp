@@ -25,7 +25,7 @@ struct Testbed {
   CLI::App *up = nullptr, *down = nullptr, *status = nullptr, *run = nullptr, *exec = nullptr,
            *shape = nullptr, *compose = nullptr, *delayline = nullptr, *traffic = nullptr,
            *server = nullptr, *client = nullptr;
-  std::string shape_bandwidth;
+  std::string shape_bandwidth, shape_wan;
   bool shape_down = false, shape_up = false, shape_reset = false;
   std::string topology, id, delay = "auto", prefix, node, output, image = "gridbcast:latest",
                             env_file = "gridbcast.env";
@@ -136,7 +136,11 @@ Testbed::Testbed(CLI::App& app) {
   m.shape = m.cmd->add_subcommand(
       "shape", "Change one node's links in a running testbed (fault injection while jobs run)");
   topology_arg(m.shape, true);
-  m.shape->add_option("NODE", m.node, "node name")->required();
+  auto* node_arg = m.shape->add_option("NODE", m.node, "node name");
+  auto* wan_opt = m.shape->add_option(
+      "--wan", m.shape_wan,
+      "a WAN link instead of a node, by its sites (a-b): --down cuts it, --up or --reset mends it");
+  node_arg->excludes(wan_opt);
   auto* bw = m.shape->add_option("--bandwidth", m.shape_bandwidth,
                                  "shape every NIC of the node at this rate, both ways (10Mbit)");
   auto* dn = m.shape->add_flag(
@@ -150,7 +154,8 @@ Testbed::Testbed(CLI::App& app) {
   m.shape->footer(
       "Example, 30 s into a broadcast:\n"
       "  gridbcast testbed shape site-configs/testbed-8x8.yaml b3 --bandwidth 10Mbit\n"
-      "  gridbcast testbed shape site-configs/testbed-8x8.yaml b3 --down");
+      "  gridbcast testbed shape site-configs/testbed-8x8.yaml b3 --down\n"
+      "  gridbcast testbed shape site-configs/testbed-8x8.yaml --wan a-b --down");
 
   m.compose = m.cmd->add_subcommand(
       "compose", "Write a docker compose file emulating the topology (see docker/README.md)");
@@ -227,6 +232,30 @@ Testbed::Testbed(CLI::App& app) {
                        "TCP congestion control, e.g. cubic");
 }
 
+// The index in grid.wan of the link "A-B" names (its two sites, either
+// order; site names may hold '-' themselves).
+int wan_link_named(const topology::Grid& grid, const std::string& text) {
+  auto site = [&](const std::string& name) {
+    for (size_t i = 0; i < grid.sites.size(); ++i)
+      if (grid.sites[i].name == name) return static_cast<int>(i);
+    return -1;
+  };
+  std::string links;
+  for (const auto& w : grid.wan)
+    links += (links.empty() ? "" : ", ") + grid.sites[static_cast<size_t>(w.site_a)].name + "-" +
+             grid.sites[static_cast<size_t>(w.site_b)].name;
+  for (size_t at = text.find('-'); at != std::string::npos; at = text.find('-', at + 1)) {
+    const int a = site(text.substr(0, at)), b = site(text.substr(at + 1));
+    if (a < 0 || b < 0) continue;
+    for (size_t i = 0; i < grid.wan.size(); ++i)
+      if ((grid.wan[i].site_a == a && grid.wan[i].site_b == b) ||
+          (grid.wan[i].site_a == b && grid.wan[i].site_b == a))
+        return static_cast<int>(i);
+  }
+  throw CLI::ValidationError("--wan", "\"" + text + "\" is not a WAN link of the topology (" +
+                                          (links.empty() ? "it has none" : links) + ")");
+}
+
 // Runs the chosen sub-subcommand; errors are thrown (TestbedError,
 // topology::ConfigError) for main to report.
 int run_testbed(Testbed& m) {
@@ -271,7 +300,16 @@ int run_testbed(Testbed& m) {
     o.reset = m.shape_reset;
     if ((o.bandwidth_bps > 0) + o.down + o.up + o.reset != 1)
       throw CLI::ValidationError("shape", "say one of --bandwidth RATE, --down, --up or --reset");
-    std::cout << shape(m.grid(), m.id, m.node, o) << "\n";
+    const topology::Grid grid = m.grid();
+    if (!m.shape_wan.empty()) {
+      if (o.bandwidth_bps > 0)
+        throw CLI::ValidationError("--wan", "a WAN link takes --down, --up or --reset");
+      std::cout << shape_wan(grid, m.id, wan_link_named(grid, m.shape_wan), o.down) << "\n";
+      return 0;
+    }
+    if (m.node.empty())
+      throw CLI::ValidationError("shape", "name a NODE, or a WAN link with --wan");
+    std::cout << shape(grid, m.id, m.node, o) << "\n";
     return 0;
   }
   if (m.compose->parsed()) {

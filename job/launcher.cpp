@@ -131,6 +131,12 @@ class Launcher {
     return "rank " + std::to_string(r) + " (" + n.name + ")";
   }
   void fail(Cause c, const std::string& what, int about = -1) {
+    // What the links looked like when the broadcast first failed: the
+    // ranks' reports that follow may no longer list the links they closed.
+    if (sup_.failures().empty() && broadcast_iteration_ >= 0 && straggler_watch_) {
+      cut_links_ = straggler_watch_->links(Clock::now(), 2 * heartbeat_);
+      cut_root_ = iteration_at(o_.params, broadcast_iteration_, o_.grid).root;
+    }
     sup_.failures().add(c, what, about);
     ev_.notify_all();
   }
@@ -220,9 +226,17 @@ class Launcher {
   std::vector<control::FileRecord> file_records_;
   // While a broadcast runs with LaunchOptions::stragglers: the watch, and
   // what it found (by rank).
+  // The watch keeps the ranks' link reports of every broadcast of 2 or more
+  // ranks; it looks for stragglers only with LaunchOptions::stragglers.
   std::optional<StragglerWatch> straggler_watch_;
   std::map<int, Straggler> stragglers_;
   void watch_stragglers(Clock::time_point now);
+  // The links at the first failure of a broadcast, and its root: who was
+  // cut off, when no rank died or went silent (job/cut.hpp).
+  std::vector<LinkState> cut_links_;
+  int cut_root_ = -1;
+  bool interrupted_ = false;
+  void explain_cut_off();
 };
 
 void Launcher::send(int r, const control::ToRank& m) {
@@ -287,8 +301,8 @@ void Launcher::begin_broadcast(int iteration) {
   held_samples_.clear();
   file_records_.clear();
   straggler_watch_.reset();
-  if (o_.stragglers && o_.params.kind == JobKind::kBroadcast && p_ >= 3)
-    straggler_watch_.emplace(o_.grid, *o_.stragglers);
+  if (o_.params.kind == JobKind::kBroadcast && p_ >= 2)
+    straggler_watch_.emplace(o_.grid, o_.stragglers.value_or(StragglerRule{}));
   for (auto& st : ranks_) {
     st.bytes_in = st.bytes_out = st.bytes_worked = 0;
     st.done = false;
@@ -486,7 +500,7 @@ asio::awaitable<void> Launcher::watchdog() {
                                 std::to_string(broadcast_iteration_) + "; waiting for " + waiting);
         last_change_ = now;
       }
-      if (straggler_watch_) watch_stragglers(now);
+      if (straggler_watch_ && o_.stragglers && p_ >= 3) watch_stragglers(now);
       if (o_.on_progress && now - last_report_ >= 1s && now - broadcast_start_ >= 1s) {
         last_report_ = now;
         report_progress();
@@ -548,6 +562,25 @@ void Launcher::watch_stragglers(Clock::time_point now) {
              " the topology declares for them (" + straggler_watch_->describe_links(f.rank, now) +
              ")",
          f.rank);
+  }
+}
+
+// A broadcast that failed with links stalled and nobody dead or silent: the
+// ranks cut off from their peers are lost (and healed around, as the dead
+// are), WAN links the others can route around are said so. Not when the
+// launcher was interrupted, nor for a loss already explained.
+void Launcher::explain_cut_off() {
+  if (interrupted_ || cut_links_.empty() || cut_root_ < 0) return;
+  for (const auto& f : sup_.failures().all())
+    if (f.cause == Cause::kDeath || f.cause == Cause::kSilence || f.cause == Cause::kStraggler ||
+        f.cause == Cause::kCutOff)
+      return;
+  const CutVerdict v = explain_cut(o_.grid, cut_root_, cut_links_);
+  for (const auto& n : v.cut_off) fail(Cause::kCutOff, who(n.rank) + " is " + n.cause, n.rank);
+  for (const auto& w : v.routed_around) {
+    fail(Cause::kCutOff, w.cause + ": the others route around it");
+    result.routed_around.push_back({o_.grid.sites.at(static_cast<size_t>(w.site_a)).name,
+                                    o_.grid.sites.at(static_cast<size_t>(w.site_b)).name, w.cause});
   }
 }
 
@@ -996,6 +1029,7 @@ LaunchResult Launcher::run() {
   asio::co_spawn(io_,
                  sup_.watch({[this](const Backend::Exit& e) { on_exit(e); },
                              [this](int signo) {
+                               interrupted_ = true;
                                fail(Cause::kOther, std::string("interrupted by ") +
                                                        (signo == SIGINT ? "SIGINT" : "SIGTERM"));
                              }}),
@@ -1038,6 +1072,7 @@ LaunchResult Launcher::run() {
                  " s before the job failed: stopped, overloaded, or its host "
                  "or network is down",
              r);
+    explain_cut_off();
     finishing_ = true;
     sup_.stop_all();
     const FailureLog::Verdict v = sup_.failures().verdict();
@@ -1050,6 +1085,7 @@ LaunchResult Launcher::run() {
           {l.rank, l.cause, l.straggler,
            l.straggler && found != stragglers_.end() ? found->second.rate_bytes_per_s : 0});
     }
+    if (!v.lost_first) result.routed_around.clear();
     result.status = o_.params.program() && exit_code_ != 0 ? exit_code_ : 1;
     result.broadcast.reset();
     result.bench.reset();

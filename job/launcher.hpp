@@ -141,6 +141,14 @@ struct BroadcastSummary {
     double seconds;
   };
   std::vector<Straggler> stragglers;
+  // A job that healed around WAN links that moved nothing (job/cut.hpp):
+  // each by its sites' names, and what showed it. Every node still got its
+  // copy, over the other links.
+  struct RoutedAround {
+    std::string site_a, site_b;
+    std::string cause;
+  };
+  std::vector<RoutedAround> routed_around;
 };
 
 struct BenchOutcome {
@@ -173,6 +181,10 @@ struct LaunchResult {
   };
   std::vector<LostRank> lost;
   bool lost_first = false;
+  // On failure headed by a cut (job/cut.hpp): WAN links that moved nothing
+  // between sites the root's site still reaches another way, by their
+  // sites' names; the others can go on without them.
+  std::vector<BroadcastSummary::RoutedAround> routed_around;
   std::optional<BroadcastSummary> broadcast;
   std::optional<BenchOutcome> bench;
   std::optional<ProbeOutcome> probe;

@@ -49,6 +49,10 @@ void StragglerWatch::report(int sender, Clock::time_point now,
         l.from = std::max(it->second.at, now - rule_.fresh);
         const double held_s = static_cast<double>(r.rwnd_limited_us - it->second.rwnd_us) / 1e6;
         l.held = held_s >= rule_.held_fraction * dt * std::max<int>(1, r.streams);
+        if (r.bytes_acked == it->second.acked && r.notsent_bytes >= rule_.backlog_bytes && !l.held)
+          l.stalled_since = it->second.stalled_since != Clock::time_point{}
+                                ? it->second.stalled_since
+                                : it->second.at;
       }
     }
     links_[key] = l;
@@ -193,6 +197,30 @@ std::vector<Straggler> StragglerWatch::observe(Clock::time_point now,
     }
   }
   return found;
+}
+
+std::vector<LinkState> StragglerWatch::links(Clock::time_point now,
+                                             Clock::duration at_least) const {
+  // Per pair: stalled when one of its lanes is (the longest stall), else
+  // moving when one of them moved.
+  std::map<std::pair<int, int>, LinkState> by_pair;
+  for (const auto& [k, l] : links_) {
+    if (!fresh(l, now)) continue;
+    const auto [from, to, lane_from, lane_to] = k;
+    const bool stalled =
+        l.stalled_since != Clock::time_point{} && l.at - l.stalled_since >= at_least;
+    if (!stalled && !(l.rated && l.rate > 0)) continue;
+    LinkState s{from, to, stalled,
+                stalled ? std::chrono::duration<double>(l.at - l.stalled_since).count() : 0,
+                stalled ? l.notsent : 0};
+    auto [it, added] = by_pair.emplace(std::pair{from, to}, s);
+    if (!added && s.stalled && (!it->second.stalled || s.seconds > it->second.seconds))
+      it->second = s;
+  }
+  std::vector<LinkState> out;
+  out.reserve(by_pair.size());
+  for (const auto& [pair, s] : by_pair) out.push_back(s);
+  return out;
 }
 
 std::string StragglerWatch::describe_links(int rank, Clock::time_point now) const {

@@ -57,6 +57,7 @@
 #include <utility>
 #include <vector>
 
+#include "job/cut.hpp"
 #include "job/protocol.hpp"
 #include "topology/grid.hpp"
 
@@ -97,6 +98,12 @@ class StragglerWatch {
   // "from rank 1 lane 0→0 9.66 Mbit/s, 1.2 MiB waiting, to rank 5 ...": the
   // figures behind a verdict, for the log; at most 8 links, then a count.
   std::string describe_links(int rank, Clock::time_point now) const;
+  // Each pair's links as their latest fresh reports at `now` found them
+  // (job/cut.hpp): stalled (data waiting, not held by the receiver's
+  // window, nothing acknowledged in every report for at least `at_least`:
+  // a cut cable, a dead NIC or WAN link) or moving (something acknowledged
+  // since the report before); idle pairs are left out.
+  std::vector<LinkState> links(Clock::time_point now, Clock::duration at_least) const;
   // The links remembered: at most one message's worth a rank.
   size_t remembered() const { return links_.size(); }
 
@@ -110,6 +117,9 @@ class StragglerWatch {
     double rate = 0;           // bytes/s acknowledged since the report before
     bool rated = false;
     bool held = false;  // by the peer's receive window, since the report before
+    // Since when every report has found it backlogged, unheld and moving
+    // nothing (the start of the first such interval); {} while it moves.
+    Clock::time_point stalled_since{};
   };
   using Key = std::tuple<int, int, int, int>;  // from, to, lane_from, lane_to
   struct Behind {

@@ -27,11 +27,12 @@ FailureLog::Verdict FailureLog::verdict() const {
   v.headline = sorted.front().what;
   for (const auto& f : failures_)
     if (f.what != v.headline && v.then.size() < kMaxThen) v.then.push_back(f.what);
-  // The ranks lost (died or silent), each once with its first cause, when a
+  // The ranks lost (died, silent or cut off), each once with its first cause, when a
   // loss is the most telling cause: what healing needs to know.
   const bool set_aside = sorted.front().cause == Cause::kStraggler;
   auto counts = [set_aside](Cause c) {
-    return set_aside ? c == Cause::kStraggler : c == Cause::kSilence || c == Cause::kDeath;
+    return set_aside ? c == Cause::kStraggler
+                     : c == Cause::kSilence || c == Cause::kDeath || c == Cause::kCutOff;
   };
   v.lost_first = set_aside || counts(sorted.front().cause);
   for (const auto& f : failures_) {

@@ -31,16 +31,21 @@ enum class Cause {
   kStraggler = -1,  // a rank that held the others back (job/straggler.hpp), set aside
   kSilence = 0,     // a rank sent nothing, not even heartbeats (stopped, host or link down)
   kDeath = 1,       // a rank process died or exited before its time, unexplained
-  kAbort = 2,       // MPI_Abort (or a fatal MPI error, often about a peer above)
-  kReported = 3,    // a rank's own error report
-  kOther = 4,       // what followed, or the launcher's own findings
+  // A rank alive but cut off from its peers (its links stalled, job/cut.hpp),
+  // or with rank -1 a WAN link the others route around.
+  kCutOff = 2,
+  kAbort = 3,     // MPI_Abort (or a fatal MPI error, often about a peer above)
+  kReported = 4,  // a rank's own error report
+  kOther = 5,     // what followed, or the launcher's own findings
 };
 
 struct Failure {
   Cause cause;
   std::string what;
   lanes::Clock::time_point when;
-  int rank = -1;  // kDeath, kSilence, kStraggler: the rank that died, went silent or straggled
+  // kDeath, kSilence, kCutOff, kStraggler: the rank that died, went silent,
+  // was cut off or straggled (kCutOff: -1 for a WAN link)
+  int rank = -1;
 };
 
 // What went wrong in a job, in the order it came.
@@ -62,10 +67,10 @@ class FailureLog {
   struct Verdict {
     std::string headline;           // the most telling cause, the earliest of its kind
     std::vector<std::string> then;  // the others in the order they came, at most kMaxThen
-    // The headline is a lost rank (died, went silent, or set aside as a
-    // straggler: then the job was stopped for it).
+    // The headline is a lost rank (died, went silent, cut off, or set aside
+    // as a straggler: then the job was stopped for it), or a WAN link cut.
     bool lost_first = false;
-    // Every rank that died or went silent, once; when a straggler heads the
+    // Every rank that died, went silent or was cut off, once; when a straggler heads the
     // verdict, the stragglers alone (the others were stopped with the job).
     std::vector<Lost> lost;
   };

@@ -4,9 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# What gridbcast itself builds and tests with (docker/Dockerfile installs the same).
+# What gridbcast itself builds and tests with (docker/Dockerfile installs the same,
+# but nftables: `gridbcast testbed shape --wan` cuts a WAN link of the emulated grid with it).
 packages=(g++ cmake ninja-build pkg-config libasio-dev libyaml-cpp-dev libssl-dev libzstd-dev
-          libgtest-dev libcli11-dev nlohmann-json3-dev iproute2 iputils-ping python3)
+          libgtest-dev libcli11-dev nlohmann-json3-dev iproute2 iputils-ping nftables python3)
 # MPICH and Open MPI: the MPI providers and their tests, and the MPI peers the
 # benchmarks compare with (docs/MPI.md). Not in the container image, which runs
 # the broadcast, not MPI applications.

@@ -163,6 +163,9 @@ std::string tc_path() {
 std::string ping_path() {
   return find_tool("ping");
 }
+std::string nft_path() {
+  return find_tool("nft");
+}
 
 void check_prerequisites(bool need_tun) {
   if (::geteuid() != 0)

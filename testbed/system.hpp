@@ -33,6 +33,7 @@ std::string run_checked(const std::vector<std::string>& argv, const std::string&
 std::string ip_path();
 std::string tc_path();
 std::string ping_path();
+std::string nft_path();
 
 // Root, ip, tc, /dev/net/tun and working network namespaces; throws with the fix.
 void check_prerequisites(bool need_tun);

@@ -524,10 +524,11 @@ int exec_in_node(const topology::Grid& grid, const std::string& id, const std::s
   throw TestbedError(std::string("cannot execute ") + argv[0] + ": " + std::strerror(errno));
 }
 
-std::string shape(const topology::Grid& grid, const std::string& id, const std::string& node,
-                  const ShapeOptions& o) {
-  if ((o.bandwidth_bps > 0) + o.down + o.up + o.reset != 1)
-    throw TestbedError("shape: say one of --bandwidth RATE, --down, --up or --reset");
+namespace {
+
+// The layout `up` built for a testbed that is up: the same topology and id,
+// and the management block its state records.
+Layout running_layout(const topology::Grid& grid, const std::string& id) {
   const std::string prefix = testbed_prefix(grid.name, id);
   const std::string dir = state_dir(prefix);
   if (!state_exists(dir))
@@ -543,6 +544,17 @@ std::string shape(const topology::Grid& grid, const std::string& id, const std::
     if (candidate.mgmt_net.str() == s.mgmt_net) l = std::move(candidate);
   }
   if (!l) throw TestbedError("testbed " + prefix + " was not built from this topology");
+  return std::move(*l);
+}
+
+}  // namespace
+
+std::string shape(const topology::Grid& grid, const std::string& id, const std::string& node,
+                  const ShapeOptions& o) {
+  if ((o.bandwidth_bps > 0) + o.down + o.up + o.reset != 1)
+    throw TestbedError("shape: say one of --bandwidth RATE, --down, --up or --reset");
+  const std::optional<Layout> l = running_layout(grid, id);
+  const std::string prefix = l->prefix;
   const auto it = std::find_if(l->nodes.begin(), l->nodes.end(),
                                [&](const NodePlan& n) { return n.name == node; });
   if (it == l->nodes.end()) throw TestbedError("no node \"" + node + "\" in testbed " + prefix);
@@ -574,6 +586,40 @@ std::string shape(const topology::Grid& grid, const std::string& id, const std::
   run_batch("tc", n.ns, node_lines, what);
   run_batch("tc", router, router_lines, what);
   return "node " + n.name + (o.reset ? " at its declared rates: " : " shaped: ") + rates;
+}
+
+std::string shape_wan(const topology::Grid& grid, const std::string& id, int link, bool down) {
+  if (link < 0 || static_cast<size_t>(link) >= grid.wan.size())
+    throw TestbedError("shape: no WAN link " + std::to_string(link));
+  const Layout l = running_layout(grid, id);
+  const std::string nft = nft_path();
+  if (nft.empty())
+    throw TestbedError("shape: cutting a WAN link needs nft (apt-get install -y nftables)");
+  const auto& w = grid.wan[static_cast<size_t>(link)];
+  const std::string name = grid.sites.at(static_cast<size_t>(w.site_a)).name + "–" +
+                           grid.sites.at(static_cast<size_t>(w.site_b)).name;
+  // At both ends, every packet forwarded into or out of the link's
+  // interface is dropped (a table of its own, so --up removes exactly it).
+  // Not `ip link set down`: that flushes the routes through it, which
+  // `up` would not bring back.
+  const std::string table = "gridbcast_cut_wan" + std::to_string(link);
+  for (const int site : {w.site_a, w.site_b}) {
+    const RouterPlan& r = l.routers.at(static_cast<size_t>(site));
+    const auto end = std::find_if(r.wan.begin(), r.wan.end(),
+                                  [&](const WanEndPlan& e) { return e.link == link; });
+    if (end == r.wan.end())
+      throw TestbedError("shape: WAN link " + name + " has no end in " + r.ns);
+    const std::vector<std::string> exec = {ip_path(), "netns", "exec", r.ns, nft, "-f", "-"};
+    // Deleting a table that is not there fails: made first, then deleted.
+    std::string script = "table inet " + table + "\ndelete table inet " + table + "\n";
+    if (down)
+      script += "table inet " + table + " {\n  chain forward {\n    type filter hook forward " +
+                "priority 0; policy accept;\n    iifname \"" + end->dev +
+                "\" drop\n    oifname \"" + end->dev + "\" drop\n  }\n}\n";
+    run_checked(exec, "cutting WAN link " + name, script);
+  }
+  return down ? "WAN link " + name + " cut: every packet across it vanishes, both ways"
+              : "WAN link " + name + " back up";
 }
 
 NetnsLaunch make_netns_launch(const topology::Grid& grid, std::vector<std::string> command) {

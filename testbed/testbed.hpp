@@ -72,6 +72,13 @@ struct ShapeOptions {
 std::string shape(const topology::Grid& grid, const std::string& id, const std::string& node,
                   const ShapeOptions& o);
 
+// `testbed shape --wan A-B`: WAN link `link` (an index into grid.wan) of a
+// running testbed cut (`down`: every packet across it dropped at both
+// routers, silently, as with a cut fibre, while the management network and
+// everything else stay up) or back. Needs nft. Returns a line saying what
+// was done; throws TestbedError when the testbed is not up.
+std::string shape_wan(const topology::Grid& grid, const std::string& id, int link, bool down);
+
 // Replaces this process by `command` inside the namespace of node `node`.
 int exec_in_node(const topology::Grid& grid, const std::string& id, const std::string& node,
                  const std::vector<std::string>& command);

@@ -49,6 +49,27 @@ TEST(LaunchReport, RanksOnLoopbackAreToldTheRatioMeasuresTheHost) {
   EXPECT_NE(out.str().find("the ratio measures the host, not a network"), std::string::npos);
 }
 
+// A job healed around a WAN link that moved nothing (job/cut.hpp): the
+// summary says which and why, in text and JSON; every node has its copy.
+TEST(LaunchReport, AWanLinkRoutedAroundIsNamedWithItsCause) {
+  job::BroadcastSummary s = summary();
+  s.routed_around.push_back({"a", "c", "WAN link a–c moved nothing for 4.0 s with data waiting"});
+  std::ostringstream text;
+  print_broadcast_text(text, s);
+  EXPECT_NE(text.str().find("  routed around: WAN link a–c moved nothing for 4.0 s with data "
+                            "waiting\n"),
+            std::string::npos)
+      << text.str();
+  std::ostringstream json;
+  print_broadcast_json(json, s);
+  const auto j = nlohmann::json::parse(json.str());
+  ASSERT_EQ(j["routed_around"].size(), 1u);
+  EXPECT_EQ(j["routed_around"][0]["sites"], (nlohmann::json{"a", "c"}));
+  EXPECT_EQ(j["routed_around"][0]["cause"],
+            "WAN link a–c moved nothing for 4.0 s with data waiting");
+  EXPECT_EQ(j["complete"], true);
+}
+
 TEST(LaunchReport, JsonKeepsTheSimpleBoundKeysAndAddsTheMaxFlowOnes) {
   std::ostringstream out;
   print_broadcast_json(out, summary());

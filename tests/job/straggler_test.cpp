@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <vector>
@@ -195,6 +196,47 @@ TEST(Stragglers, LinksThatMoveNothingAreStalledNotSlow) {
   Feed f(testing::make_grid({4}));
   f.run(10, {{0, 1, 0, 0, 0, true}, {0, 2, 1, 1, 0, true}});
   EXPECT_TRUE(f.found.empty());
+}
+
+TEST(Stragglers, ALinkThatMovesNothingWithDataWaitingIsStalledForAsLongAsItStays) {
+  // Node 3's NICs die: its parents' links into it (1→3, 6→3) keep data
+  // waiting and have nothing acknowledged. A link whose receiver does not
+  // read (held by its window) is not stalled; one that moves is moving.
+  Feed f(testing::make_grid({8}));
+  std::vector<Flow> flows = two_trees(0, false);
+  for (auto& l : flows) {
+    if (l.to == 3) l = {l.from, l.to, l.lane_from, l.lane_to, 0, true};
+    if (l.from == 0 && l.to == 1) l = {0, 1, 0, 0, 0.4 * kLane, true};
+    if (l.from == 0 && l.to == 7) l = {0, 7, 1, 1, 0, true, /*read=*/false};
+  }
+  f.run(2, flows);  // the first report gives no interval: stalled for 1 s so far
+  const auto early = f.watch.links(f.t, milliseconds(1500));
+  EXPECT_TRUE(
+      std::none_of(early.begin(), early.end(), [](const LinkState& l) { return l.stalled; }));
+  f.run(3, flows);
+  std::map<std::pair<int, int>, LinkState> by_pair;
+  for (const auto& l : f.watch.links(f.t, milliseconds(1500))) by_pair[{l.from, l.to}] = l;
+  ASSERT_EQ(by_pair.size(), 3u);  // 1→3 and 6→3 stalled, 0→1 moving; 0→7 held, the rest idle
+  for (auto pair : {std::pair{1, 3}, {6, 3}}) {
+    ASSERT_EQ(by_pair.count(pair), 1u);
+    EXPECT_TRUE(by_pair[pair].stalled);
+    EXPECT_NEAR(by_pair[pair].seconds, 4.0, 1e-6);
+    EXPECT_EQ(by_pair[pair].waiting, kBacklog);
+  }
+  EXPECT_FALSE((by_pair[std::pair{0, 1}].stalled));
+  // It moves again: no longer stalled, and a new stall counts from anew.
+  for (auto& l : flows)
+    if (l.to == 3) l.rate = 0.2 * kLane;
+  f.run(1, flows);
+  for (const auto& l : f.watch.links(f.t, milliseconds(0))) EXPECT_FALSE(l.stalled);
+  for (auto& l : flows)
+    if (l.to == 3) l.rate = 0;
+  f.run(2, flows);
+  for (const auto& l : f.watch.links(f.t, milliseconds(1500))) {
+    if (l.to == 3) {
+      EXPECT_NEAR(l.seconds, 2.0, 1e-6);
+    }
+  }
 }
 
 TEST(Stragglers, ADoneRankIsNeverBehind) {

@@ -56,6 +56,36 @@ TEST(FailureLog, ARanksOwnReportHeadsWhenNothingWasLost) {
   EXPECT_THROW(FailureLog{}.verdict(), std::logic_error);
 }
 
+TEST(FailureLog, RanksCutOffFromTheirPeersAreLostAndHeadTheirPeersReports) {
+  // The ranks below a cut report their parents first; the launcher then
+  // finds who was cut off (job/cut.hpp). A WAN link routed around (rank -1)
+  // heads too, and loses nobody.
+  FailureLog log;
+  log.add(Cause::kReported, "rank 6 (b3) failed: no data from rank 4 (b1) for 4 s");
+  log.add(Cause::kCutOff, "rank 4 (b1) is cut off with site b: WAN link a–b moved nothing", 4);
+  log.add(Cause::kCutOff, "rank 6 (b3) is cut off with site b: WAN link a–b moved nothing", 6);
+  auto v = log.verdict();
+  EXPECT_EQ(v.headline, "rank 4 (b1) is cut off with site b: WAN link a–b moved nothing");
+  EXPECT_TRUE(v.lost_first);
+  ASSERT_EQ(v.lost.size(), 2u);
+  EXPECT_EQ(v.lost[0].rank, 4);
+  EXPECT_EQ(v.lost[1].rank, 6);
+  EXPECT_FALSE(v.lost[0].straggler);
+
+  FailureLog around;
+  around.add(Cause::kReported, "rank 2 (a3) failed: no data from rank 0 (a1) for 4 s");
+  around.add(Cause::kCutOff, "WAN link a–b moved nothing: the others route around it");
+  v = around.verdict();
+  EXPECT_TRUE(v.lost_first);
+  EXPECT_TRUE(v.lost.empty());
+
+  // A death is more telling than a cut: a dead rank's links stall too.
+  FailureLog both;
+  both.add(Cause::kCutOff, "rank 4 (b1) is cut off from its peers", 4);
+  both.add(Cause::kDeath, "rank 5 (b2) was killed by signal 9", 5);
+  EXPECT_EQ(both.verdict().headline, "rank 5 (b2) was killed by signal 9");
+}
+
 // Real processes: rank r runs /bin/sh -c scripts[r] as the leader of a
 // process group of its own, as the launcher's backends start ranks.
 class ShellBackend : public Backend {

@@ -1,8 +1,9 @@
 // Fault injection on the emulated grid (root and namespaces; skipped
 // otherwise): a rank killed with SIGKILL, the root killed, a rank stopped with
-// SIGSTOP, the WAN link taken down mid-broadcast. Every time the launcher exits
-// non-zero naming the failed peer within the deadline, no rank process is left
-// in any namespace, and a new launch on the same testbed works.
+// SIGSTOP, the WAN link taken down mid-broadcast, a node's NICs cut. Every time
+// the launcher exits non-zero naming the failed peer within the deadline (or,
+// where the job may heal, 3 with the others' copies verified), no rank process
+// is left in any namespace, and a new launch on the same testbed works.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -53,7 +54,9 @@ class TestbedFaults : public ::testing::Test {
                                      "--timeout",
                                      std::to_string(kTimeoutSeconds)};
     if (heal) {
-      argv.push_back("--json");
+      // The summary on standard output; -v: a line as each iteration ends
+      // (mid_broadcast waits for the first).
+      argv.insert(argv.end(), {"--json", "-v"});
     } else {
       argv.insert(argv.end(), {"--no-verify", "--require", "all"});
     }
@@ -70,6 +73,19 @@ class TestbedFaults : public ::testing::Test {
         if (!rank.empty()) out[std::stoi(rank)] = pid;
     }
     return out;
+  }
+
+  // Waits (bounded) until a healing job is in its second iteration, so its
+  // connections are up and data moves: a fault then hits links that carry.
+  void mid_broadcast(const TbChild& job) {
+    for (int i = 0; i < 1200; ++i) {
+      if (job.err().find("iteration 1/4:") != std::string::npos) {
+        std::this_thread::sleep_for(200ms);
+        return;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    FAIL() << "the first iteration did not end in 60 s: " << job.err();
   }
 
   void expect_failure_naming(TbChild& launcher, const std::string& who) {
@@ -189,21 +205,133 @@ TEST_F(TestbedFaults, StoppedRankFailsTheJobWithinTheDeadline) {
   expect_a_new_launch_works();
 }
 
-TEST_F(TestbedFaults, WanLinkDownFailsTheJobNamingAPeerAcrossIt) {
+// `gridbcast testbed shape TOPOLOGY WHAT ARGS` (WHAT: a node, or --wan A-B),
+// undone (--reset) however the test ends.
+struct Shaped {
+  std::string file, id;
+  std::vector<std::string> what;
+  int shape(std::vector<std::string> how) const {
+    std::vector<std::string> argv = {kBin, "testbed", "shape", file, "--id", id};
+    argv.insert(argv.end(), what.begin(), what.end());
+    argv.insert(argv.end(), how.begin(), how.end());
+    TbChild c(argv);
+    return c.wait(60s);
+  }
+  ~Shaped() { shape({"--reset"}); }
+};
+
+TEST_F(TestbedFaults, WanLinkDownFailsTheJobNamingTheSiteItCutOff) {
   auto job = start_job();
   auto ranks = ranks_of(*job);
   ASSERT_EQ(ranks.size(), 8u) << job->err();
   std::this_thread::sleep_for(1500ms);
-  const std::string router = guard_->state().routers.at(0);
-  const auto down = testbed::run_command({testbed::ip_path(), "netns", "exec", router,
-                                          testbed::ip_path(), "link", "set", "wan0", "down"});
-  ASSERT_TRUE(down.ok()) << down.err;
-  // Ranks of site b stall waiting for data from site a (or the reverse).
+  Shaped wan{guard_->file(), guard_->id(), {"--wan", "a-b"}};
+  ASSERT_EQ(wan.shape({"--down"}), 0);
+  // Ranks of site b stall waiting for data from site a; the gateways' links
+  // across the WAN had data waiting and nothing acknowledged: site b is cut
+  // off, and with --require all that fails the job.
   const int status = job->wait(std::chrono::seconds(3 * kTimeoutSeconds + 15));
-  testbed::run_command({testbed::ip_path(), "netns", "exec", router, testbed::ip_path(), "link",
-                        "set", "wan0", "up"});
   EXPECT_GT(status, 0) << "the launcher did not fail in time";
+  EXPECT_NE(job->err().find("is cut off with site b: WAN link a–b moved nothing"),
+            std::string::npos)
+      << job->err();
   EXPECT_NE(job->err().find("no progress"), std::string::npos) << job->err();
+  for (const auto& n : guard_->state().nodes)
+    EXPECT_TRUE(testbed::processes_in_netns(n.ns).empty()) << "left behind in " << n.ns;
+}
+
+// Healing, when a loss may be: the WAN link down cuts site b off while its
+// ranks still answer the launcher (on the management network); the four
+// ranks of site a finish (3: completed on the survivors), and the summary
+// names each node of site b and why.
+TEST_F(TestbedFaults, ACutWanLinkLosesTheFarSiteAndTheRootsSiteFinishes) {
+  auto job = start_job(true);
+  auto ranks = ranks_of(*job);
+  ASSERT_EQ(ranks.size(), 8u) << job->err();
+  ASSERT_NO_FATAL_FAILURE(mid_broadcast(*job));
+  Shaped wan{guard_->file(), guard_->id(), {"--wan", "a-b"}};
+  ASSERT_EQ(wan.shape({"--down"}), 0);
+  ASSERT_EQ(job->wait(120s), 3) << job->out() << job->err();
+  const auto j = last_json(job->out());
+  EXPECT_EQ(j["verified"], true) << job->out();
+  EXPECT_EQ(j["ranks"], 4) << job->out();
+  ASSERT_EQ(j["missing"].size(), 4u) << job->out();
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(j["missing"][i]["node"], "b" + std::to_string(i + 1)) << job->out();
+    EXPECT_NE(j["missing"][i]["cause"].get<std::string>().find("cut off with site b"),
+              std::string::npos)
+        << job->out();
+  }
+  for (const auto& n : guard_->state().nodes)
+    EXPECT_TRUE(testbed::processes_in_netns(n.ns).empty()) << "left behind in " << n.ns;
+}
+
+// A node cut off from its peers (its NICs' switch ports down) but not from
+// the launcher: named from its peers' stalled links, not the nodes below it
+// that report it; the 7 others finish.
+TEST_F(TestbedFaults, ANodeCutOffFromItsPeersIsHealedAround) {
+  Shaped b3{guard_->file(), guard_->id(), {"b3"}};
+  auto job = start_job(true);
+  auto ranks = ranks_of(*job);
+  ASSERT_EQ(ranks.size(), 8u) << job->err();
+  ASSERT_NO_FATAL_FAILURE(mid_broadcast(*job));
+  ASSERT_EQ(b3.shape({"--down"}), 0);
+  ASSERT_EQ(job->wait(120s), 3) << job->out() << job->err();
+  const auto j = last_json(job->out());
+  EXPECT_EQ(j["verified"], true) << job->out();
+  EXPECT_EQ(j["ranks"], 7) << job->out();
+  ASSERT_EQ(j["missing"].size(), 1u) << job->out();
+  EXPECT_EQ(j["missing"][0]["node"], "b3");
+  EXPECT_NE(j["missing"][0]["cause"].get<std::string>().find("cut off from its peers"),
+            std::string::npos)
+      << job->out();
+  for (const auto& n : guard_->state().nodes)
+    EXPECT_TRUE(testbed::processes_in_netns(n.ns).empty()) << "left behind in " << n.ns;
+}
+
+// Three sites, each pair joined by a WAN link (site-configs/testbed-triangle.yaml):
+// the broadcast chains a -> b -> c; with a -- b cut mid-broadcast, the job
+// goes on over a -- c and c -- b, and every node ends with its copy (0).
+class TestbedReroute : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!why_no_namespaces().empty()) return;
+    guard_ = new TestbedGuard(kSrc + "/site-configs/testbed-triangle.yaml");
+  }
+  static void TearDownTestSuite() {
+    delete guard_;
+    guard_ = nullptr;
+  }
+  void SetUp() override {
+    GRIDBCAST_REQUIRE_NAMESPACES();
+    ASSERT_NE(guard_, nullptr);
+    ASSERT_TRUE(guard_->ok()) << guard_->log();
+    ::setenv("GRIDBCAST_TESTBED", guard_->state().dir.c_str(), 1);
+  }
+  void TearDown() override { ::unsetenv("GRIDBCAST_TESTBED"); }
+  static TestbedGuard* guard_;
+};
+TestbedGuard* TestbedReroute::guard_ = nullptr;
+
+TEST_F(TestbedReroute, ACutWanLinkWithAnotherPathIsRoutedAroundAndNobodyIsLost) {
+  Shaped wan{guard_->file(), guard_->id(), {"--wan", "a-b"}};
+  TbChild job({kBin, "launch", guard_->file(), "--backend", "netns", "--size", "16MiB",
+               "--iterations", "4", "--timeout", std::to_string(kTimeoutSeconds), "--json", "-v"});
+  for (int i = 0; i < 1200 && job.err().find("iteration 1/4:") == std::string::npos; ++i)
+    std::this_thread::sleep_for(50ms);
+  ASSERT_NE(job.err().find("iteration 1/4:"), std::string::npos) << job.err();
+  ASSERT_EQ(wan.shape({"--down"}), 0);
+  ASSERT_EQ(job.wait(120s), 0) << job.out() << job.err();
+  const auto j = last_json(job.out());
+  EXPECT_EQ(j["verified"], true) << job.out();
+  EXPECT_EQ(j["complete"], true) << job.out();
+  EXPECT_EQ(j["ranks"], 6) << job.out();
+  ASSERT_EQ(j["routed_around"].size(), 1u) << job.out();
+  EXPECT_EQ(j["routed_around"][0]["sites"], (nlohmann::json{"a", "b"})) << job.out();
+  EXPECT_NE(j["routed_around"][0]["cause"].get<std::string>().find("WAN link a–b moved nothing"),
+            std::string::npos)
+      << job.out();
+  EXPECT_NE(job.err().find("healing: the others go on around it"), std::string::npos) << job.err();
   for (const auto& n : guard_->state().nodes)
     EXPECT_TRUE(testbed::processes_in_netns(n.ns).empty()) << "left behind in " << n.ns;
 }

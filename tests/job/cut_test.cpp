@@ -1,0 +1,161 @@
+// explain_cut: which nodes and WAN links a broadcast lost when links stop
+// moving while every rank still answers the launcher (job/cut.hpp). The
+// links here are what StragglerWatch::links gives at the first failure.
+#include "job/cut.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "support/grids.hpp"
+#include "topology/emit.hpp"
+#include "topology/loader.hpp"
+#include "topology/plan/plan.hpp"
+#include "topology/plan/verify.hpp"
+
+namespace gridbcast::job {
+namespace {
+
+LinkState stalled(int from, int to) {
+  return {from, to, true, 4.0, 1u << 20};
+}
+LinkState moving(int from, int to) {
+  return {from, to, false, 0, 0};
+}
+
+std::vector<int> ranks_of(const CutVerdict& v) {
+  std::vector<int> out;
+  for (const auto& n : v.cut_off) out.push_back(n.rank);
+  return out;
+}
+
+// Two sites of four: s0n0..s0n3 are ranks 0-3, s1n0..s1n3 ranks 4-7.
+TEST(CutOff, AWanLinkThatMovesNothingLosesTheFarSiteNotTheGatewaysThatFeedIt) {
+  const auto g = testing::make_grid({4, 4});
+  // Site s0's trees still move; its gateways' links across the WAN stall;
+  // site s1's links are idle (nothing reaches it to forward).
+  const CutVerdict v =
+      explain_cut(g, 0, {moving(0, 1), moving(0, 2), moving(1, 3), stalled(2, 4), stalled(3, 5)});
+  EXPECT_EQ(ranks_of(v), (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_TRUE(v.routed_around.empty());
+  for (const auto& n : v.cut_off) {
+    EXPECT_NE(n.cause.find("cut off with site s1: WAN link s0–s1 moved nothing for 4.0 s"),
+              std::string::npos)
+        << n.cause;
+    EXPECT_NE(n.cause.find("rank 2 (s0n2) to rank 4 (s1n0)"), std::string::npos) << n.cause;
+  }
+}
+
+TEST(CutOff, OneGatewayFeedingBothTreesAcrossADeadWanIsNotBlamed) {
+  // Node 2 has two stalled links, each receiver one: across sites that
+  // says the WAN, not node 2.
+  const auto g = testing::make_grid({4, 4});
+  const CutVerdict v = explain_cut(g, 0, {moving(0, 2), stalled(2, 4), stalled(2, 5)});
+  EXPECT_EQ(ranks_of(v), (std::vector<int>{4, 5, 6, 7}));
+}
+
+TEST(CutOff, AWanLinkThatStillCarriesALinkBlamesTheReceiverNotTheWan) {
+  const auto g = testing::make_grid({4, 4});
+  const CutVerdict v = explain_cut(g, 0, {moving(0, 2), stalled(2, 4), moving(3, 5)});
+  EXPECT_EQ(ranks_of(v), (std::vector<int>{4}));
+  ASSERT_EQ(v.cut_off.size(), 1u);
+  EXPECT_NE(v.cut_off[0].cause.find("cut off from its peers: its links (rank 2 (s0n2) to rank 4 "
+                                    "(s1n0)) moved nothing for 4.0 s"),
+            std::string::npos)
+      << v.cut_off[0].cause;
+  EXPECT_TRUE(v.routed_around.empty());
+}
+
+TEST(CutOff, ANodeWhoseNicsDiedIsBlamedNotItsParentsOrChildren) {
+  // Multilane over 8 nodes (job/straggler_test.cpp's two trees): node 3 is
+  // fed by 1 (lane 0) and 6 (lane 1) and feeds 7; all three links stall.
+  const auto g = testing::make_grid({8});
+  const CutVerdict v =
+      explain_cut(g, 0,
+                  {moving(0, 1), moving(0, 2), moving(1, 4), moving(2, 5), stalled(1, 3),
+                   stalled(6, 3), stalled(3, 7), moving(0, 7), moving(7, 5)});
+  EXPECT_EQ(ranks_of(v), (std::vector<int>{3}));
+}
+
+TEST(CutOff, ALoneStalledLinkInsideASiteIsBlamedOnItsReceiver) {
+  const auto g = testing::make_grid({8});
+  EXPECT_EQ(ranks_of(explain_cut(g, 0, {moving(0, 1), stalled(1, 3)})), (std::vector<int>{3}));
+}
+
+TEST(CutOff, TheRootCutOffIsNamed) {
+  const auto g = testing::make_grid({8});
+  const CutVerdict v = explain_cut(g, 0, {stalled(0, 1), stalled(0, 2), moving(1, 3)});
+  EXPECT_EQ(ranks_of(v), (std::vector<int>{0}));
+}
+
+TEST(CutOff, ASiteBeyondADeadLinkGoesWithItButTheSiteBeforeStays) {
+  // s0 -- s1 -- s2 (ranks 0-1, 2-3, 4-5): s1's gateway to s2 stalls while
+  // s0 still feeds s1.
+  const auto g = testing::make_grid({2, 2, 2});
+  const CutVerdict v = explain_cut(g, 0, {moving(1, 2), moving(2, 3), stalled(3, 4)});
+  EXPECT_EQ(ranks_of(v), (std::vector<int>{4, 5}));
+  EXPECT_NE(v.cut_off[0].cause.find("WAN link s1–s2"), std::string::npos) << v.cut_off[0].cause;
+}
+
+TEST(CutOff, OfAMultiHopPathTheLinkNoMovingLinkCrossesIsBlamed) {
+  // s0 sends to s2 directly over two hops (s0–s1–s2) while s0→s1 moves:
+  // s1–s2 is the dead one.
+  const auto g = testing::make_grid({2, 2, 2});
+  const CutVerdict v = explain_cut(g, 0, {moving(0, 2), stalled(1, 4)});
+  EXPECT_EQ(ranks_of(v), (std::vector<int>{4, 5}));
+  EXPECT_NE(v.cut_off[0].cause.find("WAN link s1–s2"), std::string::npos) << v.cut_off[0].cause;
+}
+
+TEST(CutOff, AWanLinkWithAnotherPathIsRoutedAroundAndNobodyIsLost) {
+  // A triangle: s0–s1, s1–s2, and s0–s2. s0–s1 dies; s2 still reaches s1.
+  auto g = testing::make_grid({2, 2, 2});
+  topology::WanLink back = g.wan.front();
+  back.site_a = 0;
+  back.site_b = 2;
+  g.wan.push_back(back);
+  const CutVerdict v = explain_cut(g, 0, {moving(0, 1), stalled(1, 2), moving(0, 4)});
+  EXPECT_TRUE(v.cut_off.empty());
+  ASSERT_EQ(v.routed_around.size(), 1u);
+  EXPECT_EQ(v.routed_around[0].site_a, 0);
+  EXPECT_EQ(v.routed_around[0].site_b, 1);
+  EXPECT_NE(v.routed_around[0].cause.find("WAN link s0–s1 moved nothing for 4.0 s"),
+            std::string::npos);
+
+  // What the launcher runs next: the topology without it, as every rank
+  // loads it, chains the sites over the links that remain, and its plan
+  // holds the plan properties.
+  std::erase_if(g.wan, [](const topology::WanLink& l) { return l.site_a == 0 && l.site_b == 1; });
+  const topology::Grid next = topology::load_grid_string(topology::grid_to_yaml(g), "healed");
+  EXPECT_EQ(next.wan.size(), 2u);
+  EXPECT_EQ(next.site_chain(0), (std::vector<int>{0, 2, 1}));
+  const auto plan = topology::build_plan(next, topology::Algorithm::kMultilane, 0, 1u << 20);
+  const auto check = topology::verify_plan(next, plan);
+  EXPECT_TRUE(check.ok()) << (check.errors.empty() ? "" : check.errors.front());
+  for (const auto& t : plan.transfers)
+    EXPECT_FALSE((next.site_of(t.from) == 0 && next.site_of(t.to) == 1) ||
+                 (next.site_of(t.from) == 1 && next.site_of(t.to) == 0))
+        << "a transfer over the dead link: " << t.from << " to " << t.to;
+}
+
+TEST(CutOff, NothingStalledIsNoVerdict) {
+  const auto g = testing::make_grid({4, 4});
+  EXPECT_TRUE(explain_cut(g, 0, {moving(0, 1), moving(2, 4)}).empty());
+  EXPECT_TRUE(explain_cut(g, 0, {}).empty());
+  // Links outside the grid (the watch refuses them first) count for nothing.
+  EXPECT_TRUE(explain_cut(g, 0, {stalled(-1, 2), stalled(3, 8), stalled(5, 5)}).empty());
+}
+
+TEST(CutOff, ACauseStaysOneShortLineHoweverManyLinksStall) {
+  // A node with hundreds of stalled links: the cause lists four, then counts.
+  const auto g = testing::make_grid({300});
+  std::vector<LinkState> links;
+  for (int r = 1; r < 300; ++r) links.push_back(stalled(r, 0));
+  const CutVerdict v = explain_cut(g, 5, links);
+  ASSERT_EQ(ranks_of(v), (std::vector<int>{0}));
+  EXPECT_LT(v.cut_off[0].cause.size(), 400u);
+  EXPECT_NE(v.cut_off[0].cause.find("and 295 more"), std::string::npos) << v.cut_off[0].cause;
+}
+
+}  // namespace
+}  // namespace gridbcast::job
