@@ -28,9 +28,20 @@ std::string evidence(const topology::Grid& g, const std::vector<const LinkState*
   constexpr size_t kListed = 4;
   std::string text;
   for (size_t i = 0; i < links.size() && i < kListed; ++i)
-    text += (i ? ", " : "") + who(g, links[i]->from) + " to " + who(g, links[i]->to);
+    text += (i ? ", " : "") + who(g, links[i]->from) + " to " + who(g, links[i]->to) +
+            (links[i]->connecting ? " connecting" : "");
   if (links.size() > kListed) text += " and " + std::to_string(links.size() - kListed) + " more";
   return text;
+}
+
+// How the links stalled: "with data waiting", "with its connections
+// unanswered", or both.
+std::string how(const std::vector<const LinkState*>& links) {
+  bool waiting = false, connecting = false;
+  for (const auto* l : links) (l->connecting ? connecting : waiting) = true;
+  return waiting && connecting ? "with data waiting or connections unanswered"
+         : connecting          ? "with its connections unanswered"
+                               : "with data waiting";
 }
 
 double longest(const std::vector<const LinkState*>& links) {
@@ -132,7 +143,7 @@ CutVerdict explain_cut(const topology::Grid& grid, int root, const std::vector<L
     const auto it = blamed_wan.find(&w);
     if (it == blamed_wan.end()) continue;
     const std::string what = "WAN link " + wan_name(grid, w) + " moved nothing for " +
-                             seconds_text(longest(it->second)) + " with data waiting (" +
+                             seconds_text(longest(it->second)) + " " + how(it->second) + " (" +
                              evidence(grid, it->second) + ")";
     if (reached[static_cast<size_t>(w.site_a)] && reached[static_cast<size_t>(w.site_b)])
       v.routed_around.push_back({w.site_a, w.site_b, what});
@@ -147,7 +158,7 @@ CutVerdict explain_cut(const topology::Grid& grid, int root, const std::vector<L
     } else if (const auto it = blamed_nodes.find(r); it != blamed_nodes.end()) {
       v.cut_off.push_back({r, "cut off from its peers: its links (" + evidence(grid, it->second) +
                                   ") moved nothing for " + seconds_text(longest(it->second)) +
-                                  " with data waiting"});
+                                  " " + how(it->second)});
     }
   }
   return v;

@@ -7,8 +7,9 @@
 // reports name the victims as readily as the culprit. The senders' kernels
 // tell them apart (job/straggler.hpp): a link that is *stalled* had data
 // waiting, was not held back by its receiver's window, and had nothing
-// acknowledged for seconds, which a live network never does; the links
-// below a cut are idle, not stalled (their senders have nothing to send).
+// acknowledged for seconds, or had its connections unanswered as long,
+// which a live network never does; the links below a cut are idle, not
+// stalled (their senders have nothing to send).
 //
 //        a1 ──► a3 ══╳══► b1 ──► b3        a3→b1 stalled: WAN link a–b,
 //         │           └──► b2 ──► b4        unless a link across it still
@@ -46,7 +47,8 @@ struct LinkState {
   int from = -1, to = -1;
   bool stalled = false;
   double seconds = 0;         // stalled: for how long
-  std::uint64_t waiting = 0;  // stalled: bytes not yet sent
+  std::uint64_t waiting = 0;  // stalled: bytes not yet sent or not yet acknowledged
+  bool connecting = false;    // stalled: no stream of it up, its connections unanswered
 };
 
 struct CutVerdict {

@@ -330,7 +330,9 @@ std::string encode_body(const ToLauncher& m) {
                          .u16(l.streams)
                          .u64(l.bytes_acked)
                          .u64(l.notsent_bytes)
-                         .u64(l.rwnd_limited_us);
+                         .u64(l.rwnd_limited_us)
+                         .u64(l.unacked_bytes)
+                         .u8(l.connecting ? 1 : 0);
                    return w.take();
                  },
                  [](const Done& d) {
@@ -536,9 +538,15 @@ ToLauncher decode_to_launcher(const std::string& body) {
         l.bytes_acked = r.u64();
         l.notsent_bytes = r.u64();
         l.rwnd_limited_us = r.u64();
+        l.unacked_bytes = r.u64();
+        const std::uint8_t connecting = r.u8();
+        if (connecting > 1) r.fail("a link whose state is " + std::to_string(connecting));
+        l.connecting = connecting == 1;
         // What a kernel can hold unsent for one peer: a socket buffer per stream.
         if (l.notsent_bytes > (std::uint64_t{1} << 40))
           r.fail("a link with " + std::to_string(l.notsent_bytes) + " bytes unsent");
+        if (l.unacked_bytes > (std::uint64_t{1} << 40))
+          r.fail("a link with " + std::to_string(l.unacked_bytes) + " bytes unacknowledged");
         p.links.push_back(l);
       }
       r.end();

@@ -100,6 +100,9 @@ struct LinkReport {
   std::uint64_t bytes_acked = 0;
   std::uint64_t notsent_bytes = 0;
   std::uint64_t rwnd_limited_us = 0;  // the peer's window held them back, summed over streams
+  std::uint64_t unacked_bytes = 0;    // sent and not yet acknowledged
+  // No stream up yet: `streams` connections being made, the figures 0.
+  bool connecting = false;
 };
 // Links in one Progress message: a rank with more sends the most backlogged.
 inline constexpr std::uint32_t kMaxLinkReports = 1024;

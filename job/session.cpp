@@ -78,7 +78,10 @@ std::vector<control::LinkReport> link_reports(const runtime::Communicator& comm)
   if (samples.size() > control::kMaxLinkReports) {
     std::partial_sort(
         samples.begin(), samples.begin() + control::kMaxLinkReports, samples.end(),
-        [](const auto& a, const auto& b) { return a.notsent_bytes > b.notsent_bytes; });
+        [](const auto& a, const auto& b) {
+          // Links not yet up tell of a cut as much as the most backlogged.
+          return a.connecting != b.connecting ? a.connecting : a.notsent_bytes > b.notsent_bytes;
+        });
     samples.resize(control::kMaxLinkReports);
   }
   std::vector<control::LinkReport> links;
@@ -87,7 +90,7 @@ std::vector<control::LinkReport> link_reports(const runtime::Communicator& comm)
     links.push_back(
         {l.peer, static_cast<std::uint8_t>(l.lane_from), static_cast<std::uint8_t>(l.lane_to),
          static_cast<std::uint16_t>(std::clamp(l.streams, 1, int{control::kMaxLinkStreams})),
-         l.bytes_acked, l.notsent_bytes, l.rwnd_limited_us});
+         l.bytes_acked, l.notsent_bytes, l.rwnd_limited_us, l.unacked_bytes, l.connecting});
   return links;
 }
 

@@ -38,7 +38,16 @@ void StragglerWatch::report(int sender, Clock::time_point now,
   for (const auto& r : links) {
     const Key key{sender, r.peer, r.lane_from, r.lane_to};
     Link l{r.bytes_acked, r.notsent_bytes, r.rwnd_limited_us, now, now, 0, false, false};
-    if (auto it = before.find(key); it != before.end()) {
+    l.unacked = r.unacked_bytes;
+    l.connecting = r.connecting;
+    if (auto it = before.find(key); it != before.end() && r.connecting) {
+      // Still being connected: nothing answers it (a peer that listens
+      // answers within a round trip).
+      if (it->second.connecting)
+        l.stalled_since = it->second.stalled_since != Clock::time_point{}
+                              ? it->second.stalled_since
+                              : it->second.at;
+    } else if (it != before.end()) {
       const double dt = std::chrono::duration<double>(now - it->second.at).count();
       // A count that went back is a new connection: no rate until the next.
       if (dt > 0 && r.bytes_acked >= it->second.acked && r.rwnd_limited_us >= it->second.rwnd_us) {
@@ -49,7 +58,9 @@ void StragglerWatch::report(int sender, Clock::time_point now,
         l.from = std::max(it->second.at, now - rule_.fresh);
         const double held_s = static_cast<double>(r.rwnd_limited_us - it->second.rwnd_us) / 1e6;
         l.held = held_s >= rule_.held_fraction * dt * std::max<int>(1, r.streams);
-        if (r.bytes_acked == it->second.acked && r.notsent_bytes >= rule_.backlog_bytes && !l.held)
+        // Stalled: data waits or is in flight, and nothing is acknowledged.
+        if (r.bytes_acked == it->second.acked &&
+            (r.notsent_bytes >= rule_.backlog_bytes || r.unacked_bytes > 0) && !l.held)
           l.stalled_since = it->second.stalled_since != Clock::time_point{}
                                 ? it->second.stalled_since
                                 : it->second.at;
@@ -212,7 +223,7 @@ std::vector<LinkState> StragglerWatch::links(Clock::time_point now,
     if (!stalled && !(l.rated && l.rate > 0)) continue;
     LinkState s{from, to, stalled,
                 stalled ? std::chrono::duration<double>(l.at - l.stalled_since).count() : 0,
-                stalled ? l.notsent : 0};
+                stalled ? l.notsent + l.unacked : 0, stalled && l.connecting};
     auto [it, added] = by_pair.emplace(std::pair{from, to}, s);
     if (!added && s.stalled && (!it->second.stalled || s.seconds > it->second.seconds))
       it->second = s;

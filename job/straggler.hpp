@@ -99,9 +99,10 @@ class StragglerWatch {
   // figures behind a verdict, for the log; at most 8 links, then a count.
   std::string describe_links(int rank, Clock::time_point now) const;
   // Each pair's links as their latest fresh reports at `now` found them
-  // (job/cut.hpp): stalled (data waiting, not held by the receiver's
-  // window, nothing acknowledged in every report for at least `at_least`:
-  // a cut cable, a dead NIC or WAN link) or moving (something acknowledged
+  // (job/cut.hpp): stalled (data waiting or in flight, not held by the
+  // receiver's window, nothing acknowledged in every report for at least `at_least`,
+  // or still being connected in every report for as long: a cut cable, a
+  // dead NIC or WAN link) or moving (something acknowledged
   // since the report before); idle pairs are left out.
   std::vector<LinkState> links(Clock::time_point now, Clock::duration at_least) const;
   // The links remembered: at most one message's worth a rank.
@@ -120,6 +121,8 @@ class StragglerWatch {
     // Since when every report has found it backlogged, unheld and moving
     // nothing (the start of the first such interval); {} while it moves.
     Clock::time_point stalled_since{};
+    bool connecting = false;  // no stream up yet: its connections are being made
+    std::uint64_t unacked = 0;  // sent, not yet acknowledged
   };
   using Key = std::tuple<int, int, int, int>;  // from, to, lane_from, lane_to
   struct Behind {

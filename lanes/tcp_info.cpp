@@ -2,8 +2,10 @@
 // <netinet/tcp.h> (which Asio includes) in one translation unit.
 #include "lanes/tcp_info.hpp"
 
+#include <linux/sockios.h>
 #include <linux/tcp.h>
 #include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <cstddef>
@@ -28,7 +30,11 @@ std::optional<TcpSendState> tcp_send_state(int fd) {
       len < offsetof(tcp_info, tcpi_bytes_acked) + sizeof info.tcpi_bytes_acked ||
       len < offsetof(tcp_info, tcpi_rwnd_limited) + sizeof info.tcpi_rwnd_limited)
     return std::nullopt;
-  return TcpSendState{info.tcpi_bytes_acked, info.tcpi_notsent_bytes, info.tcpi_rwnd_limited};
+  int queued = 0;  // unacknowledged and unsent together
+  if (::ioctl(fd, SIOCOUTQ, &queued) != 0 || queued < 0) queued = 0;
+  const auto q = static_cast<std::uint64_t>(queued);
+  return TcpSendState{info.tcpi_bytes_acked, info.tcpi_notsent_bytes, info.tcpi_rwnd_limited,
+                      q > info.tcpi_notsent_bytes ? q - info.tcpi_notsent_bytes : 0};
 }
 
 }  // namespace gridbcast::lanes

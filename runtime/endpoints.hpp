@@ -31,6 +31,10 @@ struct LinkSample {
   std::uint64_t bytes_acked = 0;
   std::uint64_t notsent_bytes = 0;
   std::uint64_t rwnd_limited_us = 0;
+  std::uint64_t unacked_bytes = 0;  // sent, not yet acknowledged
+  // No stream of the link is up yet: `streams` connections are being made
+  // (a peer that never answers them is cut off, job/cut.hpp); the figures are 0.
+  bool connecting = false;
 };
 
 struct JobCredentials {

@@ -150,6 +150,20 @@ asio::awaitable<lanes::Stream*> Transport::outgoing(LinkKey key,
     co_return a;
   };
   using namespace asio::experimental::awaitable_operators;
+  struct Listed {  // while the connection is being made, however that ends
+    std::shared_ptr<Connecting> set;
+    std::multiset<LinkKey>::iterator at;
+    Listed(std::shared_ptr<Connecting> s, LinkKey k) : set(std::move(s)) {
+      std::lock_guard lock(set->mu);
+      at = set->keys.insert(k);
+    }
+    Listed(const Listed&) = delete;
+    Listed& operator=(const Listed&) = delete;
+    ~Listed() {
+      std::lock_guard lock(set->mu);
+      set->keys.erase(at);
+    }
+  } listed(connecting_, key);
   auto raced = co_await (attempt(lanes::connect_authenticated(
                              me.lane_nic(key.lane_from).address, remote, hello, creds_, deadline,
                              describe(key.peer, key.lane_to), tls ? &*tls : nullptr,
@@ -206,12 +220,27 @@ std::vector<LinkSample> Transport::link_samples() const {
     if (!state) continue;
     if (samples.empty() || samples.back().peer != k.peer ||
         samples.back().lane_from != k.lane_from || samples.back().lane_to != k.lane_to)
-      samples.push_back({k.peer, k.lane_from, k.lane_to, 0, 0, 0, 0});
+      samples.push_back({k.peer, k.lane_from, k.lane_to, 0, 0, 0, 0, 0});
     auto& sample = samples.back();
     ++sample.streams;
     sample.bytes_acked += state->bytes_acked;
     sample.notsent_bytes += state->notsent_bytes;
     sample.rwnd_limited_us += state->rwnd_limited_us;
+    sample.unacked_bytes += state->unacked_bytes;
+  }
+  // Links none of whose streams is up yet, but being connected.
+  std::lock_guard listed(connecting_->mu);
+  for (const LinkKey& k : connecting_->keys) {
+    if (k.stream == kMessageStream) continue;
+    const auto same = [&](const LinkSample& s) {
+      return s.peer == k.peer && s.lane_from == k.lane_from && s.lane_to == k.lane_to;
+    };
+    auto it = std::find_if(samples.begin(), samples.end(), same);
+    if (it == samples.end()) {
+      samples.push_back({k.peer, k.lane_from, k.lane_to, 0, 0, 0, 0, 0, true});
+      it = samples.end() - 1;
+    }
+    if (it->connecting) ++it->streams;
   }
   return samples;
 }

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -97,6 +98,13 @@ class Transport {
   // Held where out_ gains a connection or its sockets close, and while
   // link_samples() reads them from another thread.
   mutable std::mutex out_mu_;
+  // The outgoing connections being made, for link_samples; shared with the
+  // connecting coroutines, whose frames may outlive the Transport.
+  struct Connecting {
+    std::mutex mu;
+    std::multiset<LinkKey> keys;
+  };
+  std::shared_ptr<Connecting> connecting_ = std::make_shared<Connecting>();
   std::map<LinkKey, std::unique_ptr<lanes::Stream>> in_;
   lanes::RejectionLog rejections_;
   std::string failure_;

@@ -6,12 +6,18 @@ both times, their ratio, what the healed run sent again, and whether every
 surviving copy verified (and the exit status, 3: completed on the survivors).
 With --slow RATE the victim's links are shaped to RATE instead (`gridbcast
 testbed shape`): a straggler, set aside while the others finish; it prints
-when the others were done and when the straggler was. --log FILE keeps the
+when the others were done and when the straggler was. With --cut the
+victim's NICs are cut instead (`testbed shape NODE --down`: its rank still
+answers the launcher), with --cut-wan A-B the WAN link between sites A and B
+(`testbed shape --wan A-B --down`): the ranks' progress deadline (--timeout)
+notices, the launcher names who was cut off from the senders' stalled links,
+and the others heal around it (or, where another WAN path exists, every node
+finishes over it). --log FILE keeps the
 second run's standard error, with timestamps. Needs root. Brings its own testbed up and down; removes the source and the
 copies at the end, also on failure.
 
-  scripts/bench_heal.py [TOPOLOGY] [--size 512MiB] [--victim w3] [--at 0.3] [--slow 10Mbit]
-                       [--dir /var/tmp] [--log FILE]
+  scripts/bench_heal.py [TOPOLOGY] [--size 512MiB] [--victim w3] [--at 0.3]
+                       [--slow 10Mbit | --cut | --cut-wan A-B] [--timeout S] [--dir /var/tmp] [--log FILE]
 """
 import argparse, json, os, shutil, signal, subprocess, sys, tempfile, threading, time
 
@@ -43,6 +49,8 @@ def launch(args, src, out_dir, env, victim=None, at=None, timeout=3600, tb_id=No
     --slow, its node's links are shaped to that rate)."""
     cmd = [BIN, "launch", args.topology, "--backend", "netns", "--file", src,
            "--output", os.path.join(out_dir, "{node}", "copy"), "--json"]
+    if args.timeout:
+        cmd += ["--timeout", str(args.timeout)]
     t0 = time.monotonic()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     lines, others_done = [], []
@@ -58,9 +66,10 @@ def launch(args, src, out_dir, env, victim=None, at=None, timeout=3600, tb_id=No
     if victim is not None:
         while time.monotonic() - t0 < at and p.poll() is None:
             time.sleep(0.01)
-        if args.slow:
-            shaped = subprocess.run([BIN, "testbed", "shape", args.topology, args.victim,
-                                     "--bandwidth", args.slow, "--id", tb_id],
+        if args.slow or args.cut or args.cut_wan:
+            what = (["--wan", args.cut_wan] if args.cut_wan else [args.victim]) + \
+                   (["--bandwidth", args.slow] if args.slow else ["--down"])
+            shaped = subprocess.run([BIN, "testbed", "shape", args.topology, *what, "--id", tb_id],
                                     capture_output=True, text=True)
             if shaped.returncode != 0:
                 p.kill()
@@ -91,8 +100,14 @@ def main():
     ap.add_argument("--dir", default="/var/tmp")
     ap.add_argument("--slow", metavar="RATE",
                     help="shape the victim's links to RATE (10Mbit) instead of killing it")
+    ap.add_argument("--cut", action="store_true",
+                    help="cut the victim's NICs (its rank still answers the launcher) instead of killing it")
+    ap.add_argument("--cut-wan", metavar="A-B", help="cut the WAN link between sites A and B instead")
+    ap.add_argument("--timeout", type=float, help="the launch's progress deadline (--timeout S)")
     ap.add_argument("--log", help="write the healed run's standard error here (with -v and timestamps)")
     args = ap.parse_args()
+    if sum(map(bool, (args.slow, args.cut, args.cut_wan))) > 1:
+        ap.error("say at most one of --slow, --cut and --cut-wan")
     require_binary("bench_heal")
     if emulated_grid_unavailable("bench_heal"):
         return SKIP
@@ -125,7 +140,7 @@ def main():
                                                    victim, args.at * base, tb_id=tb_id)
         if args.log:
             with open(args.log, "w") as f:
-                f.write(f"# {'slowed' if args.slow else 'killed'} at {hit:.2f} s after the start\n" + err)
+                f.write(f"# {'slowed' if args.slow else 'cut' if args.cut or args.cut_wan else 'killed'} at {hit:.2f} s after the start\n" + err)
         resent = next((l.split("resume: ", 1)[1] for l in err.splitlines() if "resume: sent" in l), "?")
         if args.slow:
             st = s1.get("stragglers", [])
@@ -137,6 +152,14 @@ def main():
                   f"the others' run {resent}")
             return 0 if rc == 0 and s1.get("verified") and st else 1
         missing = [m["node"] for m in s1.get("missing", [])]
+        if args.cut or args.cut_wan:
+            around = [" ".join(w["sites"]) for w in s1.get("routed_around", [])]
+            what = f"WAN link {args.cut_wan}" if args.cut_wan else f"{args.victim} (rank {victim})"
+            print(f"{what} cut at {hit:.2f} s: exit status {rc}, {healed:.2f} s in all = "
+                  f"{healed / base:.2f} x the undisturbed time; {s1.get('ranks')} ranks verified "
+                  f"{s1.get('verified')}, missing {missing}, routed around {around}; "
+                  f"the healed run {resent}")
+            return 0 if rc in (0, 3) and s1.get("verified") and (missing or around) else 1
         print(f"{args.victim} (rank {victim}) killed at {hit:.2f} s: exit status {rc}, "
               f"{healed:.2f} s in all = {healed / base:.2f} x the undisturbed time; "
               f"{s1.get('ranks')} surviving ranks verified {s1.get('verified')}, missing {missing}; "

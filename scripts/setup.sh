@@ -4,15 +4,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# What gridbcast itself builds and tests with (docker/Dockerfile installs the same,
-# but nftables: `gridbcast testbed shape --wan` cuts a WAN link of the emulated grid with it).
+# What gridbcast itself builds and tests with (docker/Dockerfile installs the same).
 packages=(g++ cmake ninja-build pkg-config libasio-dev libyaml-cpp-dev libssl-dev libzstd-dev
-          libgtest-dev libcli11-dev nlohmann-json3-dev iproute2 iputils-ping nftables python3)
+          libgtest-dev libcli11-dev nlohmann-json3-dev iproute2 iputils-ping python3)
 # MPICH and Open MPI: the MPI providers and their tests, and the MPI peers the
 # benchmarks compare with (docs/MPI.md). Not in the container image, which runs
 # the broadcast, not MPI applications.
 # python3-mpi4py (linked against Open MPI) and python3-numpy: the mpi4py test
 # of the provider (tests/mpi/mpi4py_bcast.py).
+# nftables: `gridbcast testbed shape --wan A-B --down` cuts a WAN link of the
+# emulated grid with it (not in the container image, which needs no testbed).
+testbed_packages=(nftables)
 mpi_packages=(mpich libmpich-dev openmpi-bin libopenmpi-dev python3-mpi4py python3-numpy)
 # slurm-wlm and munge: the test against a real Slurm (scripts/test_slurm.sh
 # starts its own daemons under a temporary directory; the packaged services
@@ -28,7 +30,7 @@ file_peer_packages=(pdsh clustershell openssh-server openssh-client)
 # `podman system service` and makes the Debian 12 base image with debootstrap).
 container_packages=(podman runc docker-compose debootstrap)
 missing=()
-for p in "${packages[@]}" "${mpi_packages[@]}" "${slurm_packages[@]}" "${file_peer_packages[@]}" \
+for p in "${packages[@]}" "${testbed_packages[@]}" "${mpi_packages[@]}" "${slurm_packages[@]}" "${file_peer_packages[@]}" \
          "${container_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done

