@@ -115,6 +115,12 @@ def main():
     nodes = [n["name"] for n in json.loads(names.stdout)["nodes"]] if names.returncode == 0 else []
     if args.victim not in nodes:
         sys.exit(f"bench_heal: no node {args.victim} in {args.topology}")
+    if args.cut_wan:
+        sites = {n["site"] for n in json.loads(names.stdout)["nodes"]}
+        if not any(args.cut_wan[:i] in sites and args.cut_wan[i + 1:] in sites
+                   for i, c in enumerate(args.cut_wan) if c == "-"):
+            sys.exit(f"bench_heal: --cut-wan {args.cut_wan} names no two sites of {args.topology} "
+                     f"({', '.join(sorted(sites))})")
     victim = nodes.index(args.victim)
     tb_id = f"heal{os.getpid()}"
     env = dict(os.environ, GRIDBCAST_TESTBED_ID=tb_id)
