@@ -157,8 +157,8 @@ CutVerdict explain_cut(const topology::Grid& grid, int root, const std::vector<L
                                   ": " + dead_links});
     } else if (const auto it = blamed_nodes.find(r); it != blamed_nodes.end()) {
       v.cut_off.push_back({r, "cut off from its peers: its links (" + evidence(grid, it->second) +
-                                  ") moved nothing for " + seconds_text(longest(it->second)) +
-                                  " " + how(it->second)});
+                                  ") moved nothing for " + seconds_text(longest(it->second)) + " " +
+                                  how(it->second)});
     }
   }
   return v;

@@ -76,12 +76,12 @@ std::string checked_secret(std::string secret, const std::string& from) {
 std::vector<control::LinkReport> link_reports(const runtime::Communicator& comm) {
   std::vector<runtime::LinkSample> samples = comm.link_samples();
   if (samples.size() > control::kMaxLinkReports) {
-    std::partial_sort(
-        samples.begin(), samples.begin() + control::kMaxLinkReports, samples.end(),
-        [](const auto& a, const auto& b) {
-          // Links not yet up tell of a cut as much as the most backlogged.
-          return a.connecting != b.connecting ? a.connecting : a.notsent_bytes > b.notsent_bytes;
-        });
+    std::partial_sort(samples.begin(), samples.begin() + control::kMaxLinkReports, samples.end(),
+                      [](const auto& a, const auto& b) {
+                        // Links not yet up tell of a cut as much as the most backlogged.
+                        return a.connecting != b.connecting ? a.connecting
+                                                            : a.notsent_bytes > b.notsent_bytes;
+                      });
     samples.resize(control::kMaxLinkReports);
   }
   std::vector<control::LinkReport> links;

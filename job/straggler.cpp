@@ -44,9 +44,8 @@ void StragglerWatch::report(int sender, Clock::time_point now,
       // Still being connected: nothing answers it (a peer that listens
       // answers within a round trip).
       if (it->second.connecting)
-        l.stalled_since = it->second.stalled_since != Clock::time_point{}
-                              ? it->second.stalled_since
-                              : it->second.at;
+        l.stalled_since = it->second.stalled_since != Clock::time_point{} ? it->second.stalled_since
+                                                                          : it->second.at;
     } else if (it != before.end()) {
       const double dt = std::chrono::duration<double>(now - it->second.at).count();
       // A count that went back is a new connection: no rate until the next.
@@ -221,9 +220,12 @@ std::vector<LinkState> StragglerWatch::links(Clock::time_point now,
     const bool stalled =
         l.stalled_since != Clock::time_point{} && l.at - l.stalled_since >= at_least;
     if (!stalled && !(l.rated && l.rate > 0)) continue;
-    LinkState s{from, to, stalled,
+    LinkState s{from,
+                to,
+                stalled,
                 stalled ? std::chrono::duration<double>(l.at - l.stalled_since).count() : 0,
-                stalled ? l.notsent + l.unacked : 0, stalled && l.connecting};
+                stalled ? l.notsent + l.unacked : 0,
+                stalled && l.connecting};
     auto [it, added] = by_pair.emplace(std::pair{from, to}, s);
     if (!added && s.stalled && (!it->second.stalled || s.seconds > it->second.seconds))
       it->second = s;

@@ -121,7 +121,7 @@ class StragglerWatch {
     // Since when every report has found it backlogged, unheld and moving
     // nothing (the start of the first such interval); {} while it moves.
     Clock::time_point stalled_since{};
-    bool connecting = false;  // no stream up yet: its connections are being made
+    bool connecting = false;    // no stream up yet: its connections are being made
     std::uint64_t unacked = 0;  // sent, not yet acknowledged
   };
   using Key = std::tuple<int, int, int, int>;  // from, to, lane_from, lane_to

@@ -106,9 +106,12 @@ TEST(ControlProtocol, EveryMessageRoundTrips) {
   EXPECT_EQ(pp.bytes_out, 3u);
   EXPECT_EQ(pp.bytes_worked, 4u);
   EXPECT_TRUE(pp.links.empty());
-  const auto pl = std::get<Progress>(decode_to_launcher(encode_body(
-      Progress{1, 2, 3, 4,
-               {{7, 1, 0, 3, 1ull << 40, 65536, 999}, {1048575, 7, 7, 64, 0, 0, 0, 1u << 20, true}}})));
+  const auto pl = std::get<Progress>(decode_to_launcher(encode_body(Progress{
+      1,
+      2,
+      3,
+      4,
+      {{7, 1, 0, 3, 1ull << 40, 65536, 999}, {1048575, 7, 7, 64, 0, 0, 0, 1u << 20, true}}})));
   ASSERT_EQ(pl.links.size(), 2u);
   EXPECT_EQ(pl.links[0].peer, 7);
   EXPECT_EQ(pl.links[0].lane_from, 1);
@@ -332,8 +335,7 @@ TEST(ControlProtocol, DecodersRefuseWhatIsOutOfRange) {
   refused_by_launcher(encode_body(Progress{0, 0, 0, 0, {{1 << 20, 0, 0, 1, 0, 0, 0}}}));
   refused_by_launcher(encode_body(Progress{0, 0, 0, 0, {{-1, 0, 0, 1, 0, 0, 0}}}));
   refused_by_launcher(encode_body(Progress{0, 0, 0, 0, {{1, 0, 0, 1, 0, (1ull << 40) + 1, 0}}}));
-  refused_by_launcher(
-      encode_body(Progress{0, 0, 0, 0, {{1, 0, 0, 1, 0, 0, 0, (1ull << 40) + 1}}}));
+  refused_by_launcher(encode_body(Progress{0, 0, 0, 0, {{1, 0, 0, 1, 0, 0, 0, (1ull << 40) + 1}}}));
   refused_by_launcher(encode_body(Progress{0, 0, 0, 0, {{1, 0, 0, 0, 0, 0, 0}}}));
   refused_by_launcher(encode_body(Progress{0, 0, 0, 0, {{1, 0, 0, 65, 0, 0, 0}}}));
   const std::string one_link = encode_body(Progress{0, 0, 0, 0, {{1, 0, 0, 1, 5, 6, 7}}});

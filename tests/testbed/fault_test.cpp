@@ -21,24 +21,8 @@ namespace {
 
 constexpr int kTimeoutSeconds = 4;  // --timeout: progress deadline of every broadcast
 
-class TestbedFaults : public ::testing::Test {
+class TestbedFaults : public OneTestbed<TwoByFour> {
  protected:
-  static void SetUpTestSuite() {
-    if (!why_no_namespaces().empty()) return;
-    guard_ = new TestbedGuard(kSrc + "/site-configs/testbed-2x4.yaml");
-  }
-  static void TearDownTestSuite() {
-    delete guard_;
-    guard_ = nullptr;
-  }
-  void SetUp() override {
-    GRIDBCAST_REQUIRE_NAMESPACES();
-    ASSERT_NE(guard_, nullptr);
-    ASSERT_TRUE(guard_->ok()) << guard_->log();
-    ::setenv("GRIDBCAST_TESTBED", guard_->state().dir.c_str(), 1);
-  }
-  void TearDown() override { ::unsetenv("GRIDBCAST_TESTBED"); }
-
   // A long job: 16 MiB at 100 Mbit/s takes about a second per iteration. A
   // loss fails it (--require all) unless `heal`.
   std::unique_ptr<TbChild> start_job(bool heal = false) {
@@ -106,10 +90,7 @@ class TestbedFaults : public ::testing::Test {
     ASSERT_EQ(again.wait(120s), 0) << again.err();
     EXPECT_NE(again.out().find("verified: all 8 ranks"), std::string::npos) << again.out();
   }
-
-  static TestbedGuard* guard_;
 };
-TestbedGuard* TestbedFaults::guard_ = nullptr;
 
 TEST_F(TestbedFaults, KilledRankFailsTheJobAndNamesIt) {
   auto job = start_job();
@@ -316,26 +297,7 @@ TEST_F(TestbedFaults, ANodeCutOffFromItsPeersIsHealedAround) {
 // Three sites, each pair joined by a WAN link (site-configs/testbed-triangle.yaml):
 // the broadcast chains a -> b -> c; with a -- b cut mid-broadcast, the job
 // goes on over a -- c and c -- b, and every node ends with its copy (0).
-class TestbedReroute : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    if (!why_no_namespaces().empty()) return;
-    guard_ = new TestbedGuard(kSrc + "/site-configs/testbed-triangle.yaml");
-  }
-  static void TearDownTestSuite() {
-    delete guard_;
-    guard_ = nullptr;
-  }
-  void SetUp() override {
-    GRIDBCAST_REQUIRE_NAMESPACES();
-    ASSERT_NE(guard_, nullptr);
-    ASSERT_TRUE(guard_->ok()) << guard_->log();
-    ::setenv("GRIDBCAST_TESTBED", guard_->state().dir.c_str(), 1);
-  }
-  void TearDown() override { ::unsetenv("GRIDBCAST_TESTBED"); }
-  static TestbedGuard* guard_;
-};
-TestbedGuard* TestbedReroute::guard_ = nullptr;
+using TestbedReroute = OneTestbed<Triangle>;
 
 TEST_F(TestbedReroute, ACutWanLinkWithAnotherPathIsRoutedAroundAndNobodyIsLost) {
   Shaped wan{guard_->file(), guard_->id(), {"--wan", "a-b"}};

@@ -13,24 +13,7 @@
 namespace gridbcast::testing {
 namespace {
 
-class TestbedTwoByFour : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    if (!why_no_namespaces().empty()) return;
-    guard_ = new TestbedGuard(kSrc + "/site-configs/testbed-2x4.yaml");
-  }
-  static void TearDownTestSuite() {
-    delete guard_;
-    guard_ = nullptr;
-  }
-  void SetUp() override {
-    GRIDBCAST_REQUIRE_NAMESPACES();
-    ASSERT_NE(guard_, nullptr);
-    ASSERT_TRUE(guard_->ok()) << guard_->log();
-  }
-  static TestbedGuard* guard_;
-};
-TestbedGuard* TestbedTwoByFour::guard_ = nullptr;
+using TestbedTwoByFour = OneTestbed<TwoByFour>;
 
 TEST_F(TestbedTwoByFour, EveryAlgorithmBroadcastsByteExactToEveryRank) {
   const auto& g = *guard_;
@@ -76,10 +59,8 @@ TEST_F(TestbedTwoByFour, ABroadcastLastingOverThreeTimeoutsCompletes) {
 }
 
 TEST_F(TestbedTwoByFour, LaunchWithTheNetnsBackendExplicitly) {
-  const auto& g = *guard_;
-  ::setenv("GRIDBCAST_TESTBED", g.state().dir.c_str(), 1);
+  const auto& g = *guard_;  // GRIDBCAST_TESTBED names it (OneTestbed)
   TbChild c({kBin, "launch", g.file(), "--backend", "netns", "--size", "1MiB", "--json"});
-  ::unsetenv("GRIDBCAST_TESTBED");
   ASSERT_EQ(c.wait(120s), 0) << c.out() << c.err();
   EXPECT_EQ(last_json(c.out())["verified"], true) << c.out();
 }

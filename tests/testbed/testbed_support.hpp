@@ -193,6 +193,37 @@ class TestbedGuard {
   std::optional<testbed::State> state_;
 };
 
+// A suite whose tests share one testbed of a shipped topology, up for the
+// whole suite and down after its last test (also when one fails); each test
+// skips without namespaces and runs with GRIDBCAST_TESTBED naming it, so
+// `launch --backend netns` finds it. `Topology::kFile`: below the sources.
+template <typename Topology>
+class OneTestbed : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!why_no_namespaces().empty()) return;
+    guard_ = new TestbedGuard(kSrc + Topology::kFile);
+  }
+  static void TearDownTestSuite() {
+    delete guard_;
+    guard_ = nullptr;
+  }
+  void SetUp() override {
+    GRIDBCAST_REQUIRE_NAMESPACES();
+    ASSERT_NE(guard_, nullptr);
+    ASSERT_TRUE(guard_->ok()) << guard_->log();
+    ::setenv("GRIDBCAST_TESTBED", guard_->state().dir.c_str(), 1);
+  }
+  void TearDown() override { ::unsetenv("GRIDBCAST_TESTBED"); }
+  static inline TestbedGuard* guard_ = nullptr;
+};
+struct TwoByFour {
+  static constexpr const char* kFile = "/site-configs/testbed-2x4.yaml";
+};
+struct Triangle {
+  static constexpr const char* kFile = "/site-configs/testbed-triangle.yaml";
+};
+
 // RTTs in milliseconds from `ping` output lines ("... time=20.3 ms").
 inline std::vector<double> ping_times(const std::string& out) {
   std::vector<double> t;
