@@ -6,8 +6,8 @@
 // cut reports "no data from <its parent>", and its parent is alive: the
 // reports name the victims as readily as the culprit. The senders' kernels
 // tell them apart (job/straggler.hpp): a link that is *stalled* had data
-// waiting, was not held back by its receiver's window, and had nothing
-// acknowledged for seconds, or had its connections unanswered as long,
+// waiting or in flight, was not held back by its receiver's window, and had
+// nothing acknowledged for seconds, or had its connections unanswered as long,
 // which a live network never does; the links below a cut are idle, not
 // stalled (their senders have nothing to send).
 //
@@ -19,20 +19,28 @@
 //  1. A stalled link inside a site is blamed on the end with more stalled
 //     links, a tie on the receiver (below a dead NIC every link of the
 //     node stalls; each peer of it has one).
-//  2. A stalled link between sites whose ends are not blamed is blamed on
-//     the WAN link of its path that carries no moving link (of several, the
-//     one on the most such paths, then the first in the topology); when
-//     every link of its path still moves something, on its receiver.
+//  2. A stalled link between sites whose path still carries (a link that
+//     moved crosses each of its WAN links) is blamed on a node, as in 1;
+//     then every other one whose ends are not blamed, on the WAN link of
+//     its path that carries nothing (of several, the one on the most such
+//     paths, then the first in the topology).
 //  3. Sites the root's site no longer reaches without the blamed WAN links
-//     are cut off, every node of them; blamed WAN links between sites it
-//     still reaches are routed around (the plan builders chain the sites
-//     over the links that remain).
+//     are cut off, every node of them. Blamed WAN links between sites it
+//     still reaches are routed around when the next run's plan keeps to
+//     direct links between sites (`chains_sites`: multilane and circulant
+//     feed each site from the one before it in Grid::site_chain, and every
+//     such pair is linked), so no packet needs the network to route around
+//     the dead link; else the sites whose path from the root's site crossed
+//     it are cut off too.
+// With one link across a WAN, a dead NIC at its receiving gateway looks the
+// same as the WAN link dead: the site (and what lies beyond) is cut off.
 // Pure: the launcher calls it once, when a broadcast fails while no rank
 // died or went silent (job/launcher.cpp; docs/FILES.md, "When a node is
 // lost").
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,6 +57,10 @@ struct LinkState {
   double seconds = 0;         // stalled: for how long
   std::uint64_t waiting = 0;  // stalled: bytes not yet sent or not yet acknowledged
   bool connecting = false;    // stalled: no stream of it up, its connections unanswered
+  // Some lane of the pair had something acknowledged since the report
+  // before (every listed pair that is not stalled; a stalled one too when
+  // another of its lanes still moves): the WAN path between them carries.
+  bool moved = false;
 };
 
 struct CutVerdict {
@@ -68,6 +80,10 @@ struct CutVerdict {
 };
 
 // `links` come from StragglerWatch::links (ranks in range, as it checks).
-CutVerdict explain_cut(const topology::Grid& grid, int root, const std::vector<LinkState>& links);
+// `chains_sites(next)`: whether the next run, over `next` (the grid without
+// the links to route around), plans with multilane or circulant; none: it
+// does.
+CutVerdict explain_cut(const topology::Grid& grid, int root, const std::vector<LinkState>& links,
+                       const std::function<bool(const topology::Grid&)>& chains_sites = {});
 
 }  // namespace gridbcast::job

@@ -19,6 +19,7 @@
 #include "runtime/event.hpp"
 #include "runtime/run_until.hpp"
 #include "topology/bound.hpp"
+#include "topology/select.hpp"
 #include "topology/simulate.hpp"
 #include "topology/units.hpp"
 
@@ -134,8 +135,11 @@ class Launcher {
     // What the links looked like when the broadcast first failed: the
     // ranks' reports that follow may no longer list the links they closed.
     if (sup_.failures().empty() && broadcast_iteration_ >= 0 && straggler_watch_) {
-      cut_links_ = straggler_watch_->links(Clock::now(), 2 * heartbeat_);
-      cut_root_ = iteration_at(o_.params, broadcast_iteration_, o_.grid).root;
+      // Two reports apart, give or take their delivery: 1.5 intervals.
+      cut_links_ = straggler_watch_->links(Clock::now(), 3 * heartbeat_ / 2);
+      const Iteration it = iteration_at(o_.params, broadcast_iteration_, o_.grid);
+      cut_root_ = it.root;
+      cut_size_ = it.size;
     }
     sup_.failures().add(c, what, about);
     ev_.notify_all();
@@ -235,6 +239,7 @@ class Launcher {
   // cut off, when no rank died or went silent (job/cut.hpp).
   std::vector<LinkState> cut_links_;
   int cut_root_ = -1;
+  std::uint64_t cut_size_ = 0;
   bool interrupted_ = false;
   void explain_cut_off();
 };
@@ -575,7 +580,19 @@ void Launcher::explain_cut_off() {
     if (f.cause == Cause::kDeath || f.cause == Cause::kSilence || f.cause == Cause::kStraggler ||
         f.cause == Cause::kCutOff)
       return;
-  const CutVerdict v = explain_cut(o_.grid, cut_root_, cut_links_);
+  // Whether the next run plans with multilane or circulant, which feed each
+  // site from the one before it in the chain (job/cut.hpp): the explicit
+  // algorithm, or what `auto` picks over the grid it will run on.
+  const auto chains_sites = [this](const topology::Grid& next) {
+    if (o_.params.algorithm == "random") return false;
+    const auto named = topology::parse_algorithm(o_.params.algorithm);
+    const topology::Algorithm a =
+        named ? *named
+              : topology::select_algorithm(next, cut_root_, cut_size_,
+                                           topology::SelectionThresholds::from_environment());
+    return a == topology::Algorithm::kMultilane || a == topology::Algorithm::kCirculant;
+  };
+  const CutVerdict v = explain_cut(o_.grid, cut_root_, cut_links_, chains_sites);
   for (const auto& n : v.cut_off) fail(Cause::kCutOff, who(n.rank) + " is " + n.cause, n.rank);
   for (const auto& w : v.routed_around) {
     fail(Cause::kCutOff, w.cause + ": the others route around it");

@@ -542,6 +542,8 @@ ToLauncher decode_to_launcher(const std::string& body) {
         const std::uint8_t connecting = r.u8();
         if (connecting > 1) r.fail("a link whose state is " + std::to_string(connecting));
         l.connecting = connecting == 1;
+        if (l.connecting && (l.bytes_acked | l.notsent_bytes | l.rwnd_limited_us | l.unacked_bytes))
+          r.fail("a link being connected that claims bytes moved");
         // What a kernel can hold unsent for one peer: a socket buffer per stream.
         if (l.notsent_bytes > (std::uint64_t{1} << 40))
           r.fail("a link with " + std::to_string(l.notsent_bytes) + " bytes unsent");

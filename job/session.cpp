@@ -79,8 +79,11 @@ std::vector<control::LinkReport> link_reports(const runtime::Communicator& comm)
     std::partial_sort(samples.begin(), samples.begin() + control::kMaxLinkReports, samples.end(),
                       [](const auto& a, const auto& b) {
                         // Links not yet up tell of a cut as much as the most backlogged.
-                        return a.connecting != b.connecting ? a.connecting
-                                                            : a.notsent_bytes > b.notsent_bytes;
+                        // Then what waits or is in flight: a cut leaves both.
+                        return a.connecting != b.connecting
+                                   ? a.connecting
+                                   : a.notsent_bytes + a.unacked_bytes >
+                                         b.notsent_bytes + b.unacked_bytes;
                       });
     samples.resize(control::kMaxLinkReports);
   }

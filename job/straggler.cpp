@@ -67,6 +67,16 @@ void StragglerWatch::report(int sender, Clock::time_point now,
     }
     links_[key] = l;
   }
+  // A rank that fails closes its links, and its last report may come
+  // without them just before its error: a link stalled in the report
+  // before is kept once more, as it was, so the launcher still sees the
+  // stall (job/cut.hpp). Once: at most two messages' worth a rank.
+  for (const auto& [key, l] : before)
+    if (l.stalled_since != Clock::time_point{} && !l.carried && links_.count(key) == 0) {
+      Link kept = l;
+      kept.carried = true;
+      links_[key] = kept;
+    }
 }
 
 double StragglerWatch::lane_rate(int rank, int lane) const {
@@ -219,16 +229,20 @@ std::vector<LinkState> StragglerWatch::links(Clock::time_point now,
     const auto [from, to, lane_from, lane_to] = k;
     const bool stalled =
         l.stalled_since != Clock::time_point{} && l.at - l.stalled_since >= at_least;
-    if (!stalled && !(l.rated && l.rate > 0)) continue;
+    const bool moved = l.rated && l.rate > 0;
+    if (!stalled && !moved) continue;
     LinkState s{from,
                 to,
                 stalled,
                 stalled ? std::chrono::duration<double>(l.at - l.stalled_since).count() : 0,
                 stalled ? l.notsent + l.unacked : 0,
-                stalled && l.connecting};
+                stalled && l.connecting,
+                moved};
     auto [it, added] = by_pair.emplace(std::pair{from, to}, s);
-    if (!added && s.stalled && (!it->second.stalled || s.seconds > it->second.seconds))
-      it->second = s;
+    if (added) continue;
+    const bool any_moved = it->second.moved || moved;  // another lane of the pair moves
+    if (s.stalled && (!it->second.stalled || s.seconds > it->second.seconds)) it->second = s;
+    it->second.moved = any_moved;
   }
   std::vector<LinkState> out;
   out.reserve(by_pair.size());

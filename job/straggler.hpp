@@ -90,7 +90,9 @@ class StragglerWatch {
   // twice. The launcher refuses a report that is not.
   std::string check(int sender, const std::vector<control::LinkReport>& links) const;
   // A rank's latest link reports (checked), taken at `now`. They replace its
-  // earlier ones: a rank is remembered for at most what one message holds.
+  // earlier ones, but for the links stalled in the report before that this
+  // one leaves out (kept once, as they were): a rank is remembered for at
+  // most what two messages hold.
   void report(int sender, Clock::time_point now, const std::vector<control::LinkReport>& links);
   // The ranks found to straggle at this observation, each once per watch;
   // `done[r]`: rank r has all of this broadcast, never behind.
@@ -123,6 +125,7 @@ class StragglerWatch {
     Clock::time_point stalled_since{};
     bool connecting = false;    // no stream up yet: its connections are being made
     std::uint64_t unacked = 0;  // sent, not yet acknowledged
+    bool carried = false;       // stalled, and kept from the report before (report())
   };
   using Key = std::tuple<int, int, int, int>;  // from, to, lane_from, lane_to
   struct Behind {

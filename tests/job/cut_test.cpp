@@ -21,7 +21,22 @@ LinkState stalled(int from, int to) {
   return {from, to, true, 4.0, 1u << 20};
 }
 LinkState moving(int from, int to) {
-  return {from, to, false, 0, 0};
+  return {from, to, false, 0, 0, false, true};
+}
+
+// Sites s0..s<n-1> of two nodes each (ranks 2s, 2s+1), joined by `links`
+// (pairs of sites) in that order.
+topology::Grid sites_joined(int n, const std::vector<std::pair<int, int>>& links) {
+  auto g = testing::make_grid(std::vector<int>(static_cast<size_t>(n), 2));
+  const topology::WanLink proto = g.wan.front();
+  g.wan.clear();
+  for (auto [a, b] : links) {
+    topology::WanLink l = proto;
+    l.site_a = a;
+    l.site_b = b;
+    g.wan.push_back(l);
+  }
+  return g;
 }
 
 std::vector<int> ranks_of(const CutVerdict& v) {
@@ -149,6 +164,65 @@ TEST(CutOff, ConnectionsUnansweredAcrossTheWanCutTheFarSiteOffAndSaySo) {
                                     "unanswered (rank 2 (s0n2) to rank 4 (s1n0) connecting"),
             std::string::npos)
       << v.cut_off[0].cause;
+}
+
+TEST(CutOff, ALaneThatStillMovesKeepsItsWanLinkAliveAndBlamesTheNode) {
+  // One NIC of b1 dies: the gateway's lane 1 to it stalls, its lane 0 still
+  // moves, and no other link crosses the WAN: the WAN carries, so b1 alone.
+  const auto g = testing::make_grid({4, 4});
+  LinkState half = stalled(2, 4);
+  half.moved = true;
+  EXPECT_EQ(ranks_of(explain_cut(g, 0, {moving(0, 2), half})), (std::vector<int>{4}));
+}
+
+TEST(CutOff, TheVerdictDoesNotDependOnTheOrderOfTheLinks) {
+  // s0 -- s1 -- s2 -- s3; node 4 (in s2) dies while fed from s0 (over
+  // s0–s1, which nothing else crosses) and from s3 (over a link that
+  // carries): node 4, whichever link comes first, not s0–s1 and beyond.
+  const auto g = sites_joined(4, {{0, 1}, {1, 2}, {2, 3}});
+  std::vector<LinkState> links = {moving(0, 1), moving(3, 5), moving(5, 6), stalled(1, 4),
+                                  stalled(6, 4)};
+  EXPECT_EQ(ranks_of(explain_cut(g, 0, links)), (std::vector<int>{4}));
+  std::swap(links[3], links[4]);
+  EXPECT_EQ(ranks_of(explain_cut(g, 0, links)), (std::vector<int>{4}));
+}
+
+TEST(CutOff, ALinkIsRoutedAroundOnlyWhereTheNextPlanKeepsToDirectLinks) {
+  // A star s0–s1, s0–s2, s0–s3 with s1–s2 beside it. s0–s1 dies: over the
+  // rest the chain would run s0, s2, s1, s3, and s1 to s3 has no link of
+  // its own (its packets would need the network to route around s0–s1):
+  // s1 is cut off instead.
+  const auto star = sites_joined(4, {{0, 1}, {0, 2}, {0, 3}, {1, 2}});
+  const std::vector<LinkState> links = {moving(0, 4), moving(0, 6), stalled(1, 2)};
+  CutVerdict v = explain_cut(star, 0, links);
+  EXPECT_EQ(ranks_of(v), (std::vector<int>{2, 3}));
+  EXPECT_TRUE(v.routed_around.empty());
+  // The triangle is routed around, unless the next plan is not chained by
+  // site (binomial, chain, ...), whose transfers could cross the dead link.
+  const auto triangle = sites_joined(3, {{0, 1}, {1, 2}, {0, 2}});
+  const std::vector<LinkState> cut = {moving(0, 1), stalled(1, 2), moving(0, 4)};
+  v = explain_cut(triangle, 0, cut, [](const topology::Grid&) { return true; });
+  EXPECT_TRUE(v.cut_off.empty());
+  EXPECT_EQ(v.routed_around.size(), 1u);
+  v = explain_cut(triangle, 0, cut, [](const topology::Grid&) { return false; });
+  EXPECT_EQ(ranks_of(v), (std::vector<int>{2, 3}));
+  EXPECT_TRUE(v.routed_around.empty());
+}
+
+TEST(CutOff, ASiteCutOffByManyLinksHasAShortCause) {
+  // s0 at the centre of 12 sites, every link to them dead: each node's cause
+  // names two links, then counts the rest.
+  std::vector<std::pair<int, int>> spokes;
+  for (int s = 1; s <= 12; ++s) spokes.push_back({0, s});
+  const auto g = sites_joined(13, spokes);
+  std::vector<LinkState> links = {moving(0, 1)};
+  for (int s = 1; s <= 12; ++s) links.push_back(stalled(1, 2 * s));
+  const CutVerdict v = explain_cut(g, 0, links);
+  ASSERT_EQ(v.cut_off.size(), 24u);
+  for (const auto& n : v.cut_off) {
+    EXPECT_LT(n.cause.size(), 500u) << n.cause;
+    EXPECT_NE(n.cause.find("and 10 more WAN links"), std::string::npos) << n.cause;
+  }
 }
 
 TEST(CutOff, NothingStalledIsNoVerdict) {

@@ -111,7 +111,7 @@ TEST(ControlProtocol, EveryMessageRoundTrips) {
       2,
       3,
       4,
-      {{7, 1, 0, 3, 1ull << 40, 65536, 999}, {1048575, 7, 7, 64, 0, 0, 0, 1u << 20, true}}})));
+      {{7, 1, 0, 3, 1ull << 40, 65536, 999, 1u << 20}, {1048575, 7, 7, 64, 0, 0, 0, 0, true}}})));
   ASSERT_EQ(pl.links.size(), 2u);
   EXPECT_EQ(pl.links[0].peer, 7);
   EXPECT_EQ(pl.links[0].lane_from, 1);
@@ -123,7 +123,7 @@ TEST(ControlProtocol, EveryMessageRoundTrips) {
   EXPECT_EQ(pl.links[1].peer, 1048575);
   EXPECT_FALSE(pl.links[0].connecting);
   EXPECT_TRUE(pl.links[1].connecting);
-  EXPECT_EQ(pl.links[1].unacked_bytes, 1u << 20);
+  EXPECT_EQ(pl.links[0].unacked_bytes, 1u << 20);
   EXPECT_EQ(std::get<Abort>(decode_to_launcher(encode_body(Abort{-3, "why"}))).code, -3);
   const auto aa = std::get<Alive>(decode_to_launcher(
       encode_body(Alive{"waiting for a message from rank 1 (a2, 127.0.1.2 lane 0)", 77})));
@@ -340,10 +340,12 @@ TEST(ControlProtocol, DecodersRefuseWhatIsOutOfRange) {
   refused_by_launcher(encode_body(Progress{0, 0, 0, 0, {{1, 0, 0, 65, 0, 0, 0}}}));
   const std::string one_link = encode_body(Progress{0, 0, 0, 0, {{1, 0, 0, 1, 5, 6, 7}}});
   refused_by_launcher(one_link.substr(0, one_link.size() - 3));
-  // A link's state is up (0) or connecting (1), nothing else.
+  // A link's state is up (0) or connecting (1), nothing else; one being
+  // connected has moved nothing.
   std::string odd_state = one_link;
   odd_state.back() = '\x02';
   refused_by_launcher(odd_state);
+  refused_by_launcher(encode_body(Progress{0, 0, 0, 0, {{1, 0, 0, 1, 5, 0, 0, 0, true}}}));
 }
 
 struct Frame {

@@ -232,11 +232,14 @@ TEST(Stragglers, ALinkThatMovesNothingWithDataWaitingIsStalledForAsLongAsItStays
   for (auto& l : flows)
     if (l.to == 3) l.rate = 0;
   f.run(2, flows);
+  int again = 0;
   for (const auto& l : f.watch.links(f.t, milliseconds(1500))) {
-    if (l.to == 3) {
+    if (l.to == 3 && l.stalled) {
+      ++again;
       EXPECT_NEAR(l.seconds, 2.0, 1e-6);
     }
   }
+  EXPECT_EQ(again, 2);  // 1→3 and 6→3
 }
 
 TEST(Stragglers, ALinkWhoseBytesInFlightGoUnacknowledgedIsStalled) {
@@ -350,6 +353,28 @@ TEST(Stragglers, ReportsThatNameNoLinkOfTheGridAreRefused) {
   EXPECT_NE(w.check(0, {{1, 2, 0, 1, 1, 0, 0}}).find("ranks open 2 lanes"), std::string::npos);
   EXPECT_NE(w.check(0, {{1, 0, 0, 1, 1, 0, 0}, {1, 0, 0, 1, 5, 0, 0}}).find("twice"),
             std::string::npos);
+}
+
+TEST(Stragglers, AStalledLinkLeftOutOfTheNextReportIsKeptOnceAsItWas) {
+  // A rank whose links failed closes them and its last report may come
+  // without them: the stall is still seen (fresh), then forgotten.
+  Feed f(testing::make_grid({4}));
+  for (int s = 0; s < 3; ++s) {
+    f.t += milliseconds(1000);
+    f.watch.report(0, f.t, {{1, 0, 0, 1, 100, 1u << 20, 0, 0, false}});
+  }
+  f.t += milliseconds(500);
+  f.watch.report(0, f.t, {});
+  const auto links = f.watch.links(f.t, milliseconds(1500));
+  ASSERT_EQ(links.size(), 1u);
+  EXPECT_TRUE(links[0].stalled);
+  EXPECT_NEAR(links[0].seconds, 2.0, 1e-6);  // as of its last report
+  EXPECT_EQ(f.watch.remembered(), 1u);
+  // Kept once: the report after, it is gone.
+  f.t += milliseconds(500);
+  f.watch.report(0, f.t, {});
+  EXPECT_EQ(f.watch.remembered(), 0u);
+  EXPECT_TRUE(f.watch.links(f.t, milliseconds(0)).empty());
 }
 
 TEST(Stragglers, ASenderIsRememberedForItsLatestReportOnly) {
