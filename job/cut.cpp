@@ -151,7 +151,8 @@ CutVerdict explain_cut(const topology::Grid& grid, int root, const std::vector<L
   // Routed around only where the next plan keeps to direct links: else
   // the sites whose way from the root's site crossed a blamed link are lost.
   bool around = false;
-  for (const auto& w : grid.wan) around = around || (blamed_wan.count(&w) > 0 && between_reached(w));
+  for (const auto& w : grid.wan)
+    around = around || (blamed_wan.count(&w) > 0 && between_reached(w));
   if (around) {
     topology::Grid next = grid;
     std::erase_if(next.wan, [&](const topology::WanLink& w) {

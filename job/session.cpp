@@ -80,10 +80,9 @@ std::vector<control::LinkReport> link_reports(const runtime::Communicator& comm)
                       [](const auto& a, const auto& b) {
                         // Links not yet up tell of a cut as much as the most backlogged.
                         // Then what waits or is in flight: a cut leaves both.
-                        return a.connecting != b.connecting
-                                   ? a.connecting
-                                   : a.notsent_bytes + a.unacked_bytes >
-                                         b.notsent_bytes + b.unacked_bytes;
+                        return a.connecting != b.connecting ? a.connecting
+                                                            : a.notsent_bytes + a.unacked_bytes >
+                                                                  b.notsent_bytes + b.unacked_bytes;
                       });
     samples.resize(control::kMaxLinkReports);
   }
