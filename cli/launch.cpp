@@ -92,7 +92,8 @@ struct Launch {
         ->add_option("--require", l_require,
                      "broadcasts (--size, --file): how many nodes, the root included, must end "
                      "with a verified copy: all, a count, or a percentage (90%); a node lost "
-                     "mid-job (died, silent) is healed around while at least that many remain "
+                     "mid-job (died, silent, cut off from its peers) is healed around while at "
+                     "least that many remain "
                      "(exit status 3), else the job fails")
         ->capture_default_str();
     launch_cmd
@@ -361,12 +362,7 @@ struct Launch {
       for (const auto& w : result.routed_around) {
         // The others go on without it: every rank plans over the topology
         // without the link (the sites chained over the links that remain).
-        const auto site = [&](const std::string& name) {
-          for (size_t i = 0; i < full_grid.sites.size(); ++i)
-            if (full_grid.sites[i].name == name) return static_cast<int>(i);
-          return -1;
-        };
-        const int a = site(w.site_a), b = site(w.site_b);
+        const int a = full_grid.site_named(w.site_a), b = full_grid.site_named(w.site_b);
         std::erase_if(full_grid.wan, [&](const topology::WanLink& link) {
           return (link.site_a == a && link.site_b == b) || (link.site_a == b && link.site_b == a);
         });

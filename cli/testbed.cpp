@@ -235,22 +235,14 @@ Testbed::Testbed(CLI::App& app) {
 // The index in grid.wan of the link "A-B" names (its two sites, either
 // order; site names may hold '-' themselves).
 int wan_link_named(const topology::Grid& grid, const std::string& text) {
-  auto site = [&](const std::string& name) {
-    for (size_t i = 0; i < grid.sites.size(); ++i)
-      if (grid.sites[i].name == name) return static_cast<int>(i);
-    return -1;
-  };
   std::string links;
   for (const auto& w : grid.wan)
     links += (links.empty() ? "" : ", ") + grid.sites[static_cast<size_t>(w.site_a)].name + "-" +
              grid.sites[static_cast<size_t>(w.site_b)].name;
   for (size_t at = text.find('-'); at != std::string::npos; at = text.find('-', at + 1)) {
-    const int a = site(text.substr(0, at)), b = site(text.substr(at + 1));
+    const int a = grid.site_named(text.substr(0, at)), b = grid.site_named(text.substr(at + 1));
     if (a < 0 || b < 0) continue;
-    for (size_t i = 0; i < grid.wan.size(); ++i)
-      if ((grid.wan[i].site_a == a && grid.wan[i].site_b == b) ||
-          (grid.wan[i].site_a == b && grid.wan[i].site_b == a))
-        return static_cast<int>(i);
+    if (const auto* link = grid.link_between(a, b)) return static_cast<int>(link - grid.wan.data());
   }
   throw CLI::ValidationError("--wan", "\"" + text + "\" is not a WAN link of the topology (" +
                                           (links.empty() ? "it has none" : links) + ")");

@@ -135,8 +135,11 @@ class Launcher {
     // What the links looked like when the broadcast first failed: the
     // ranks' reports that follow may no longer list the links they closed.
     if (sup_.failures().empty() && broadcast_iteration_ >= 0 && straggler_watch_) {
-      // Two reports apart, give or take their delivery: 1.5 intervals.
-      cut_links_ = straggler_watch_->links(Clock::now(), 3 * heartbeat_ / 2);
+      // Stalled for a whole report interval: a live link acknowledges
+      // something within a round trip or a retransmission timeout. Not
+      // more: a broadcast's first report of a link starts no stall (there
+      // is none before it), and the ranks' deadline may come 3 reports on.
+      cut_links_ = straggler_watch_->links(Clock::now(), heartbeat_);
       const Iteration it = iteration_at(o_.params, broadcast_iteration_, o_.grid);
       cut_root_ = it.root;
       cut_size_ = it.size;
@@ -228,10 +231,9 @@ class Launcher {
   bool stuck_named_ = false;
   std::deque<std::pair<Clock::time_point, std::uint64_t>> held_samples_;
   std::vector<control::FileRecord> file_records_;
-  // While a broadcast runs with LaunchOptions::stragglers: the watch, and
-  // what it found (by rank).
   // The watch keeps the ranks' link reports of every broadcast of 2 or more
-  // ranks; it looks for stragglers only with LaunchOptions::stragglers.
+  // ranks; it looks for stragglers (found: by rank) only with
+  // LaunchOptions::stragglers.
   std::optional<StragglerWatch> straggler_watch_;
   std::map<int, Straggler> stragglers_;
   void watch_stragglers(Clock::time_point now);
@@ -592,7 +594,14 @@ void Launcher::explain_cut_off() {
                                            topology::SelectionThresholds::from_environment());
     return a == topology::Algorithm::kMultilane || a == topology::Algorithm::kCirculant;
   };
-  const CutVerdict v = explain_cut(o_.grid, cut_root_, cut_links_, chains_sites);
+  CutVerdict v;
+  try {
+    v = explain_cut(o_.grid, cut_root_, cut_links_, chains_sites);
+  } catch (const std::exception& e) {
+    // Said, and the job fails as it would have without the verdict.
+    fail(Cause::kOther, std::string("cannot tell who was cut off: ") + e.what());
+    return;
+  }
   for (const auto& n : v.cut_off) fail(Cause::kCutOff, who(n.rank) + " is " + n.cause, n.rank);
   for (const auto& w : v.routed_around) {
     fail(Cause::kCutOff, w.cause + ": the others route around it");

@@ -40,12 +40,14 @@ void StragglerWatch::report(int sender, Clock::time_point now,
     Link l{r.bytes_acked, r.notsent_bytes, r.rwnd_limited_us, now, now, 0, false, false};
     l.unacked = r.unacked_bytes;
     l.connecting = r.connecting;
+    // A stall goes on from where the report before found it, or starts at it.
+    const auto stall_from = [](const Link& b) {
+      return b.stalled_since != Clock::time_point{} ? b.stalled_since : b.at;
+    };
     if (auto it = before.find(key); it != before.end() && r.connecting) {
       // Still being connected: nothing answers it (a peer that listens
       // answers within a round trip).
-      if (it->second.connecting)
-        l.stalled_since = it->second.stalled_since != Clock::time_point{} ? it->second.stalled_since
-                                                                          : it->second.at;
+      if (it->second.connecting) l.stalled_since = stall_from(it->second);
     } else if (it != before.end()) {
       const double dt = std::chrono::duration<double>(now - it->second.at).count();
       // A count that went back is a new connection: no rate until the next.
@@ -60,9 +62,7 @@ void StragglerWatch::report(int sender, Clock::time_point now,
         // Stalled: data waits or is in flight, and nothing is acknowledged.
         if (r.bytes_acked == it->second.acked &&
             (r.notsent_bytes >= rule_.backlog_bytes || r.unacked_bytes > 0) && !l.held)
-          l.stalled_since = it->second.stalled_since != Clock::time_point{}
-                                ? it->second.stalled_since
-                                : it->second.at;
+          l.stalled_since = stall_from(it->second);
       }
     }
     links_[key] = l;

@@ -553,13 +553,13 @@ std::string shape(const topology::Grid& grid, const std::string& id, const std::
                   const ShapeOptions& o) {
   if ((o.bandwidth_bps > 0) + o.down + o.up + o.reset != 1)
     throw TestbedError("shape: say one of --bandwidth RATE, --down, --up or --reset");
-  const std::optional<Layout> l = running_layout(grid, id);
-  const std::string prefix = l->prefix;
-  const auto it = std::find_if(l->nodes.begin(), l->nodes.end(),
+  const Layout l = running_layout(grid, id);
+  const std::string& prefix = l.prefix;
+  const auto it = std::find_if(l.nodes.begin(), l.nodes.end(),
                                [&](const NodePlan& n) { return n.name == node; });
-  if (it == l->nodes.end()) throw TestbedError("no node \"" + node + "\" in testbed " + prefix);
+  if (it == l.nodes.end()) throw TestbedError("no node \"" + node + "\" in testbed " + prefix);
   const NodePlan& n = *it;
-  const std::string& router = l->routers.at(static_cast<size_t>(n.site)).ns;
+  const std::string& router = l.routers.at(static_cast<size_t>(n.site)).ns;
   const std::string what = "shaping node \"" + n.name + "\"";
   std::vector<std::string> links;
   if (o.down || o.up || o.reset) {
@@ -574,7 +574,7 @@ std::string shape(const topology::Grid& grid, const std::string& id, const std::
   std::string rates;
   for (const auto& nic : n.nics) {
     const double rate = o.reset ? nic.bandwidth_bps : o.bandwidth_bps;
-    const NicShaping shaping = nic_shaping(*l, n, nic, rate);
+    const NicShaping shaping = nic_shaping(l, n, nic, rate);
     node_lines.push_back("qdisc del dev " + nic.device + " root");
     node_lines.insert(node_lines.end(), shaping.node.begin(), shaping.node.end());
     router_lines.push_back("qdisc del dev " + nic.port + " root");

@@ -79,6 +79,12 @@ double Grid::multicast_pace_bps(int sender, int lane) const {
   return slowest;
 }
 
+int Grid::site_named(const std::string& site_name) const {
+  for (size_t i = 0; i < sites.size(); ++i)
+    if (sites[i].name == site_name) return static_cast<int>(i);
+  return -1;
+}
+
 const WanLink* Grid::link_between(int a, int b) const {
   for (const WanLink& link : wan) {
     if ((link.site_a == a && link.site_b == b) || (link.site_a == b && link.site_b == a)) {

@@ -294,6 +294,23 @@ TEST_F(TestbedFaults, ANodeCutOffFromItsPeersIsHealedAround) {
     EXPECT_TRUE(testbed::processes_in_netns(n.ns).empty()) << "left behind in " << n.ns;
 }
 
+// `testbed shape --wan` names a link by its two sites, either order, and
+// refuses any other name listing the links there are, before it touches a
+// testbed (none is up for this test).
+TEST(TestbedShapeWan, ALinkThatIsNotInTheTopologyIsRefusedNamingTheOnesThatAre) {
+  TbChild c({kBin, "testbed", "shape", kSrc + "/site-configs/testbed-triangle.yaml", "--wan", "a-d",
+             "--down", "--id", "none-up"});
+  EXPECT_NE(c.wait(30s), 0);
+  EXPECT_NE(c.err().find("\"a-d\" is not a WAN link of the topology (a-b, b-c, a-c)"),
+            std::string::npos)
+      << c.err();
+  TbChild both({kBin, "testbed", "shape", kSrc + "/site-configs/testbed-triangle.yaml", "--wan",
+                "c-a", "--bandwidth", "1Mbit", "--id", "none-up"});
+  EXPECT_NE(both.wait(30s), 0);
+  EXPECT_NE(both.err().find("a WAN link takes --down, --up or --reset"), std::string::npos)
+      << both.err();
+}
+
 // Three sites, each pair joined by a WAN link (site-configs/testbed-triangle.yaml):
 // the broadcast chains a -> b -> c; with a -- b cut mid-broadcast, the job
 // goes on over a -- c and c -- b, and every node ends with its copy (0).

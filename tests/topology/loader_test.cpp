@@ -1353,6 +1353,8 @@ TEST(GridQueries, HeteroChainPathsAndStreams) {
   EXPECT_EQ(grid.link_between(0, 1), alpha_beta);
   EXPECT_EQ(grid.link_between(2, 1), beta_gamma);
   EXPECT_EQ(grid.link_between(0, 2), nullptr);
+  EXPECT_EQ(grid.site_named("gamma"), 2);
+  EXPECT_EQ(grid.site_named("delta"), -1);
 
   // alpha ranks 0-4, beta 5-7, gamma 8-14.
   EXPECT_EQ(grid.streams_between(0, 4), 1);
