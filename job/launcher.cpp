@@ -325,10 +325,14 @@ void Launcher::on_message(int r, control::ToLauncher m) {
     return;
   }
   if (auto* p = std::get_if<control::Progress>(&m)) {
-    if (p->iteration == broadcast_iteration_ && !st.done) {
-      st.bytes_in = p->bytes_in;
-      st.bytes_out = p->bytes_out;
-      st.bytes_worked = p->bytes_worked;
+    if (p->iteration == broadcast_iteration_) {
+      if (!st.done) {
+        st.bytes_in = p->bytes_in;
+        st.bytes_out = p->bytes_out;
+        st.bytes_worked = p->bytes_worked;
+      }
+      // A rank done with its part may still have bytes in flight to the
+      // others: its links say whether they arrive (job/cut.hpp).
       if (straggler_watch_) {
         if (const std::string bad = straggler_watch_->check(r, p->links); !bad.empty())
           fail(Cause::kOther, who(r) + " reported " + bad);

@@ -176,7 +176,7 @@ int run_file_rank(Session& session) {
         }
       }
     }
-    session.report_progress(-1);
+    // Its heartbeats go on reporting this iteration, as above.
     done.sha256 = r.root_digest;
     done.algorithm = r.algorithm;
     done.segment_bytes = r.per_file.empty() ? 0 : r.per_file.front().chunk_bytes;
@@ -230,7 +230,8 @@ int run_broadcast_rank(Session& session) {
     const runtime::BcastInfo info = comm.bcast(buffer.data(), it.size, it.root, algo);
     done.t1_ns = now_ns();
     if (params.verify) done.sha256 = sha256_reporting(session, buffer.data(), it.size);
-    session.report_progress(-1);
+    // Its heartbeats go on reporting this iteration (its links) until the
+    // next: the bytes it sent may still be in flight (job/cut.hpp).
     done.algorithm = topology::algorithm_name(info.algorithm);
     done.segment_bytes = info.segment_bytes;
     done.rejected = comm.rejected_connections();
