@@ -177,28 +177,35 @@ std::vector<Straggler> StragglerWatch::observe(Clock::time_point now,
       out[r].slow = out[r].expected > 0 && out[r].rate < rule_.fraction * out[r].expected;
     }
   }
-  // Each slow link has two ends; the blame goes to the end with the most
-  // slow links (below a slow node, each of its children has one: the slow
-  // node has them all), a tie to the receiver.
+  // Each slow link with a candidate at one end or both has two ends; the
+  // blame goes to the end with the most such links (below a slow node, each
+  // of its children has one: the slow node has them all), a tie to the
+  // receiver. The other end need not be a candidate: a parent whose one busy
+  // link feeds a slow node that holds its other links is that node's victim,
+  // not the straggler, before the node's own links show it slow.
   auto candidate = [&](size_t r) { return in[r].slow || out[r].slow; };
-  std::vector<std::vector<int>> slow_peers(p);
+  struct SlowPeer {
+    int other;
+    bool sends;  // this end sends on the link
+  };
+  std::vector<std::vector<SlowPeer>> slow_peers(p);
   for (size_t r = 0; r < p; ++r)
     for (const Entry* e : out_of[r]) {
       const auto to = static_cast<size_t>(std::get<1>(e->first));
       if (active(e->second) && e->second.rate < rule_.fraction * can_carry(e->first, sharing) &&
-          candidate(r) && candidate(to)) {
-        slow_peers[r].push_back(static_cast<int>(to));
-        slow_peers[to].push_back(static_cast<int>(r));
+          (candidate(r) || candidate(to))) {
+        slow_peers[r].push_back({static_cast<int>(to), true});
+        slow_peers[to].push_back({static_cast<int>(r), false});
       }
     }
   std::vector<Straggler> found;
   for (size_t r = 0; r < p; ++r) {
     bool behind = candidate(r);
     if (behind && !slow_peers[r].empty())
-      behind = !std::all_of(slow_peers[r].begin(), slow_peers[r].end(), [&](int other) {
-        const auto o = static_cast<size_t>(other);
+      behind = !std::all_of(slow_peers[r].begin(), slow_peers[r].end(), [&](const SlowPeer& peer) {
+        const auto o = static_cast<size_t>(peer.other);
         return slow_peers[o].size() > slow_peers[r].size() ||
-               (slow_peers[o].size() == slow_peers[r].size() && in[o].slow && !in[r].slow);
+               (slow_peers[o].size() == slow_peers[r].size() && peer.sends);
       });
     Behind& b = behind_[r];
     if (!behind) {

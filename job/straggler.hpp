@@ -25,11 +25,14 @@
 // what it is given) and together they carry less than `fraction` of what
 // they can (each of its lanes and each WAN path at most once); a *slow
 // sender* when its active links out, together, do the same. Either is a
-// candidate. Each slow link between two candidates is blamed on the end
-// with the most such links, a tie on the receiver: below a node that sends
-// slowly each child has one slow link and the slow node has them all; a
-// healthy parent that feeds a slow node has one. A candidate whose every
-// slow link is blamed on the other end is not behind.
+// candidate. Each slow link with a candidate at either end is blamed on
+// the end with the most such links, a tie on the receiver: below a node
+// that sends slowly each child has one slow link and the slow node has them
+// all; a healthy parent that feeds a slow node has one. A candidate whose
+// every slow link is blamed on the other end is not behind, even when the
+// other end is not shown slow yet (a slow node a file window behind reads
+// only its late parent's link and holds the others: that parent, whose one
+// busy link is that one, is its victim).
 //
 // A rank behind for `sustained` without a break is a straggler; one that
 // catches up within it starts over, so a node that recovers is not named.
