@@ -128,6 +128,9 @@ void print_broadcast_text(std::ostream& out, const job::BroadcastSummary& s) {
           << " while behind; its copy took " << fmt_seconds(st.seconds) << " s after the others\n";
   }
   for (const auto& w : s.routed_around) out << "  routed around: " << w.cause << "\n";
+  for (const auto& o : s.took_over)
+    out << "  source: rank " << o.rank << " (" << o.node << ") sent its verified copy after rank "
+        << o.lost_rank << " (" << o.lost_node << ") " << o.after << "\n";
   out << "  largest rank resident set: " << topology::format_bytes(s.peak_rss_bytes) << "\n";
   if (s.rejected_connections > 0)
     out << "  rejected connections: " << s.rejected_connections << "\n";
@@ -184,6 +187,13 @@ void print_broadcast_json(std::ostream& out, const job::BroadcastSummary& s) {
   Json& routed = j["routed_around"] = Json::array();
   for (const auto& w : s.routed_around)
     routed.push_back({{"sites", {w.site_a, w.site_b}}, {"cause", w.cause}});
+  Json& took = j["took_over"] = Json::array();
+  for (const auto& o : s.took_over)
+    took.push_back({{"rank", o.rank},
+                    {"node", o.node},
+                    {"lost_rank", o.lost_rank},
+                    {"lost_node", o.lost_node},
+                    {"after", o.after}});
   Json& files = j["files"] = Json::array();
   for (const auto& f : s.files)
     files.push_back({{"path", f.path},

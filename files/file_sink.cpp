@@ -323,6 +323,32 @@ std::string chunk_record_name(const std::string& name) {
   return "." + name + ".gridbcast-chunks";
 }
 
+int discard_partial(const std::string& final_path) {
+  for (const auto& part : std::filesystem::path(final_path))
+    if (part == "..") throw std::runtime_error(final_path + ": refused: \"..\" in the output path");
+  const std::filesystem::path full = std::filesystem::absolute(final_path).lexically_normal();
+  const std::string dir = full.parent_path().string(), name = full.filename().string();
+  const UniqueFd d = open_output_dir(dir, 0700);
+  int removed = 0;
+  for (const std::string& leftover : {partial_name(name), chunk_record_name(name)}) {
+    const UniqueFd f(
+        ::openat(d.get(), leftover.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    if (f.get() < 0) {
+      if (errno == ENOENT || errno == ELOOP) continue;  // none, or a symlink: not ours
+      throw file_error(dir + "/" + leftover, "cannot open the copy in progress to remove it");
+    }
+    struct stat st {};
+    if (::fstat(f.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 ||
+        st.st_uid != ::geteuid())
+      continue;                                              // not ours: left as it is
+    if (::flock(f.get(), LOCK_EX | LOCK_NB) != 0) continue;  // a job is writing it
+    if (::unlinkat(d.get(), leftover.c_str(), 0) != 0)
+      throw file_error(dir + "/" + leftover, "cannot remove the copy in progress");
+    ++removed;
+  }
+  return removed;
+}
+
 FileSink FileSink::open(const std::string& final_path, const FileMeta& meta,
                         const SinkOptions& options) {
   const std::filesystem::path full = std::filesystem::absolute(final_path).lexically_normal();

@@ -106,6 +106,15 @@ std::string partial_name(const std::string& name);
 // The name of its chunk record.
 std::string chunk_record_name(const std::string& name);
 
+// Removes DIR/.NAME.gridbcast-partial and its chunk record beside the whole
+// copy DIR/NAME: a copy in progress that no run will resume, because its file
+// is complete (a rank that became the root of its own copy). The directories
+// are walked as FileSink::open walks them; each name is removed only when it
+// is a regular file of ours with one link, and the partial only when no job
+// holds its lock. Returns how many it removed; throws naming the path when
+// the directory cannot be opened or a name not removed.
+int discard_partial(const std::string& final_path);
+
 class FileSink {
  public:
   // Checks the path and opens the temporary file at `meta.size` bytes (space

@@ -244,6 +244,10 @@ class Launcher {
   std::uint64_t cut_size_ = 0;
   bool interrupted_ = false;
   void explain_cut_off();
+  // --file: each non-root rank's latest committed copy, and the root's
+  // digest of each iteration it finished (LaunchResult::held).
+  std::map<int, LaunchResult::Held> copies_;
+  std::map<int, std::string> root_digests_;
 };
 
 void Launcher::send(int r, const control::ToRank& m) {
@@ -379,6 +383,12 @@ void Launcher::on_message(int r, control::ToLauncher m) {
   }
   if (auto* d = std::get_if<control::Done>(&m); d && d->iteration == broadcast_iteration_) {
     st.done = true;
+    if (!o_.params.files.empty()) {
+      if (iteration_at(o_.params, d->iteration, o_.grid).root == r)
+        root_digests_[d->iteration] = d->sha256;
+      else if (!d->path.empty())
+        copies_[r] = {r, d->iteration, d->path, d->sha256};
+    }
   }
   // What the drivers consume comes in order and one at a time per phase: a
   // rank that sends more than a few unasked is refused, not queued forever.
@@ -1116,6 +1126,13 @@ LaunchResult Launcher::run() {
            l.straggler && found != stragglers_.end() ? found->second.rate_bytes_per_s : 0});
     }
     if (!v.lost_first) result.routed_around.clear();
+    for (const auto& [r, copy] : copies_) {
+      const bool lost =
+          std::any_of(v.lost.begin(), v.lost.end(), [r = r](const auto& l) { return l.rank == r; });
+      const auto root = root_digests_.find(copy.iteration);
+      if (!lost && (root == root_digests_.end() || root->second == copy.sha256))
+        result.held.push_back(copy);
+    }
     result.status = o_.params.program() && exit_code_ != 0 ? exit_code_ : 1;
     result.broadcast.reset();
     result.bench.reset();

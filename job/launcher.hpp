@@ -149,6 +149,18 @@ struct BroadcastSummary {
     std::string cause;
   };
   std::vector<RoutedAround> routed_around;
+  // --file, one file: the ranks that became the source when the one before
+  // them was lost (the first root, or a source lost while stragglers took
+  // their copies), each sending its own verified copy, in order; `after` is
+  // why the one before it was lost.
+  struct TookOver {
+    int rank;
+    std::string node;
+    int lost_rank;
+    std::string lost_node;
+    std::string after;
+  };
+  std::vector<TookOver> took_over;
 };
 
 struct BenchOutcome {
@@ -185,6 +197,17 @@ struct LaunchResult {
   // between sites the root's site still reaches another way, by their
   // sites' names; the others can go on without them.
   std::vector<BroadcastSummary::RoutedAround> routed_around;
+  // On failure of a --file broadcast: the ranks, not lost, whose copy of an
+  // iteration was committed and verified (their Done said so; where the
+  // root's Done of that iteration came, its digest is the same), each with
+  // its latest such copy. A lost root can be healed from one of them.
+  struct Held {
+    int rank = -1;
+    int iteration = 0;
+    std::string path;    // the rank's copy, as it reported it
+    std::string sha256;  // the root digest it verified its chunks against
+  };
+  std::vector<Held> held;
   std::optional<BroadcastSummary> broadcast;
   std::optional<BenchOutcome> bench;
   std::optional<ProbeOutcome> probe;

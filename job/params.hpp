@@ -46,8 +46,13 @@ struct JobParams {
   std::uint64_t source_ino = 0;
   std::uint64_t window_bytes = 0;  // file streaming window per rank; 0: the default
   bool resume = false;             // keep chunks a destination already holds
-  std::string compress = "off";    // --file: off, zstd or auto (files::parse_compression)
-  bool verify = true;              // SHA-256 of every copy against the root's
+  // --file, one file: the root sends its own copy (at its `output` path),
+  // not `files`: the first root was lost and this rank held a verified copy
+  // (cli/launch.cpp's heal). Its partial beside the copy, from the run that
+  // lost the root, is removed once the broadcast succeeds.
+  bool source_is_copy = false;
+  std::string compress = "off";  // --file: off, zstd or auto (files::parse_compression)
+  bool verify = true;            // SHA-256 of every copy against the root's
   // kBench: a BenchSpec (job/bench.hpp), encoded.
   std::string bench;
   // Where every rank finds its TLS certificates (`launch --cert-dir`); empty:

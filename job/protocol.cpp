@@ -151,6 +151,7 @@ void write_params(Writer& w, const JobParams& p) {
       .u64(p.source_ino)
       .u64(p.window_bytes)
       .flag(p.resume)
+      .flag(p.source_is_copy)
       .text(p.compress)
       .flag(p.verify)
       .text(p.bench)
@@ -201,6 +202,10 @@ JobParams read_params(Reader& r) {
   p.source_ino = r.u64();
   p.window_bytes = r.u64();
   p.resume = r.flag("resume");
+  p.source_is_copy = r.flag("source_is_copy");
+  if (p.source_is_copy && p.files.size() != 1)
+    r.fail("a root sending its own copy, with " + std::to_string(p.files.size()) +
+           " files to send (one is)");
   p.compress = r.text("compress");
   // files::parse_compression's names (this half links no zstd).
   if (p.compress != "off" && p.compress != "zstd" && p.compress != "auto")

@@ -151,10 +151,24 @@ int run_file_rank(Session& session) {
   spec.on_work = [&session](std::uint64_t bytes) { session.note_work(bytes); };
   for (int i = 0; i < params.iterations; ++i) {
     const Iteration it = iteration_at(params, i, grid);
+    // The first root was lost and this rank's copy is whole: it sends that.
+    const bool own_copy = params.source_is_copy && rank == it.root;
+    if (own_copy) spec.source = spec.output;
     control::Done done = begin_iteration(session, i);
     spec.algorithm =
         it.algorithm == "auto" ? std::nullopt : topology::parse_algorithm(it.algorithm);
     const files::TreeResult r = files::broadcast_tree(comm, spec, it.root);
+    if (own_copy) {
+      // Its copy is whole and was the source: the partial of the run that
+      // lost the root is of no use. The broadcast stands if it stays.
+      try {
+        if (files::discard_partial(spec.output) > 0)
+          lanes::log::info("gridbcast rank " + std::to_string(rank) +
+                           ": removed the copy in progress beside " + spec.output);
+      } catch (const std::exception& e) {
+        lanes::log::notice("gridbcast rank " + std::to_string(rank) + ": " + e.what());
+      }
+    }
     done.t1_ns = now_ns();
     if (rank == it.root) {
       if (params.file_count != 0 && r.files != params.file_count)

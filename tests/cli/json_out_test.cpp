@@ -220,6 +220,7 @@ const std::vector<std::pair<std::string, T>> kLaunchFields = {
     {"missing", T::array},
     {"stragglers", T::array},
     {"routed_around", T::array},
+    {"took_over", T::array},
     {"files", T::array},
     {"measured", T::null},
     {"declared_max_flow_bound_seconds", T::null}};
@@ -253,6 +254,7 @@ TEST(JsonSchema, LaunchAndItsProgressRecords) {
   EXPECT_EQ(j["complete"], true);
   EXPECT_TRUE(j["missing"].empty());
   EXPECT_TRUE(j["routed_around"].empty());
+  EXPECT_TRUE(j["took_over"].empty());
   EXPECT_TRUE(j["stragglers"].empty());
   EXPECT_TRUE(j["files"].empty());
   // Progress records, if the broadcast lasted long enough for one: one a line.

@@ -424,6 +424,55 @@ TEST(LaunchFile, WithRequireAllALossFailsTheJobAndTheRootCannotBeHealed) {
   EXPECT_NE(bad.err().find("--require"), std::string::npos) << bad.err();
 }
 
+// A lost root heals when a survivor holds a whole verified copy (issue 27):
+// a file sent in iterations, the root SIGKILLed once every other node holds
+// the first iteration's copy. A node of the root's site sends its own copy
+// from then on; every copy verifies, the root is the one node missing, the
+// summary says who took over and why, and nothing is left beside the copies
+// (the new source's partial of the interrupted iteration is removed).
+TEST(LaunchFile, ALostRootIsHealedFromASurvivorsVerifiedCopy) {
+  TempDir dir;
+  const std::string data = pattern(12 << 20, 13);
+  write_file(dir / "data.bin", data);
+  Child c({kBin, "launch", "--file", (dir / "data.bin").string(), "--output",
+           (dir / "{node}" / "copy").string(), "--window", "2MiB", "--iterations", "6", "--json"},
+          dir.path().string());
+  const pid_t root = rank_process(c.pid(), 0);
+  ASSERT_GT(root, 0);
+  bool all = false;
+  for (const auto deadline = std::chrono::steady_clock::now() + 60s;
+       !all && std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(2ms)) {
+    all = true;
+    for (const auto& n : kNonRoot) {
+      std::error_code ec;
+      all = all && fs::file_size(dir / n / "copy", ec) == data.size() && !ec;
+    }
+  }
+  ASSERT_TRUE(all) << "the first iteration's copies did not all land";
+  ASSERT_EQ(::kill(root, SIGKILL), 0);
+  ASSERT_EQ(c.wait(180s), 3) << c.out() << c.err();
+  EXPECT_NE(c.err().find("holds a verified copy: it is the source now, after rank 0 (a1) was "
+                         "killed by signal 9"),
+            std::string::npos)
+      << c.err();
+  const auto j = last_json(c.out());
+  EXPECT_EQ(j["verified"], true) << c.out();
+  EXPECT_EQ(j["complete"], false);
+  ASSERT_EQ(j["missing"].size(), 1u) << c.out();
+  EXPECT_EQ(j["missing"][0]["rank"], 0);
+  ASSERT_EQ(j["took_over"].size(), 1u) << c.out();
+  const int source = j["took_over"][0]["rank"];
+  EXPECT_TRUE(source >= 1 && source <= 3) << "a node of the root's site: " << source;
+  EXPECT_EQ(j["took_over"][0]["lost_rank"], 0);
+  EXPECT_EQ(j["root"], source);
+  EXPECT_EQ(j["copies"].size(), 6u) << c.out();
+  for (const auto& n : kNonRoot) EXPECT_EQ(slurp((dir / n / "copy").string()), data) << n;
+  EXPECT_TRUE(temporaries(dir.path()).empty());
+  // Its source's digest: the same file as the root's.
+  ASSERT_EQ(j["files"].size(), 1u);
+  EXPECT_EQ(j["files"][0]["bytes"], data.size());
+}
+
 // --file -: standard input is spooled (its size is unknown in advance), sent,
 // and the spool file removed.
 TEST(LaunchFile, StandardInputIsSpooledAndDistributed) {

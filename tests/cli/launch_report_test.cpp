@@ -70,6 +70,27 @@ TEST(LaunchReport, AWanLinkRoutedAroundIsNamedWithItsCause) {
   EXPECT_EQ(j["complete"], true);
 }
 
+// A lost root healed from a survivor's copy: who sent after whom, and why.
+TEST(LaunchReport, ASourceThatTookOverIsNamedWithWhyTheOneBeforeItWasLost) {
+  job::BroadcastSummary s = summary();
+  s.took_over.push_back({1, "a2", 0, "a1", "was killed by signal 9 (Killed)"});
+  std::ostringstream text;
+  print_broadcast_text(text, s);
+  EXPECT_NE(text.str().find("  source: rank 1 (a2) sent its verified copy after rank 0 (a1) was "
+                            "killed by signal 9 (Killed)\n"),
+            std::string::npos)
+      << text.str();
+  std::ostringstream json;
+  print_broadcast_json(json, s);
+  const auto j = nlohmann::json::parse(json.str());
+  ASSERT_EQ(j["took_over"].size(), 1u);
+  EXPECT_EQ(j["took_over"][0]["rank"], 1);
+  EXPECT_EQ(j["took_over"][0]["node"], "a2");
+  EXPECT_EQ(j["took_over"][0]["lost_rank"], 0);
+  EXPECT_EQ(j["took_over"][0]["lost_node"], "a1");
+  EXPECT_EQ(j["took_over"][0]["after"], "was killed by signal 9 (Killed)");
+}
+
 TEST(LaunchReport, JsonKeepsTheSimpleBoundKeysAndAddsTheMaxFlowOnes) {
   std::ostringstream out;
   print_broadcast_json(out, summary());

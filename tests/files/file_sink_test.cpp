@@ -201,6 +201,54 @@ TEST(FileSink, ASecondJobWritingTheSameCopyIsRefused) {
   EXPECT_TRUE(next.reused_partial());
 }
 
+// A rank that became the source of its own copy removes the copy in progress
+// beside it (a lost root, healed): its partial and chunk record, and nothing
+// else — not what a symlink at their names points to, not a partial with a
+// second link, not one a job is writing.
+TEST(FileSink, DiscardingAPartialRemovesOnlyOurOwnAndLeavesWhatItCannotVouchFor) {
+  TempDir dir;
+  const fs::path dest = dir / "copy.bin";
+  {
+    SinkOptions o;
+    o.chunk_bytes = 4;
+    FileSink s = FileSink::open(dest.string(), meta_for(8), o);
+    s.write(0, bytes_of(std::string("held")), 4);
+  }  // kept: it holds a byte
+  write_text(dest, "the whole");
+  ASSERT_EQ(temporaries(dir.path()).size(), 2u);
+  EXPECT_EQ(discard_partial(dest.string()), 2);
+  EXPECT_TRUE(temporaries(dir.path()).empty());
+  EXPECT_EQ(slurp(dest.string()), "the whole") << "the copy itself stays";
+  EXPECT_EQ(discard_partial(dest.string()), 0) << "nothing left to remove";
+
+  // A symlink at the partial's name: neither it nor its target is touched.
+  write_text(dir / "victim", "precious");
+  fs::create_symlink(dir / "victim", dir / partial_name("copy.bin"));
+  EXPECT_EQ(discard_partial(dest.string()), 0);
+  EXPECT_TRUE(fs::is_symlink(dir / partial_name("copy.bin")));
+  EXPECT_EQ(slurp((dir / "victim").string()), "precious");
+  fs::remove(dir / partial_name("copy.bin"));
+
+  // A partial with a second link (somebody's file under our name): left.
+  fs::create_hard_link(dir / "victim", dir / partial_name("copy.bin"));
+  EXPECT_EQ(discard_partial(dest.string()), 0);
+  EXPECT_EQ(slurp((dir / partial_name("copy.bin")).string()), "precious");
+  fs::remove(dir / partial_name("copy.bin"));
+
+  // A partial another job is writing (it holds the lock): left.
+  auto writing = std::make_unique<FileSink>(FileSink::open(dest.string(), meta_for(8), {}));
+  writing->write(0, bytes_of(std::string("mine")), 4);
+  EXPECT_EQ(discard_partial(dest.string()), 0);
+  std::string got(4, '\0');
+  EXPECT_EQ(writing->read_partial(0, reinterpret_cast<std::byte*>(got.data()), 4), 4u);
+  EXPECT_EQ(got, "mine");
+  writing.reset();
+  EXPECT_EQ(discard_partial(dest.string()), 1) << "once the job is gone, it is ours to remove";
+
+  // ".." on the way: refused, as a sink refuses it.
+  expect_error([&] { discard_partial((dir / ".." / "x" / "copy.bin").string()); }, {"\"..\""});
+}
+
 TEST(FileSink, SetUidBitsAreNotCopied) {
   TempDir dir;
   FileMeta m = meta_for(0);

@@ -64,6 +64,21 @@ TEST(ControlProtocol, EveryMessageRoundTrips) {
   EXPECT_EQ(back.params.probe.latency_seconds, 0.125);
   EXPECT_EQ(back.params.probe.pings, 9);
   EXPECT_EQ(back.params.probe.wan_pairs, 3);
+  EXPECT_FALSE(back.params.source_is_copy);
+  // A root that sends its own copy (a lost root healed): one file, else refused.
+  JobParams copy;
+  copy.files = {"/data/in.bin"};
+  copy.source_is_copy = true;
+  EXPECT_TRUE(
+      std::get<Config>(decode_to_rank(encode_body(Config{"t", "y", copy}))).params.source_is_copy);
+  copy.files.push_back("/data/more");
+  try {
+    (void)decode_to_rank(encode_body(Config{"t", "y", copy}));
+    ADD_FAILURE() << "a root sending its copy with two files was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("sending its own copy, with 2 files"), std::string::npos)
+        << e.what();
+  }
   JobParams probe;
   probe.kind = JobKind::kProbe;
   EXPECT_EQ(std::get<Config>(decode_to_rank(encode_body(Config{"t", "y", probe}))).params.kind,

@@ -9,11 +9,14 @@
 #include <signal.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <memory>
 
 #include "support/json.hpp"
+#include "support/temp_dir.hpp"
 #include "testbed_support.hpp"
 
 namespace gridbcast::testing {
@@ -165,6 +168,73 @@ TEST_F(TestbedFaults, ASlowNodeIsSetAsideAndTheOthersFinishWithoutIt) {
   const std::string err = job.err();
   EXPECT_EQ(err.find("is a straggler"), err.rfind("is a straggler"))
       << "named more than once: " << err;
+  for (const auto& n : guard_->state().nodes)
+    EXPECT_TRUE(testbed::processes_in_netns(n.ns).empty()) << "left behind in " << n.ns;
+}
+
+// The root killed while a straggler takes its copy from it alone (issue 27):
+// every other node holds a verified copy by then, so one of them sends the
+// rest of the straggler's copy from its own, and the job ends complete (0),
+// the summary saying who took over and why.
+TEST_F(TestbedFaults, TheRootLostWhileAStragglerTakesItsCopyIsHealedFromACopy) {
+  auto shape = [&](std::vector<std::string> how) {
+    std::vector<std::string> argv = {kBin, "testbed", "shape",     guard_->file(),
+                                     "b3", "--id",    guard_->id()};
+    argv.insert(argv.end(), how.begin(), how.end());
+    TbChild c(argv);
+    return c.wait(60s);
+  };
+  struct Reset {
+    std::function<int(std::vector<std::string>)> shape;
+    ~Reset() { shape({"--reset"}); }
+  } reset{shape};
+  TempDir dir;
+  std::string data(48 << 20, '\0');
+  std::uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (auto& c : data) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    c = static_cast<char>(x);
+  }
+  std::ofstream(dir / "data.bin", std::ios::binary) << data;
+  TbChild job({kBin, "launch", guard_->file(), "--backend", "netns", "--file",
+               (dir / "data.bin").string(), "--output", (dir / "{node}" / "copy").string(),
+               "--json", "-v"});
+  std::this_thread::sleep_for(1500ms);
+  ASSERT_EQ(shape({"--bandwidth", "5Mbit"}), 0);
+  // The straggler's own run: two ranks, the root first.
+  pid_t root = -1;
+  for (int i = 0; i < 2400 && root < 0; ++i) {
+    std::this_thread::sleep_for(50ms);
+    if (job.err().find("now the straggler rank 6 (b3)") == std::string::npos) continue;
+    const auto ranks = children_of(job.pid(), "GRIDBCAST_RANK");
+    if (ranks.size() != 2) continue;
+    for (auto [pid, rank] : ranks)
+      if (rank == "0") root = pid;
+  }
+  ASSERT_GT(root, 0) << job.err();
+  ASSERT_EQ(::kill(root, SIGKILL), 0);
+  ASSERT_EQ(shape({"--reset"}), 0);
+  ASSERT_EQ(job.wait(300s), 0) << job.out() << job.err();
+  EXPECT_NE(job.err().find("holds a verified copy: it is the source now, after rank 0 (a1) was "
+                           "killed by signal 9"),
+            std::string::npos)
+      << job.err();
+  const auto j = last_json(job.out());
+  EXPECT_EQ(j["verified"], true) << job.out();
+  EXPECT_EQ(j["complete"], true) << job.out();
+  ASSERT_EQ(j["stragglers"].size(), 1u) << job.out();
+  EXPECT_EQ(j["stragglers"][0]["node"], "b3");
+  ASSERT_EQ(j["took_over"].size(), 1u) << job.out();
+  EXPECT_EQ(j["took_over"][0]["lost_rank"], 0);
+  EXPECT_EQ(j["copies"].size(), 7u) << job.out();
+  // The new source sent only what the straggler lacked.
+  const auto at = job.err().rfind("resume: sent ");
+  ASSERT_NE(at, std::string::npos) << job.err();
+  std::cout << "from the copy: " << job.err().substr(at, job.err().find('(', at) - at) << "\n";
+  for (const auto& n : {"a2", "a3", "a4", "b1", "b2", "b3", "b4"})
+    EXPECT_TRUE(slurp((dir / n / "copy").string()) == data) << n;
   for (const auto& n : guard_->state().nodes)
     EXPECT_TRUE(testbed::processes_in_netns(n.ns).empty()) << "left behind in " << n.ns;
 }
