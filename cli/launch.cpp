@@ -5,7 +5,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <iostream>
 #include <memory>
 
@@ -18,9 +17,9 @@
 #include "files/file_sink.hpp"
 #include "files/file_source.hpp"
 #include "files/file_tree.hpp"
+#include "job/heal.hpp"
 #include "job/launcher.hpp"
 #include "lanes/log.hpp"
-#include "runtime/subgrid.hpp"
 #include "topology/bound.hpp"
 #include "topology/emit.hpp"
 #include "topology/select.hpp"
@@ -278,246 +277,42 @@ struct Launch {
     const int required = required_nodes(o.grid.size());
     job::LaunchResult result = job::launch(o, *backend, std::cerr);
     backend->drain_output(std::chrono::seconds(2));  // ranks' last lines before the summary
-    // Healing (broadcasts, not programs): while the first cause of a failure
-    // is ranks lost (died, silent) and the root is not among them, the
-    // survivors run the job again from what they hold (--file: the partial
-    // copies, with --resume, so only what some survivor lacks moves; --size:
-    // the broadcast starts over), numbered anew; {rank} keeps its first-run
-    // meaning. docs/FILES.md, "When a node is lost".
-    std::vector<job::BroadcastSummary::Missing> missing;
-    std::vector<job::BroadcastSummary::Straggler> set_aside;  // finished after the others
-    bool healed = false;
-    // Every heal restricts it afresh; a WAN link routed around leaves it.
-    topology::Grid full_grid = o.grid;
-    std::vector<job::BroadcastSummary::RoutedAround> routed_around;
-    std::vector<std::int32_t> labels(static_cast<size_t>(o.grid.size()));
-    for (size_t r = 0; r < labels.size(); ++r) labels[r] = static_cast<std::int32_t>(r);
-    // Who sends, by first-run number: the root, or after it was lost a rank
-    // that holds a verified copy (--file, one file), which then sends that.
-    int source_label = o.params.root;
-    std::vector<job::BroadcastSummary::TookOver> took_over;
-    // The root digest the copy now sent was verified against: the healed
-    // run's must be the same.
-    std::string source_digest;
-    auto take_over = [&](int label, const std::string& node, int lost_label,
-                         const std::string& lost_node, const std::string& cause,
-                         const std::string& digest) {
-      lanes::log::notice("gridbcast launch: rank " + std::to_string(label) + " (" + node +
-                         ") holds a verified copy: it is the source now, after rank " +
-                         std::to_string(lost_label) + " (" + lost_node + ") " + cause);
-      took_over.push_back({label, node, lost_label, lost_node, cause});
-      source_label = label;
-      source_digest = digest;
-      o.params.source_is_copy = true;
-      // Its own copy is the source: the first root's device and inode mean
-      // nothing on its host (the header carries its copy's).
-      o.params.source_dev = o.params.source_ino = 0;
-    };
-    // The next run over the first run's ranks `next` (ascending, the source
-    // among them), numbered anew.
-    auto rerun_over = [&](std::vector<std::int32_t> next) {
-      o.params.root =
-          static_cast<int>(std::find(next.begin(), next.end(), source_label) - next.begin());
-      o.grid = runtime::restrict_grid(full_grid, std::vector<int>(next.begin(), next.end()));
-      labels = std::move(next);
-      o.params.rank_labels = labels;
-      if (!l_files.empty()) o.params.resume = true;
+    // Healing (broadcasts, not programs): after each run, job::Healer says
+    // which comes next (the survivors of a loss, the same ranks around a
+    // cut WAN link, the stragglers after the others) or that the job is
+    // over. docs/FILES.md, "When a node is lost".
+    static_assert(job::kExitCompletedOnSurvivors == cli::kExitCompletedOnSurvivors);
+    job::HealSettings heal;
+    heal.required = required;
+    heal.heal =
+        !o.params.program() && o.params.kind == job::JobKind::kBroadcast && !o.params.random_roots;
+    heal.files = !l_files.empty();
+    heal.one_file = l_files.size() == 1;
+    job::Healer healer(o.grid, o.params.root, heal, [](const std::string& line) {
+      lanes::log::notice("gridbcast launch: " + line);
+    });
+    for (auto next = healer.run_ended(std::move(result)); next;
+         next = healer.run_ended(std::move(result))) {
+      o.grid = std::move(next->grid);
+      o.params.root = next->root;
+      o.params.rank_labels = std::move(next->labels);
+      o.params.resume = o.params.resume || next->resume;
+      if (next->source_is_copy) {
+        // Its own copy is the source: the first root's device and inode
+        // mean nothing on its host (the header carries its copy's).
+        o.params.source_is_copy = true;
+        o.params.source_dev = o.params.source_ino = 0;
+      }
+      if (!next->watch_stragglers) o.stragglers.reset();
+      if (next->topology_yaml) o.yaml_text = std::move(*next->topology_yaml);
       backend = make_backend(launch_cmd, l_run, o, l_program);
-      job::LaunchResult r = job::launch(o, *backend, std::cerr);
+      result = job::launch(o, *backend, std::cerr);
       backend->drain_output(std::chrono::seconds(2));
-      return r;
-    };
-    while (result.status != 0 && !o.params.program() && o.params.kind == job::JobKind::kBroadcast &&
-           !o.params.random_roots && result.lost_first &&
-           (!result.lost.empty() || !result.routed_around.empty())) {
-      std::vector<bool> gone(static_cast<size_t>(o.grid.size()), false);
-      for (const auto& lost : result.lost) gone.at(static_cast<size_t>(lost.rank)) = true;
-      std::vector<int> survivors;
-      for (int r = 0; r < o.grid.size(); ++r)
-        if (!gone[static_cast<size_t>(r)]) survivors.push_back(r);
-      auto node_of = [&](int r) { return o.grid.nodes.at(static_cast<size_t>(r)).name; };
-      std::string lost_text;
-      bool all_stragglers = true;
-      for (const auto& lost : result.lost) {
-        // The cause names the rank as this run numbered it: said with its first-run number.
-        const int label = labels.at(static_cast<size_t>(lost.rank));
-        const std::string named =
-            "rank " + std::to_string(lost.rank) + " (" + node_of(lost.rank) + ") ";
-        std::string cause = lost.cause;
-        if (cause.rfind(named, 0) == 0) cause.erase(0, named.size());
-        if (lost.straggler)
-          set_aside.push_back({label, node_of(lost.rank), cause, lost.rate_bytes_per_s, 0});
-        else
-          missing.push_back({label, node_of(lost.rank), cause});
-        all_stragglers = all_stragglers && lost.straggler;
-        // One line however many were lost (a site cut off loses all its
-        // nodes): the first few, then a count; the summary lists each.
-        constexpr size_t kNamed = 4;
-        const size_t at = static_cast<size_t>(&lost - result.lost.data());
-        if (at < kNamed)
-          lost_text += (lost_text.empty() ? "" : "; ") + ("rank " + std::to_string(label) + " (" +
-                                                          node_of(lost.rank) + "): " + cause);
-        else if (at + 1 == result.lost.size())
-          lost_text += "; and " + std::to_string(result.lost.size() - kNamed) +
-                       " more (the summary lists each)";
-      }
-      std::function<void()> new_source;  // the root lost: who sends instead, said once healing
-      if (gone[static_cast<size_t>(o.params.root)]) {
-        // A survivor whose copy of an iteration was committed and verified
-        // can send instead (one file: a tree's copy is not sent from yet),
-        // one in the root's site first.
-        const job::LaunchResult::Held* from = nullptr;
-        if (l_files.size() == 1)
-          for (const auto& h : result.held)
-            if (!gone.at(static_cast<size_t>(h.rank)) &&
-                (from == nullptr || (o.grid.site_of(h.rank) == o.grid.site_of(o.params.root) &&
-                                     o.grid.site_of(from->rank) != o.grid.site_of(o.params.root))))
-              from = &h;
-        if (from == nullptr) {
-          lanes::log::notice("gridbcast launch: the root (rank " + std::to_string(source_label) +
-                             ") was lost: nothing to heal from (" +
-                             (l_files.empty() ? "a --size broadcast's bytes were in its memory only"
-                              : l_files.size() > 1
-                                  ? "a copy of several files or a directory is not sent from"
-                                  : "no survivor holds a whole verified copy yet") +
-                             ")");
-          break;
-        }
-        std::string cause;
-        for (const auto& lost : result.lost)
-          if (lost.rank == o.params.root) cause = lost.cause;
-        const std::string named =
-            "rank " + std::to_string(o.params.root) + " (" + node_of(o.params.root) + ") ";
-        if (cause.rfind(named, 0) == 0) cause.erase(0, named.size());
-        new_source = [&, from = *from, cause] {
-          take_over(labels.at(static_cast<size_t>(from.rank)), node_of(from.rank), source_label,
-                    node_of(o.params.root), cause, from.sha256);
-        };
-      }
-      // Stragglers set aside are to get their copies after the others.
-      const int holding = static_cast<int>(survivors.size() + set_aside.size());
-      if (survivors.size() < 2 || holding < required) {
-        lanes::log::notice("gridbcast launch: " + std::to_string(holding) +
-                           " nodes remain, --require asks for " + std::to_string(required) +
-                           ": not healing");
-        break;
-      }
-      if (!result.lost.empty())
-        lanes::log::notice(
-            "gridbcast launch: " + std::string(all_stragglers ? "set aside " : "lost ") +
-            lost_text + "; healing: the " + std::to_string(survivors.size()) +
-            " others go on from what they hold" +
-            (l_files.empty() ? " (the broadcast starts over)" : ""));
-      if (new_source) new_source();
-      for (const auto& w : result.routed_around) {
-        // The others go on without it: every rank plans over the topology
-        // without the link (the sites chained over the links that remain).
-        const int a = full_grid.site_named(w.site_a), b = full_grid.site_named(w.site_b);
-        std::erase_if(full_grid.wan, [&](const topology::WanLink& link) {
-          return (link.site_a == a && link.site_b == b) || (link.site_a == b && link.site_b == a);
-        });
-        routed_around.push_back(w);
-        lanes::log::notice("gridbcast launch: " + w.cause +
-                           "; healing: the others go on around it");
-      }
-      if (!result.routed_around.empty()) o.yaml_text = topology::grid_to_yaml(full_grid);
-      if (result.lost.empty()) {
-        // Nobody lost: the same ranks again, over the links that remain.
-        healed = true;
-        result = rerun_over(labels);
-        continue;
-      }
-      std::vector<std::int32_t> next;
-      for (int r : survivors) next.push_back(labels[static_cast<size_t>(r)]);
-      healed = true;
-      result = rerun_over(std::move(next));
     }
-    if (healed && result.status == 0 && result.broadcast) {
-      // The survivors' ranks as the first run numbered them.
-      job::BroadcastSummary& b = *result.broadcast;
-      auto label = [&](int r) { return labels.at(static_cast<size_t>(r)); };
-      b.root = label(b.root);
-      for (auto& c : b.copies) c.rank = label(c.rank);
-      for (auto& sl : b.slowest_per_site) sl.rank = label(sl.rank);
-      for (auto& it : b.iterations) it.root = label(it.root);
-    }
-    if (!source_digest.empty() && result.status == 0 && result.broadcast &&
-        result.broadcast->sha256 != source_digest) {
-      // What it sent is not what it had verified: nobody is told it holds
-      // the root's file.
-      result.status = 1;
-      result.failure = "rank " + std::to_string(source_label) + " sent a copy whose root digest " +
-                       result.broadcast->sha256 + " differs from the " + source_digest +
-                       " it had verified its chunks against: its copy changed after it landed";
-      result.broadcast.reset();
-    }
-    if (result.status == 0 && result.broadcast && !set_aside.empty()) {
-      // The others are done: now each straggler gets its copy from the root,
-      // at its own pace, nobody waiting on it.
-      std::string names;
-      for (const auto& st : set_aside)
-        names += (names.empty() ? "" : ", ") +
-                 ("rank " + std::to_string(st.rank) + " (" + st.node + ")");
-      lanes::log::notice("gridbcast launch: the others are done; now the straggler" +
-                         std::string(set_aside.size() > 1 ? "s " : " ") + names +
-                         " from the root, at its own pace");
-      o.stragglers.reset();
-      job::BroadcastSummary& b = *result.broadcast;
-      job::LaunchResult after;
-      std::vector<int> sources{source_label};  // tried, in order
-      for (;;) {
-        std::vector<std::int32_t> next{source_label};
-        for (const auto& st : set_aside) next.push_back(st.rank);
-        std::sort(next.begin(), next.end());
-        after = rerun_over(std::move(next));
-        if (after.status == 0 || !after.lost_first || l_files.size() != 1) break;
-        // The source lost while the stragglers took their copies: any other
-        // node holds a verified copy now (one file), and sends instead.
-        const auto lost =
-            std::find_if(after.lost.begin(), after.lost.end(), [&](const auto& gone_rank) {
-              return labels.at(static_cast<size_t>(gone_rank.rank)) == source_label;
-            });
-        const auto from = std::find_if(b.copies.begin(), b.copies.end(), [&](const auto& c) {
-          return std::find(sources.begin(), sources.end(), c.rank) == sources.end();
-        });
-        if (lost == after.lost.end() || from == b.copies.end()) break;
-        std::string cause = lost->cause;
-        const std::string named = "rank " + std::to_string(lost->rank) + " (" +
-                                  full_grid.nodes.at(static_cast<size_t>(source_label)).name + ") ";
-        if (cause.rfind(named, 0) == 0) cause.erase(0, named.size());
-        take_over(from->rank, from->node, source_label,
-                  full_grid.nodes.at(static_cast<size_t>(source_label)).name, cause, b.sha256);
-        sources.push_back(from->rank);
-      }
-      // Sent by the root or by a copy of it: the same file, or no copy.
-      const bool same = after.status == 0 && after.broadcast && after.broadcast->sha256 == b.sha256;
-      if (same) {
-        const job::BroadcastSummary& a = *after.broadcast;
-        for (auto c : a.copies) {
-          c.rank = labels.at(static_cast<size_t>(c.rank));
-          if (std::find(sources.begin(), sources.end(), c.rank) == sources.end())
-            b.copies.push_back(std::move(c));
-        }
-        std::sort(b.copies.begin(), b.copies.end(),
-                  [](const auto& x, const auto& y) { return x.rank < y.rank; });
-        b.verified = b.verified && a.verified;
-        b.ranks += static_cast<int>(set_aside.size());
-        const double took = a.iterations.empty() ? 0 : a.iterations.back().seconds;
-        for (auto& st : set_aside) st.seconds = took;
-        b.stragglers = set_aside;
-      } else {
-        const std::string then =
-            after.status != 0 ? after.failure
-                              : "its copy's root digest " + after.broadcast->sha256 +
-                                    " is not the others' " + b.sha256 + " (the source changed)";
-        for (const auto& st : set_aside)
-          missing.push_back(
-              {st.rank, st.node, st.cause + "; set aside as a straggler, then: " + then});
-      }
-    }
+    result = healer.outcome();
     if (line_shown) std::cerr << "\r" << std::string(100, ' ') << "\r" << std::flush;
     if (result.status != 0) {
-      for (const auto& m : missing)
+      for (const auto& m : healer.missing())
         lanes::log::notice("gridbcast launch: lost rank " + std::to_string(m.rank) + " (" + m.node +
                            ") before: " + m.cause);
       cli::print_failure(std::cerr, std::cout, "launch", result, l_json);
@@ -530,9 +325,6 @@ struct Launch {
     }
     if (result.broadcast) {
       job::BroadcastSummary& b = *result.broadcast;
-      b.missing = missing;
-      b.routed_around = routed_around;
-      b.took_over = took_over;
       if (probed) {
         b.declared_max_flow_bound_seconds = topology::max_flow_bound_seconds(
             declared, b.root, b.iterations.empty() ? 0 : b.iterations.back().bytes);
@@ -546,7 +338,7 @@ struct Launch {
       else
         cli::print_broadcast_text(std::cout, b);
     }
-    return missing.empty() ? 0 : cli::kExitCompletedOnSurvivors;
+    return healer.exit_status();
   }
 
   // --require as a count of nodes out of `nodes`.
