@@ -287,7 +287,9 @@ struct Launch {
     heal.heal =
         !o.params.program() && o.params.kind == job::JobKind::kBroadcast && !o.params.random_roots;
     heal.files = !l_files.empty();
-    heal.one_file = l_files.size() == 1;
+    // One regular file (a directory's copy is not sent from).
+    heal.one_file = o.params.files.size() == 1 && o.params.file_count == 1 &&
+                    std::filesystem::is_regular_file(o.params.files.front());
     job::Healer healer(o.grid, o.params.root, heal, [](const std::string& line) {
       lanes::log::notice("gridbcast launch: " + line);
     });

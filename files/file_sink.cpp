@@ -329,24 +329,35 @@ int discard_partial(const std::string& final_path) {
   const std::filesystem::path full = std::filesystem::absolute(final_path).lexically_normal();
   const std::string dir = full.parent_path().string(), name = full.filename().string();
   const UniqueFd d = open_output_dir(dir, 0700);
-  int removed = 0;
-  for (const std::string& leftover : {partial_name(name), chunk_record_name(name)}) {
-    const UniqueFd f(
-        ::openat(d.get(), leftover.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  // A regular file of ours with one link at `leftover`, opened; else -1
+  // (none, a symlink, another's): left as it is.
+  auto ours = [&](const std::string& leftover) {
+    UniqueFd f(::openat(d.get(), leftover.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
     if (f.get() < 0) {
-      if (errno == ENOENT || errno == ELOOP) continue;  // none, or a symlink: not ours
+      if (errno == ENOENT || errno == ELOOP) return UniqueFd();
       throw file_error(dir + "/" + leftover, "cannot open the copy in progress to remove it");
     }
     struct stat st {};
     if (::fstat(f.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 ||
         st.st_uid != ::geteuid())
-      continue;                                              // not ours: left as it is
-    if (::flock(f.get(), LOCK_EX | LOCK_NB) != 0) continue;  // a job is writing it
-    if (::unlinkat(d.get(), leftover.c_str(), 0) != 0)
-      throw file_error(dir + "/" + leftover, "cannot remove the copy in progress");
+      return UniqueFd();
+    return f;
+  };
+  // The partial's lock is the job's (FileSink::lock_partial; the record has
+  // none of its own): both go only while this holds it, so nothing a job is
+  // writing is removed. A record without its partial is left; a sink that
+  // finds it replaces it.
+  const UniqueFd partial = ours(partial_name(name));
+  if (partial.get() < 0 || ::flock(partial.get(), LOCK_EX | LOCK_NB) != 0) return 0;
+  int removed = 0;
+  if (const UniqueFd record = ours(chunk_record_name(name)); record.get() >= 0) {
+    if (::unlinkat(d.get(), chunk_record_name(name).c_str(), 0) != 0)
+      throw file_error(dir + "/" + chunk_record_name(name), "cannot remove the chunk record");
     ++removed;
   }
-  return removed;
+  if (::unlinkat(d.get(), partial_name(name).c_str(), 0) != 0)
+    throw file_error(dir + "/" + partial_name(name), "cannot remove the copy in progress");
+  return removed + 1;
 }
 
 FileSink FileSink::open(const std::string& final_path, const FileMeta& meta,

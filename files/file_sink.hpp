@@ -110,9 +110,10 @@ std::string chunk_record_name(const std::string& name);
 // copy DIR/NAME: a copy in progress that no run will resume, because its file
 // is complete (a rank that became the root of its own copy). The directories
 // are walked as FileSink::open walks them; each name is removed only when it
-// is a regular file of ours with one link, and the partial only when no job
-// holds its lock. Returns how many it removed; throws naming the path when
-// the directory cannot be opened or a name not removed.
+// is a regular file of ours with one link, and both only while this holds
+// the partial's lock (no job is writing it; a record without its partial is
+// left). Returns how many it removed; throws naming the path when the
+// directory cannot be opened or a name not removed.
 int discard_partial(const std::string& final_path);
 
 class FileSink {

@@ -171,8 +171,13 @@ std::optional<NextRun> Healer::main_run_ended(LaunchResult result) {
   // verified can send instead (one file: a tree's copy is not sent from
   // yet), one in the root's site first.
   const LaunchResult::Held* from = nullptr;
+  const bool root_straggles =
+      std::any_of(result.lost.begin(), result.lost.end(),
+                  [&](const auto& l) { return l.rank == root && l.straggler; });
   if (gone[static_cast<size_t>(root)]) {
-    if (settings_.one_file)
+    // A root set aside as a straggler still holds the source, and a copy
+    // sent to it could land on it: the job ends, as for any lost root.
+    if (settings_.one_file && !root_straggles)
       for (const auto& h : result.held)
         if (!gone.at(static_cast<size_t>(h.rank)) &&
             (from == nullptr || (grid_.site_of(h.rank) == grid_.site_of(root) &&
@@ -180,8 +185,9 @@ std::optional<NextRun> Healer::main_run_ended(LaunchResult result) {
           from = &h;
     if (from == nullptr) {
       say_("the root (rank " + std::to_string(source_) + ") was lost: nothing to heal from (" +
-           (!settings_.files      ? "a --size broadcast's bytes were in its memory only"
-            : !settings_.one_file ? "a copy of several files or a directory is not sent from"
+           (root_straggles        ? "it was set aside as a straggler, and it holds the source"
+            : !settings_.files    ? "a --size broadcast's bytes were in its memory only"
+            : !settings_.one_file ? "a copy of a directory or of several files is not sent from"
                                   : "no survivor holds a whole verified copy yet") +
            ")");
       return end(std::move(result));

@@ -2,6 +2,7 @@
 
 #include <openssl/evp.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -153,7 +154,13 @@ int run_file_rank(Session& session) {
     const Iteration it = iteration_at(params, i, grid);
     // The first root was lost and this rank's copy is whole: it sends that.
     const bool own_copy = params.source_is_copy && rank == it.root;
-    if (own_copy) spec.source = spec.output;
+    if (own_copy) {
+      struct stat st {};
+      if (::lstat(spec.output.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+        throw std::runtime_error(spec.output +
+                                 ": cannot be sent as the source: not a regular file of its own");
+      spec.source = spec.output;
+    }
     control::Done done = begin_iteration(session, i);
     spec.algorithm =
         it.algorithm == "auto" ? std::nullopt : topology::parse_algorithm(it.algorithm);

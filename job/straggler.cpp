@@ -180,9 +180,13 @@ std::vector<Straggler> StragglerWatch::observe(Clock::time_point now,
   // Each slow link with a candidate at one end or both has two ends; the
   // blame goes to the end with the most such links (below a slow node, each
   // of its children has one: the slow node has them all), a tie to the
-  // receiver. The other end need not be a candidate: a parent whose one busy
-  // link feeds a slow node that holds its other links is that node's victim,
-  // not the straggler, before the node's own links show it slow.
+  // receiver. Only a candidate takes the blame at once. A rank whose slow
+  // links would all go to ends not shown slow (yet) is behind on notice: a
+  // parent whose one busy link feeds a slow node a file window behind,
+  // which holds its other links in, looks just like a slow node with one
+  // child that holds its other parent's link while it waits; the first is
+  // the node's victim, and the node shows itself soon, the second is the
+  // straggler, and nobody else will. It is named after twice the time.
   auto candidate = [&](size_t r) { return in[r].slow || out[r].slow; };
   struct SlowPeer {
     int other;
@@ -200,13 +204,22 @@ std::vector<Straggler> StragglerWatch::observe(Clock::time_point now,
     }
   std::vector<Straggler> found;
   for (size_t r = 0; r < p; ++r) {
-    bool behind = candidate(r);
-    if (behind && !slow_peers[r].empty())
-      behind = !std::all_of(slow_peers[r].begin(), slow_peers[r].end(), [&](const SlowPeer& peer) {
+    bool behind = candidate(r), on_notice = false;
+    if (behind && !slow_peers[r].empty()) {
+      // Whether the other end of a slow link takes its blame.
+      auto blamed = [&](const SlowPeer& peer) {
         const auto o = static_cast<size_t>(peer.other);
         return slow_peers[o].size() > slow_peers[r].size() ||
                (slow_peers[o].size() == slow_peers[r].size() && peer.sends);
-      });
+      };
+      auto on_other = [&](const SlowPeer& peer) {
+        return blamed(peer) && candidate(static_cast<size_t>(peer.other));
+      };
+      if (std::all_of(slow_peers[r].begin(), slow_peers[r].end(), on_other))
+        behind = false;
+      else
+        on_notice = std::all_of(slow_peers[r].begin(), slow_peers[r].end(), blamed);
+    }
     Behind& b = behind_[r];
     if (!behind) {
       b.on = false;
@@ -217,7 +230,7 @@ std::vector<Straggler> StragglerWatch::observe(Clock::time_point now,
     b.rate_sum += v.rate;
     b.expected += v.expected;
     ++b.samples;
-    if (!b.named && now - b.since >= rule_.sustained) {
+    if (!b.named && now - b.since >= (on_notice ? 2 : 1) * rule_.sustained) {
       b.named = true;
       found.push_back({static_cast<int>(r), b.rate_sum / b.samples, b.expected / b.samples,
                        std::chrono::duration<double>(now - b.since).count(), in[r].slow});

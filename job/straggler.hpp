@@ -29,10 +29,14 @@
 // the end with the most such links, a tie on the receiver: below a node
 // that sends slowly each child has one slow link and the slow node has them
 // all; a healthy parent that feeds a slow node has one. A candidate whose
-// every slow link is blamed on the other end is not behind, even when the
-// other end is not shown slow yet (a slow node a file window behind reads
-// only its late parent's link and holds the others: that parent, whose one
-// busy link is that one, is its victim).
+// every slow link is blamed on another candidate is not behind. One whose
+// slow links are all blamed on ends not shown slow (yet) is behind on
+// notice, named after twice `sustained`: a parent whose one busy link feeds
+// a slow node a file window behind (which reads only that link and holds
+// the others, so is not shown slow) looks just like a slow node whose one
+// child holds its other parent's link while it waits. The first is the
+// node's victim, and the node soon shows itself and clears it; the second
+// is the straggler, and nobody else will show.
 //
 // A rank behind for `sustained` without a break is a straggler; one that
 // catches up within it starts over, so a node that recovers is not named.

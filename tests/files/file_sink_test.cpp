@@ -235,15 +235,25 @@ TEST(FileSink, DiscardingAPartialRemovesOnlyOurOwnAndLeavesWhatItCannotVouchFor)
   EXPECT_EQ(slurp((dir / partial_name("copy.bin")).string()), "precious");
   fs::remove(dir / partial_name("copy.bin"));
 
-  // A partial another job is writing (it holds the lock): left.
-  auto writing = std::make_unique<FileSink>(FileSink::open(dest.string(), meta_for(8), {}));
+  // A partial another job is writing (it holds the lock), with its chunk
+  // record: both left.
+  SinkOptions chunked;
+  chunked.chunk_bytes = 4;
+  auto writing = std::make_unique<FileSink>(FileSink::open(dest.string(), meta_for(8), chunked));
   writing->write(0, bytes_of(std::string("mine")), 4);
+  writing->record(0, sha256(bytes_of(std::string("mine")), 4));
+  ASSERT_EQ(temporaries(dir.path()).size(), 2u);
   EXPECT_EQ(discard_partial(dest.string()), 0);
+  EXPECT_EQ(temporaries(dir.path()).size(), 2u) << "the record of a job at work stays too";
   std::string got(4, '\0');
   EXPECT_EQ(writing->read_partial(0, reinterpret_cast<std::byte*>(got.data()), 4), 4u);
   EXPECT_EQ(got, "mine");
   writing.reset();
-  EXPECT_EQ(discard_partial(dest.string()), 1) << "once the job is gone, it is ours to remove";
+  EXPECT_EQ(discard_partial(dest.string()), 2) << "once the job is gone, they are ours to remove";
+  // A record without its partial: left (a sink that finds it replaces it).
+  write_text(dir / chunk_record_name("copy.bin"), "stale");
+  EXPECT_EQ(discard_partial(dest.string()), 0);
+  EXPECT_TRUE(fs::exists(dir / chunk_record_name("copy.bin")));
 
   // ".." on the way: refused, as a sink refuses it.
   expect_error([&] { discard_partial((dir / ".." / "x" / "copy.bin").string()); }, {"\"..\""});

@@ -122,7 +122,7 @@ TEST(Healer, AFailureThatIsNotALossIsNotHealed) {
 TEST(Healer, ALostRootWithoutAWholeCopyIsNotHealedAndSaysWhy) {
   for (const auto& [files, one, why] :
        {std::tuple{false, false, "a --size broadcast's bytes were in its memory only"},
-        std::tuple{true, false, "a copy of several files or a directory is not sent from"},
+        std::tuple{true, false, "a copy of a directory or of several files is not sent from"},
         std::tuple{true, true, "no survivor holds a whole verified copy yet"}}) {
     HealSettings s;
     s.files = files;
@@ -138,6 +138,21 @@ TEST(Healer, ALostRootWithoutAWholeCopyIsNotHealedAndSaysWhy) {
   }
 }
 
+TEST(Healer, ARootSetAsideAsAStragglerIsNotReplacedByACopy) {
+  HealSettings s;
+  s.files = true;
+  s.one_file = true;
+  Heal h(s);
+  LaunchResult r = lost({{0, "rank 0 (s0n0) is a straggler: its links out carried 1 Mbit/s"}});
+  r.lost[0].straggler = true;
+  r.held = {{2, 0, "/out/2", "d1"}};
+  EXPECT_FALSE(h.healer.run_ended(r));
+  EXPECT_EQ(h.healer.exit_status(), 1);
+  EXPECT_TRUE(
+      h.said_with("the root (rank 0) was lost: nothing to heal from (it was set aside as "
+                  "a straggler, and it holds the source)"));
+}
+
 TEST(Healer, ALostRootIsHealedFromAWholeCopyInItsSiteAndItsDigestIsChecked) {
   HealSettings s;
   s.files = true;
@@ -145,16 +160,20 @@ TEST(Healer, ALostRootIsHealedFromAWholeCopyInItsSiteAndItsDigestIsChecked) {
   for (const bool same_digest : {true, false}) {
     Heal h(s);
     LaunchResult r = lost({{0, "rank 0 (s0n0) was killed by signal 9 (Killed)"}});
-    r.held = {{5, 0, "/out/5", "d1"}, {2, 0, "/out/2", "d1"}, {6, 0, "/out/6", "d1"}};
+    r.lost.push_back({3, "rank 3 (s0n3) was killed by signal 9 (Killed)"});
+    r.held = {{3, 0, "/out/3", "d1"},
+              {5, 0, "/out/5", "d1"},
+              {2, 0, "/out/2", "d1"},
+              {6, 0, "/out/6", "d1"}};
     auto next = h.healer.run_ended(r);
     ASSERT_TRUE(next);
-    EXPECT_EQ(next->labels, (std::vector<std::int32_t>{1, 2, 3, 4, 5, 6, 7}));
-    EXPECT_EQ(next->root, 1) << "rank 2, the root's site's, as the run numbers it";
+    EXPECT_EQ(next->labels, (std::vector<std::int32_t>{1, 2, 4, 5, 6, 7}));
+    EXPECT_EQ(next->root, 1) << "rank 2, the root's site's and not lost, as the run numbers it";
     EXPECT_TRUE(next->source_is_copy);
     EXPECT_TRUE(
         h.said_with("rank 2 (s0n2) holds a verified copy: it is the source now, after "
                     "rank 0 (s0n0) was killed by signal 9 (Killed)"));
-    EXPECT_FALSE(h.healer.run_ended(completed(7, 1, same_digest ? "d1" : "d2")));
+    EXPECT_FALSE(h.healer.run_ended(completed(6, 1, same_digest ? "d1" : "d2")));
     if (same_digest) {
       EXPECT_EQ(h.healer.exit_status(), 3);
       const BroadcastSummary& b = *h.healer.outcome().broadcast;
@@ -163,8 +182,9 @@ TEST(Healer, ALostRootIsHealedFromAWholeCopyInItsSiteAndItsDigestIsChecked) {
       EXPECT_EQ(b.took_over[0].rank, 2);
       EXPECT_EQ(b.took_over[0].lost_rank, 0);
       EXPECT_EQ(b.took_over[0].after, "was killed by signal 9 (Killed)");
-      ASSERT_EQ(b.missing.size(), 1u);
+      ASSERT_EQ(b.missing.size(), 2u);
       EXPECT_EQ(b.missing[0].rank, 0);
+      EXPECT_EQ(b.missing[1].rank, 3);
     } else {
       EXPECT_EQ(h.healer.exit_status(), 1);
       EXPECT_NE(h.healer.outcome().failure.find("rank 2 sent a copy whose root digest d2 differs "

@@ -159,22 +159,45 @@ TEST(Stragglers, AParentWhoseOneBusyLinkGoesToASlowNodeIsNotNamed) {
   // slow) and nothing waiting for its other child; node 6 reads only that
   // link (tree 1's parent, the root, is held by its window) and has nothing
   // to forward yet. Node 2's one slow link out is node 6's one slow link in:
-  // a tie, which goes to the receiver, and node 6 is not shown slow yet
-  // (one of its links in is held). Nobody is named, least of all node 2.
+  // a tie, which goes to the receiver, not shown slow yet (one of its links
+  // in is held), so node 2 is only on notice.
   Feed f(testing::make_grid({8}));
   std::vector<Flow> flows = two_trees(0, false);
   for (auto& l : flows) {
     if (l.from == 2 && l.to == 6) l = {2, 6, 0, 0, 0.01 * kLane, true};
     if (l.from == 0 && l.to == 6) l = {0, 6, 1, 1, 0, true, false};
   }
-  f.run(10, flows);
+  f.run(4, flows);
   EXPECT_TRUE(f.found.empty()) << "named rank " << f.found.front().rank;
-  // Once node 6 reads both its links in, and both crawl, it is named.
+  // Node 6 then reads both its links in, and both crawl: it is named, and
+  // node 2, its victim, never is.
   for (auto& l : flows)
     if (l.to == 6) l = {l.from, 6, l.lane_from, l.lane_to, 0.01 * kLane, true};
-  f.run(6, flows);
+  f.run(12, flows);
   ASSERT_EQ(f.found.size(), 1u);
   EXPECT_EQ(f.found[0].rank, 6);
+}
+
+TEST(Stragglers, ASlowNodeWhoseOneChildHoldsItsOtherParentIsNamedAfterTwiceTheTime) {
+  // The same picture the other way round: node 3 forwards at 1 % to its one
+  // child 7, reading its own links in only as fast (held by its window);
+  // node 7 holds the root's link while it waits for node 3. Nothing tells
+  // the two ends apart, and nobody else will show slow: node 3 is named,
+  // after twice the rule's time.
+  Feed f(testing::make_grid({8}));
+  std::vector<Flow> flows = two_trees(0, false);
+  for (auto& l : flows) {
+    if (l.to == 3) l = {l.from, 3, l.lane_from, l.lane_to, 0, true, false};
+    if (l.from == 3 && l.to == 7) l = {3, 7, 0, 0, 0.01 * kLane, true};
+    if (l.from == 0 && l.to == 7) l = {0, 7, 1, 1, 0, true, false};
+  }
+  f.run(5, flows);  // behind from the second report on: 4 s so far
+  EXPECT_TRUE(f.found.empty()) << "named rank " << f.found.front().rank;
+  f.run(3, flows);
+  ASSERT_EQ(f.found.size(), 1u);
+  EXPECT_EQ(f.found[0].rank, 3);
+  EXPECT_FALSE(f.found[0].receiving);
+  EXPECT_GE(f.found[0].seconds, 6.0);
 }
 
 TEST(Stragglers, TheOnlyChildOfASlowNodeIsNotNamed) {

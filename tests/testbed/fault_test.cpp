@@ -203,13 +203,22 @@ TEST_F(TestbedFaults, TheRootLostWhileAStragglerTakesItsCopyIsHealedFromACopy) {
                "--json", "-v"});
   std::this_thread::sleep_for(1500ms);
   ASSERT_EQ(shape({"--bandwidth", "5Mbit"}), 0);
-  // The straggler's own run: two ranks, the root first.
+  // The stragglers' own run: the root (rank 0 there) and each straggler,
+  // b3 among them (a parent of b3 may be set aside with it: FILES.md, "Slow
+  // nodes", what the rule cannot see).
   pid_t root = -1;
   for (int i = 0; i < 2400 && root < 0; ++i) {
     std::this_thread::sleep_for(50ms);
-    if (job.err().find("now the straggler rank 6 (b3)") == std::string::npos) continue;
+    const std::string err = job.err();
+    const auto at = err.find("the others are done; now the straggler");
+    if (at == std::string::npos) continue;
+    const std::string line = err.substr(at, err.find('\n', at) - at);
+    ASSERT_NE(line.find("(b3)"), std::string::npos) << line;
+    size_t named = 0;
+    for (auto p = line.find("rank "); p != std::string::npos; p = line.find("rank ", p + 1))
+      ++named;
     const auto ranks = children_of(job.pid(), "GRIDBCAST_RANK");
-    if (ranks.size() != 2) continue;
+    if (ranks.size() != named + 1) continue;
     for (auto [pid, rank] : ranks)
       if (rank == "0") root = pid;
   }
@@ -224,8 +233,9 @@ TEST_F(TestbedFaults, TheRootLostWhileAStragglerTakesItsCopyIsHealedFromACopy) {
   const auto j = last_json(job.out());
   EXPECT_EQ(j["verified"], true) << job.out();
   EXPECT_EQ(j["complete"], true) << job.out();
-  ASSERT_EQ(j["stragglers"].size(), 1u) << job.out();
-  EXPECT_EQ(j["stragglers"][0]["node"], "b3");
+  bool b3 = false;
+  for (const auto& st : j["stragglers"]) b3 = b3 || st["node"] == "b3";
+  EXPECT_TRUE(b3) << job.out();
   ASSERT_EQ(j["took_over"].size(), 1u) << job.out();
   EXPECT_EQ(j["took_over"][0]["lost_rank"], 0);
   EXPECT_EQ(j["copies"].size(), 7u) << job.out();
