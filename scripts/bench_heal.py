@@ -12,12 +12,15 @@ answers the launcher), with --cut-wan A-B the WAN link between sites A and B
 (`testbed shape --wan A-B --down`): the ranks' progress deadline (--timeout)
 notices, the launcher names who was cut off from the senders' stalled links,
 and the others heal around it (or, where another WAN path exists, every node
-finishes over it). --log FILE keeps the
+finishes over it). With --slow and --kill-root-after S, the root's rank is
+SIGKILLed S seconds into the stragglers' own run: a node holding a verified
+copy sends the rest instead (docs/FILES.md, "A lost root"). --log FILE keeps the
 second run's standard error, with timestamps. Needs root. Brings its own testbed up and down; removes the source and the
 copies at the end, also on failure.
 
   scripts/bench_heal.py [TOPOLOGY] [--size 512MiB] [--victim w3] [--at 0.3]
-                       [--slow 10Mbit | --cut | --cut-wan A-B] [--timeout S] [--dir /var/tmp] [--log FILE]
+                       [--slow 10Mbit [--kill-root-after S] | --cut | --cut-wan A-B]
+                       [--timeout S] [--dir /var/tmp] [--log FILE]
 """
 import argparse, json, os, shutil, signal, subprocess, sys, tempfile, threading, time
 
@@ -53,12 +56,14 @@ def launch(args, src, out_dir, env, victim=None, at=None, timeout=3600, tb_id=No
         cmd += ["--timeout", str(args.timeout)]
     t0 = time.monotonic()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    lines, others_done = [], []
+    lines, others_done, killed_root, stragglers_run = [], [], [], []
 
     def read_err():
         for line in p.stderr:
             lines.append(line)
             if "the others are done" in line and not others_done:
+                # Its ranks: the root and each straggler the line names.
+                stragglers_run.append(1 + line.split("now the straggler", 1)[-1].count("rank "))
                 others_done.append(time.monotonic() - t0)
     reader = threading.Thread(target=read_err, daemon=True)
     reader.start()
@@ -81,6 +86,20 @@ def launch(args, src, out_dir, env, victim=None, at=None, timeout=3600, tb_id=No
                 sys.exit(f"bench_heal: rank {victim} not found under the launcher")
             os.kill(pid, signal.SIGKILL)
         hit = time.monotonic() - t0
+        if args.kill_root_after is not None:
+            # The stragglers' own run: the root (rank 0 there) and each straggler.
+            while not others_done and p.poll() is None:
+                time.sleep(0.05)
+            while p.poll() is None:
+                ranks = rank_pids(p.pid)
+                if 0 in ranks and len(ranks) == stragglers_run[0]:
+                    break
+                time.sleep(0.05)
+            time.sleep(args.kill_root_after)
+            pid = rank_pids(p.pid).get(0)
+            if pid is not None:
+                os.kill(pid, signal.SIGKILL)
+                killed_root.append(time.monotonic() - t0)
     # stdout here, stderr only by the reader (communicate() would read it too
     # and keep some of its lines from the reader).
     out = p.stdout.read()
@@ -88,6 +107,7 @@ def launch(args, src, out_dir, env, victim=None, at=None, timeout=3600, tb_id=No
     reader.join(timeout=10)
     wall = time.monotonic() - t0
     summary = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+    args.root_killed_at = killed_root[0] if killed_root else None
     return p.returncode, wall, hit, summary, "".join(lines), others_done[0] if others_done else None
 
 
@@ -104,10 +124,14 @@ def main():
                     help="cut the victim's NICs (its rank still answers the launcher) instead of killing it")
     ap.add_argument("--cut-wan", metavar="A-B", help="cut the WAN link between sites A and B instead")
     ap.add_argument("--timeout", type=float, help="the launch's progress deadline (--timeout S)")
+    ap.add_argument("--kill-root-after", type=float, metavar="S",
+                    help="with --slow: SIGKILL the root S seconds into the stragglers' own run")
     ap.add_argument("--log", help="write the healed run's standard error here (with -v and timestamps)")
     args = ap.parse_args()
     if sum(map(bool, (args.slow, args.cut, args.cut_wan))) > 1:
         ap.error("say at most one of --slow, --cut and --cut-wan")
+    if args.kill_root_after is not None and not args.slow:
+        ap.error("--kill-root-after needs --slow (the root is killed in the stragglers' run)")
     require_binary("bench_heal")
     if emulated_grid_unavailable("bench_heal"):
         return SKIP
@@ -156,6 +180,13 @@ def main():
                   + (f"{others:.2f} s = {others / base:.2f} x the undisturbed time" if others else "?")
                   + f"; all {healed:.2f} s; {s1.get('ranks')} ranks verified {s1.get('verified')}; "
                   f"the others' run {resent}")
+            if args.kill_root_after is not None:
+                took = s1.get("took_over", [])
+                after = [l.split("resume: ", 1)[1] for l in err.splitlines() if "resume: sent" in l][-1:]
+                print(f"  the root killed at {args.root_killed_at or 0:.2f} s in the stragglers' run; took over: "
+                      + (", ".join(f"{t['node']} after {t['lost_node']} {t['after']}" for t in took) or "nobody")
+                      + f"; the stragglers' copies from it: {after[0] if after else '?'}")
+                return 0 if rc == 0 and s1.get("verified") and st and took else 1
             return 0 if rc == 0 and s1.get("verified") and st else 1
         missing = [m["node"] for m in s1.get("missing", [])]
         if args.cut or args.cut_wan:
