@@ -168,7 +168,7 @@ struct Grid {
 
   int size() const { return static_cast<int>(nodes.size()); }
   int site_of(int rank) const { return nodes.at(static_cast<size_t>(rank)).site; }
-  const WanLink* link_between(int a, int b) const;  // direct link or nullptr
+  const WanLink* link_between(int a, int b) const;     // direct link or nullptr
   int site_named(const std::string& site_name) const;  // its index, or -1
 
   // Sites in multilane chain order from the given site: depth-first over the WAN
