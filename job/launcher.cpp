@@ -387,7 +387,7 @@ void Launcher::on_message(int r, control::ToLauncher m) {
       if (iteration_at(o_.params, d->iteration, o_.grid).root == r)
         root_digests_[d->iteration] = d->sha256;
       else if (!d->path.empty())
-        copies_[r] = {r, d->iteration, d->path, d->sha256};
+        copies_[r] = {r, d->iteration, d->sha256};
     }
   }
   // What the drivers consume comes in order and one at a time per phase: a

@@ -204,7 +204,6 @@ struct LaunchResult {
   struct Held {
     int rank = -1;
     int iteration = 0;
-    std::string path;    // the rank's copy, as it reported it
     std::string sha256;  // the root digest it verified its chunks against
   };
   std::vector<Held> held;

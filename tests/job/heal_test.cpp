@@ -129,7 +129,7 @@ TEST(Healer, ALostRootWithoutAWholeCopyIsNotHealedAndSaysWhy) {
     s.one_file = one;
     Heal h(s);
     LaunchResult r = lost({{0, "rank 0 (s0n0) was killed by signal 9 (Killed)"}});
-    if (!one) r.held.push_back({2, 0, "/out/2", "d1"});  // not a source for these
+    if (!one) r.held.push_back({2, 0, "d1"});  // not a source for these
     EXPECT_FALSE(h.healer.run_ended(r));
     EXPECT_EQ(h.healer.exit_status(), 1);
     EXPECT_TRUE(
@@ -145,7 +145,7 @@ TEST(Healer, ARootSetAsideAsAStragglerIsNotReplacedByACopy) {
   Heal h(s);
   LaunchResult r = lost({{0, "rank 0 (s0n0) is a straggler: its links out carried 1 Mbit/s"}});
   r.lost[0].straggler = true;
-  r.held = {{2, 0, "/out/2", "d1"}};
+  r.held = {{2, 0, "d1"}};
   EXPECT_FALSE(h.healer.run_ended(r));
   EXPECT_EQ(h.healer.exit_status(), 1);
   EXPECT_TRUE(
@@ -161,10 +161,7 @@ TEST(Healer, ALostRootIsHealedFromAWholeCopyInItsSiteAndItsDigestIsChecked) {
     Heal h(s);
     LaunchResult r = lost({{0, "rank 0 (s0n0) was killed by signal 9 (Killed)"}});
     r.lost.push_back({3, "rank 3 (s0n3) was killed by signal 9 (Killed)"});
-    r.held = {{3, 0, "/out/3", "d1"},
-              {5, 0, "/out/5", "d1"},
-              {2, 0, "/out/2", "d1"},
-              {6, 0, "/out/6", "d1"}};
+    r.held = {{3, 0, "d1"}, {5, 0, "d1"}, {2, 0, "d1"}, {6, 0, "d1"}};
     auto next = h.healer.run_ended(r);
     ASSERT_TRUE(next);
     EXPECT_EQ(next->labels, (std::vector<std::int32_t>{1, 2, 4, 5, 6, 7}));

@@ -10,7 +10,6 @@
 
 #include <cstdlib>
 #include <fstream>
-#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -88,6 +87,20 @@ class TestbedFaults : public OneTestbed<TwoByFour> {
       EXPECT_TRUE(testbed::processes_in_netns(n.ns).empty()) << "left behind in " << n.ns;
   }
 
+  // `gridbcast testbed shape` of node b3 (`how`: --bandwidth RATE, --reset, ...).
+  int shape_b3(std::vector<std::string> how) {
+    std::vector<std::string> argv = {kBin, "testbed", "shape",     guard_->file(),
+                                     "b3", "--id",    guard_->id()};
+    argv.insert(argv.end(), how.begin(), how.end());
+    TbChild c(argv);
+    return c.wait(60s);
+  }
+  // b3's links as the topology declares them again, however the test ends.
+  struct B3Reset {
+    TestbedFaults* t;
+    ~B3Reset() { t->shape_b3({"--reset"}); }
+  };
+
   void expect_a_new_launch_works() {
     TbChild again({kBin, "launch", guard_->file(), "--backend", "netns", "--size", "2MiB"});
     ASSERT_EQ(again.wait(120s), 0) << again.err();
@@ -130,17 +143,8 @@ TEST_F(TestbedFaults, KilledRankIsHealedAroundOnTheEmulatedGrid) {
 // (its rate restored here, so the test does not wait on it). Nothing else is
 // named, every copy verifies, and the job ends complete (0).
 TEST_F(TestbedFaults, ASlowNodeIsSetAsideAndTheOthersFinishWithoutIt) {
-  auto shape = [&](std::vector<std::string> how) {
-    std::vector<std::string> argv = {kBin, "testbed", "shape",     guard_->file(),
-                                     "b3", "--id",    guard_->id()};
-    argv.insert(argv.end(), how.begin(), how.end());
-    TbChild c(argv);
-    return c.wait(60s);
-  };
-  struct Reset {
-    std::function<int(std::vector<std::string>)> shape;
-    ~Reset() { shape({"--reset"}); }
-  } reset{shape};
+  auto shape = [&](std::vector<std::string> how) { return shape_b3(std::move(how)); };
+  const B3Reset reset{this};
   TbChild job(
       {kBin, "launch", guard_->file(), "--backend", "netns", "--size", "128MiB", "--json", "-v"});
   std::this_thread::sleep_for(1500ms);
@@ -177,17 +181,8 @@ TEST_F(TestbedFaults, ASlowNodeIsSetAsideAndTheOthersFinishWithoutIt) {
 // rest of the straggler's copy from its own, and the job ends complete (0),
 // the summary saying who took over and why.
 TEST_F(TestbedFaults, TheRootLostWhileAStragglerTakesItsCopyIsHealedFromACopy) {
-  auto shape = [&](std::vector<std::string> how) {
-    std::vector<std::string> argv = {kBin, "testbed", "shape",     guard_->file(),
-                                     "b3", "--id",    guard_->id()};
-    argv.insert(argv.end(), how.begin(), how.end());
-    TbChild c(argv);
-    return c.wait(60s);
-  };
-  struct Reset {
-    std::function<int(std::vector<std::string>)> shape;
-    ~Reset() { shape({"--reset"}); }
-  } reset{shape};
+  auto shape = [&](std::vector<std::string> how) { return shape_b3(std::move(how)); };
+  const B3Reset reset{this};
   TempDir dir;
   std::string data(48 << 20, '\0');
   std::uint64_t x = 0x9e3779b97f4a7c15ull;
