@@ -130,11 +130,15 @@ TEST(TestbedLifecycle, UpStatusUpAgainAndDownLeaveNothingBehind) {
     EXPECT_EQ(st.wait(30s), 0) << st.out() << st.err();
     EXPECT_NE(st.out().find(s.nodes[3].ns), std::string::npos) << st.out();
   }
-  // Whatever `auto` picked, the RTT across the WAN is 2 x 10 ms.
+  // Whatever `auto` picked, the RTT across the WAN is 2 x 10 ms: never
+  // less (within a timer's slack), and a busy host only adds to it (the
+  // suite once saw a median of 21.05 ms with 8 sanitizer builds' worth of
+  // load behind it), so the bound above is looser than the one below.
   if (!testbed::ping_path().empty()) {
     const auto t = ping(g, "a1", "10.211.1.1", "10.212.2.2", 10);
     ASSERT_EQ(t.size(), 10u);
-    EXPECT_NEAR(median(t), 20.0, 1.0);
+    EXPECT_GE(median(t), 19.0);
+    EXPECT_LE(median(t), 25.0);
   }
 
   // `up` again, as after a crash: the old testbed goes first, a new one replaces it.
