@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "topology/bound.hpp"
+#include "topology/plan/circulant.hpp"
 #include "topology/plan/pacing.hpp"
 #include "topology/plan/segments.hpp"
 #include "topology/units.hpp"
@@ -223,20 +224,61 @@ const std::vector<Algorithm>& model_candidates() {
   return kCandidates;
 }
 
+double model_seconds(const Grid& grid, const Plan& plan, std::uint64_t segment,
+                     const CostModel& model) {
+  CostModel m = model;
+  m.segment_bytes = segment;
+  if (grid.size() <= kMaxSimulatedRanks && plan.size <= kMaxSimulatedBytes &&
+      simulated_segments(grid, plan, m) <= kMaxSimulatedSegments)
+    return simulate(grid, plan, m).makespan_s;
+  return analytic_seconds(grid, plan, segment, model);
+}
+
+std::uint64_t model_circulant_block(const Grid& grid, int root, std::uint64_t size,
+                                    const CostModel& model) {
+  const int k = grid.lane_count();
+  const auto lanes = static_cast<std::uint64_t>(k);
+  const std::uint64_t part = (size + lanes - 1) / lanes;
+  if (part <= kSmallestModelSegment) return std::max<std::uint64_t>(part, 1);
+  std::uint64_t top = kSmallestModelSegment;
+  while (top < kLargestModelSegment && top < part) top *= 2;  // the first that holds a part whole
+  // (block, time in whole microseconds), largest block first.
+  std::vector<std::pair<std::uint64_t, long long>> priced;
+  long long best = -1;
+  std::uint64_t last_cut = 0;
+  int worse = 0;
+  for (std::uint64_t block = top; block >= kSmallestModelSegment && worse < 2; block /= 2) {
+    // Past the transfer cap, blocks grow: a smaller candidate may cut alike.
+    const std::uint64_t cut = circulant_parts(grid, size, block).front().blocks.block_bytes;
+    if (cut == last_cut) continue;
+    last_cut = cut;
+    const long long t = std::llround(
+        model_seconds(grid, build_circulant(grid, root, size, block), block, model) * 1e6);
+    priced.emplace_back(block, t);
+    if (best < 0 || t < best) {
+      best = t;
+      worse = 0;
+    } else {
+      ++worse;
+    }
+  }
+  // The largest block within 1 % of the fastest: the model sees a frame's
+  // cost only on the lanes it loads, not the wake-ups of ranks that share
+  // cores, so where the fill hardly matters (a large message behind a slow
+  // WAN) fewer, larger blocks are the safer choice, and a link's blocks stay
+  // within what MPI's tags can number.
+  for (const auto& [block, t] : priced)
+    if (t <= best + best / 100) return block;
+  return priced.back().first;
+}
+
 Prediction predict(const Grid& grid, Algorithm algorithm, int root, std::uint64_t size,
                    const CostModel& model) {
   const Plan plan = build_plan(grid, algorithm, root, size);
   Prediction p;
   p.algorithm = algorithm;
   p.segment_bytes = resolve_segment_bytes(grid, plan, model.segment_bytes);
-  CostModel m = model;
-  m.segment_bytes = p.segment_bytes;
-  if (grid.size() <= kMaxSimulatedRanks && size <= kMaxSimulatedBytes &&
-      simulated_segments(grid, plan, m) <= kMaxSimulatedSegments) {
-    p.seconds = simulate(grid, plan, m).makespan_s;
-  } else {
-    p.seconds = analytic_seconds(grid, plan, p.segment_bytes, model);
-  }
+  p.seconds = model_seconds(grid, plan, p.segment_bytes, model);
   return p;
 }
 

@@ -38,6 +38,25 @@ double analytic_seconds(const Grid& grid, const Plan& plan, std::uint64_t segmen
 // larger); the message itself when it is smaller than the smallest candidate.
 std::uint64_t model_segment(const Grid& grid, const Plan& plan, const CostModel& model = {});
 
+// The model's time for `plan` cut into `segment`s: simulated within
+// kMaxSimulatedRanks, kMaxSimulatedBytes and kMaxSimulatedSegments,
+// analytic_seconds beyond. What predict() and the block choice price.
+double model_seconds(const Grid& grid, const Plan& plan, std::uint64_t segment,
+                     const CostModel& model = {});
+
+// Circulant's block, which is also its segment (one block, one frame), so
+// it shapes the plan itself: the model builds the plan each candidate block
+// gives (the powers of two model_segment tries) and prices it as predict()
+// does, simulated where small, analytic beyond. Searched from the largest
+// down, stopping once two in a row price above the best (the time falls as
+// the fill shortens, then rises as rounds multiply), so a large message
+// never builds the plans of its smallest blocks; candidates the transfer cap
+// makes alike are priced once. The largest block within 1 % of the fastest
+// wins (whole microseconds): the model does not see what a frame costs
+// ranks that share cores beyond the lanes it loads.
+std::uint64_t model_circulant_block(const Grid& grid, int root, std::uint64_t size,
+                                    const CostModel& model = {});
+
 // Below 16 KiB a rank's own work per frame (system calls, wake-ups) decides,
 // which the model prices only roughly: measured on testbed-8x8 (multilane,
 // 1 MiB, host BBR), 4 KiB segments took 1.63 x the bound, 8 KiB 1.16 x and

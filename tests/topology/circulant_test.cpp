@@ -267,7 +267,7 @@ TEST(Circulant, OneBlockIsOneSegmentAndHugePartsGrowBlocksInWholeSegments) {
 
 TEST(Circulant, PartsAreMultilanesPiecesAndSizeZeroIsEmpty) {
   const Grid g = one_site(5, 3, 4);
-  const auto parts = circulant_parts(g, 10);
+  const auto parts = circulant_parts(g, 10, g.segment_bytes);
   ASSERT_EQ(parts.size(), 3u);
   EXPECT_EQ(parts[0].offset, 0u);
   EXPECT_EQ(parts[0].length, 4u);  // [0, ceil(10/3))
@@ -278,7 +278,7 @@ TEST(Circulant, PartsAreMultilanesPiecesAndSizeZeroIsEmpty) {
   EXPECT_EQ(parts[0].blocks.count, 1u);
   EXPECT_EQ(parts[1].blocks.count, 1u);
   // M < k: empty parts send nothing.
-  const auto tiny = circulant_parts(g, 2);
+  const auto tiny = circulant_parts(g, 2, g.segment_bytes);
   EXPECT_EQ(tiny[0].length + tiny[1].length + tiny[2].length, 2u);
   EXPECT_EQ(std::count_if(tiny.begin(), tiny.end(), [](const auto& p) { return p.length == 0; }),
             1);
@@ -348,8 +348,9 @@ void expect_circulant_plan(const Grid& g, int root, std::uint64_t size) {
     EXPECT_TRUE(plan.transfers.empty());
     return;
   }
-  const auto parts = circulant_parts(g, size);
-  const std::uint64_t segment = resolve_segment_bytes(g, size, 0);
+  const auto parts = circulant_parts(g, size, plan.block_bytes);
+  const std::uint64_t segment = resolve_segment_bytes(g, plan, 0);
+  EXPECT_EQ(segment, plan.block_bytes) << "one block, one frame";
   std::uint64_t blocks = 0;
   for (const auto& part : parts) {
     EXPECT_LE(part.blocks.block_bytes, segment);
@@ -386,18 +387,20 @@ TEST(Circulant, EverySiteSizeUpTo33EveryRootAndSegmentEdge) {
   }
 }
 
-TEST(Circulant, TheAutomaticSegmentSetsTheBlock) {
+TEST(Circulant, TheBlockCutsEachPartIntoWholeBlocksAndAShortOne) {
   const Grid g = make_grid({9});
   const std::uint64_t size = (std::uint64_t{1} << 20) + 3;
-  const std::uint64_t segment = resolve_segment_bytes(g, size, 0);
-  ASSERT_EQ(segment, 64u << 10);  // M/16
-  expect_circulant_plan(g, 4, size);
-  const Plan plan = build_circulant(g, 4, size);
+  const std::uint64_t block = 64 << 10;
+  const Plan plan = build_circulant(g, 4, size, block);
+  EXPECT_EQ(plan.block_bytes, block);
+  EXPECT_EQ(resolve_segment_bytes(g, plan, 0), block);
+  const PlanCheck check = verify_plan(g, plan);
+  ASSERT_TRUE(check.ok()) << check.errors.front();
   std::map<std::uint64_t, int> lengths;
   for (const Transfer& t : plan.transfers) ++lengths[t.length];
-  // Two parts of 512 KiB + 2 and + 1: eight whole segments and a short one each.
+  // Two parts of 512 KiB + 2 and + 1: eight whole blocks and a short one each.
   EXPECT_EQ(lengths.size(), 3u);
-  EXPECT_EQ(lengths[segment], 8 * 2 * 8);  // 8 receivers x 2 lanes x 8 blocks
+  EXPECT_EQ(lengths[block], 8 * 2 * 8);  // 8 receivers x 2 lanes x 8 blocks
   EXPECT_EQ(lengths[2], 8);
   EXPECT_EQ(lengths[1], 8);
 }
@@ -405,13 +408,12 @@ TEST(Circulant, TheAutomaticSegmentSetsTheBlock) {
 TEST(Circulant, FiveGiBUsesSixtyFourBitOffsetsAndStaysASmallPlan) {
   const std::uint64_t size = (std::uint64_t{5} << 30) + 3;
   const Grid g = make_grid({33});
-  const Plan plan = build_circulant(g, 32, size);
+  const std::uint64_t segment = 1 << 20;
+  const Plan plan = build_circulant(g, 32, size, segment);
   const PlanCheck check = verify_plan(g, plan);
   ASSERT_TRUE(check.ok()) << check.errors.front();
-  const std::uint64_t segment = resolve_segment_bytes(g, size, 0);
-  ASSERT_EQ(segment, 1u << 20);
   // Two parts of 2.5 GiB + 2 and + 1 bytes: 2561 blocks each, the last of 2 and 1 bytes.
-  const auto parts = circulant_parts(g, size);
+  const auto parts = circulant_parts(g, size, segment);
   ASSERT_EQ(parts.size(), 2u);
   EXPECT_EQ(parts[0].blocks.count, 2561u);
   EXPECT_EQ(parts[1].blocks.count, 2561u);
@@ -430,9 +432,9 @@ TEST(Circulant, FiveGiBUsesSixtyFourBitOffsetsAndStaysASmallPlan) {
   // 300 nodes: the plan-wide cap grows blocks (in whole segments) instead of
   // listing 300 x 2 x 2561 transfers.
   const Grid big = make_grid({300});
-  const Plan capped = build_circulant(big, 0, size);
+  const Plan capped = build_circulant(big, 0, size, segment);
   EXPECT_LE(capped.transfers.size(), kCirculantMaxTransfers);
-  const auto big_parts = circulant_parts(big, size);
+  const auto big_parts = circulant_parts(big, size, segment);
   EXPECT_LE(big_parts[0].blocks.count, circulant_max_blocks(300, 2));
   EXPECT_EQ(big_parts[0].blocks.block_bytes % segment, 0u);
   EXPECT_EQ(big_parts[0].blocks.block_bytes, 2 * segment);  // 2.5 GiB / 1747 blocks, rounded up
@@ -501,7 +503,7 @@ TEST(Circulant, SitesAreChainedThroughIdleSendSlots) {
         const std::uint64_t size = 24 * s + 7;
         SCOPED_TRACE("root " + std::to_string(root));
         const Plan plan = build_circulant(g, root, size);
-        const auto parts = circulant_parts(g, size);
+        const auto parts = circulant_parts(g, size, plan.block_bytes);
         const std::vector<int> chain = g.site_chain(g.site_of(root));
         for (int l = 0; l < lanes; ++l) {
           const auto& part = parts[static_cast<size_t>(l)];
@@ -553,6 +555,23 @@ TEST(Circulant, SitesAreChainedThroughIdleSendSlots) {
 }
 
 // The checker's circulant properties fail on wrong schedules.
+// The block is part of the plan: a plan whose transfers are not blocks of
+// the size it states, or that states none, fails the check.
+TEST(Circulant, TheCheckerRejectsAPlanWhoseTransfersAreNotItsStatedBlocks) {
+  const Grid g = make_grid({5, 4});
+  Plan plan = build_circulant(g, 2, 1 << 20, 64 << 10);
+  ASSERT_TRUE(verify_plan(g, plan).ok());
+  plan.block_bytes = 32 << 10;
+  const PlanCheck halved = verify_plan(g, plan);
+  ASSERT_FALSE(halved.ok());
+  EXPECT_NE(halved.errors.front().find("in blocks of 32768 bytes"), std::string::npos)
+      << halved.errors.front();
+  plan.block_bytes = 0;
+  const PlanCheck none = verify_plan(g, plan);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.errors.front().find("no block size"), std::string::npos) << none.errors.front();
+}
+
 TEST(Circulant, TheCheckerRejectsSlowAndInconsistentSchedules) {
   const Grid g = one_site(8, 1, 100);
   // A pipelined chain of the same blocks: causal, exact, complete, every rank

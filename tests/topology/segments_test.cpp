@@ -3,6 +3,7 @@
 // segment size, the sender's list on each link is the receiver's list on that
 // link, the segments tile each transfer exactly, and the per-link limit holds.
 #include "topology/plan/segments.hpp"
+#include "topology/select.hpp"
 
 #include <gtest/gtest.h>
 
@@ -110,7 +111,7 @@ void expect_schedule_properties(const Grid& g, const Plan& plan, const SegmentOp
 }
 
 void expect_on_grid(const Grid& g) {
-  const std::uint64_t seg = resolve_segment_bytes(g, 64 << 20, 0);
+  const std::uint64_t seg = g.segment_bytes != 0 ? g.segment_bytes : 64 << 10;
   const std::uint64_t sizes[] = {0, 1, seg - 1, seg, seg + 1, 3 * seg + 7, 100 * seg + 1};
   constexpr std::uint64_t kSmall = 7;  // a tiny segment, on small messages
   const std::uint64_t small_sizes[] = {kSmall - 1, kSmall, kSmall + 1, 3 * kSmall + 2, 1000};
@@ -220,25 +221,19 @@ TEST(SegmentSchedule, ZeroLengthTransfersMakeEmptyLinks) {
   EXPECT_TRUE(r.send.empty());
 }
 
-TEST(ResolveSegment, RequestedThenTheTopologysThenAutomatic) {
-  Grid g = make_grid({4});  // 10 Gbit NICs: 4 ms are 5 MB, so M/16 within 64 KiB..1 MiB
-  EXPECT_EQ(resolve_segment_bytes(g, 64 << 20, 0), 1u << 20);
-  EXPECT_EQ(resolve_segment_bytes(g, 4 << 20, 0), 256u << 10);
-  EXPECT_EQ(resolve_segment_bytes(g, 100, 0), 64u << 10);
-  EXPECT_EQ(resolve_segment_bytes(g, 100, 4096), 4096u);
-  g.segment_bytes = 300 << 10;
-  EXPECT_EQ(resolve_segment_bytes(g, 64 << 20, 0), 300u << 10);
-  EXPECT_EQ(resolve_segment_bytes(g, 64 << 20, 5), 5u);
-  for (auto& n : g.nodes)
-    for (auto& nic : n.nics) nic.bandwidth_bps = 100e6;  // 4 ms are 50 kB: 64 KiB
-  EXPECT_EQ(automatic_segment(g, 64 << 20), 64u << 10);
-  // Paced lanes: the floor is 16 KiB, so 4 ms of the slowest NIC decide.
-  g.pace_lanes = true;
-  EXPECT_EQ(automatic_segment(g, 64 << 20), 50000u);
-  for (auto& n : g.nodes)
-    for (auto& nic : n.nics) nic.bandwidth_bps = 10e6;  // 4 ms are 5 kB: 16 KiB
-  EXPECT_EQ(automatic_segment(g, 64 << 20), 16u << 10);
-  EXPECT_EQ(automatic_segment(g, 100), 16u << 10);
+TEST(ResolveSegment, RequestedThenTheTopologysThenThePlansOwn) {
+  Grid g = make_grid({4});
+  const Plan multilane = build_plan(g, Algorithm::kMultilane, 0, 64 << 20);
+  const Plan circulant = build_circulant(g, 0, 64 << 20, 300 << 10);
+  EXPECT_EQ(resolve_segment_bytes(g, multilane, 0), model_segment(g, multilane));
+  EXPECT_EQ(resolve_segment_bytes(g, circulant, 0), 300u << 10) << "its blocks are its segments";
+  EXPECT_EQ(resolve_segment_bytes(g, multilane, 4096), 4096u);
+  EXPECT_EQ(resolve_segment_bytes(g, circulant, 4096), 4096u) << "--segment cuts its blocks";
+  g.segment_bytes = 200 << 10;
+  EXPECT_EQ(resolve_segment_bytes(g, multilane, 0), 200u << 10);
+  EXPECT_EQ(resolve_segment_bytes(g, multilane, 5), 5u);
+  EXPECT_EQ(build_plan(g, Algorithm::kCirculant, 0, 64 << 20).block_bytes, 200u << 10)
+      << "the topology's segment is circulant's block";
 }
 
 }  // namespace

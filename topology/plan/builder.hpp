@@ -22,6 +22,7 @@ class PlanBuilder {
   std::uint64_t size() const { return plan_.size; }
   int plan_lanes() const { return plan_.lanes; }
   const Grid& grid() const { return grid_; }
+  void set_block_bytes(std::uint64_t b) { plan_.block_bytes = b; }
   // Rank at a position relative to the root: (root + rel) mod p.
   int absolute(int rel) const { return (plan_.root + rel) % plan_.ranks; }
 

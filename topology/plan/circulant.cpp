@@ -61,6 +61,7 @@
 
 #include "topology/plan/builder.hpp"
 #include "topology/plan/segments.hpp"
+#include "topology/select.hpp"
 
 namespace gridbcast::topology {
 namespace {
@@ -232,9 +233,10 @@ std::uint64_t CirculantPart::block_length(std::uint64_t j) const {
   return std::min(blocks.block_bytes, length - begin);
 }
 
-std::vector<CirculantPart> circulant_parts(const Grid& grid, std::uint64_t size) {
+std::vector<CirculantPart> circulant_parts(const Grid& grid, std::uint64_t size,
+                                           std::uint64_t block_bytes) {
   const int k = grid.lane_count();
-  const std::uint64_t segment = resolve_segment_bytes(grid, size, 0);
+  const std::uint64_t segment = std::max<std::uint64_t>(block_bytes, 1);
   const std::uint64_t max_blocks = circulant_max_blocks(grid.size(), k);
   std::vector<CirculantPart> parts;
   for (int l = 0; l < k; ++l) {
@@ -348,9 +350,18 @@ class LaneEmitter {
 }  // namespace
 
 Plan build_circulant(const Grid& grid, int root, std::uint64_t size) {
+  if (size == 0) return build_circulant(grid, root, 0, 1);
+  return build_circulant(
+      grid, root, size,
+      grid.segment_bytes != 0 ? grid.segment_bytes : model_circulant_block(grid, root, size));
+}
+
+Plan build_circulant(const Grid& grid, int root, std::uint64_t size, std::uint64_t block_bytes) {
   detail::PlanBuilder b(grid, Algorithm::kCirculant, root, size);
   if (size == 0) return std::move(b).finish();
-  const std::vector<CirculantPart> parts = circulant_parts(grid, size);
+  block_bytes = std::max<std::uint64_t>(block_bytes, 1);
+  b.set_block_bytes(block_bytes);
+  const std::vector<CirculantPart> parts = circulant_parts(grid, size, block_bytes);
   const int k = static_cast<int>(parts.size());
 
   std::vector<int> chain;

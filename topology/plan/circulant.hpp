@@ -98,9 +98,9 @@ struct CirculantPart {
 };
 
 // The parts of a broadcast of `size` bytes on `grid`, one per lane
-// (grid.lane_count()), each cut into blocks of the segment
-// resolve_segment_bytes(grid, size, 0) gives (the topology's `segment`, else
-// the automatic one), within circulant_max_blocks(grid.size(), lanes).
-std::vector<CirculantPart> circulant_parts(const Grid& grid, std::uint64_t size);
+// (grid.lane_count()), each cut into blocks of `block_bytes` (Plan::
+// block_bytes), within circulant_max_blocks(grid.size(), lanes).
+std::vector<CirculantPart> circulant_parts(const Grid& grid, std::uint64_t size,
+                                           std::uint64_t block_bytes);
 
 }  // namespace gridbcast::topology

@@ -77,6 +77,10 @@ struct Plan {
   std::uint64_t size = 0;
   int wan_streams = 1;
   int lanes = 2;  // lanes every rank opens (Grid::lane_count); transfers use 0..lanes-1
+  // Circulant: the block its parts are cut into (each part's last block may
+  // be shorter; topology/plan/circulant.hpp), which is also its segment: one
+  // block, one frame. 0 for the other algorithms and for an empty message.
+  std::uint64_t block_bytes = 0;
   std::vector<Transfer> transfers;
   std::vector<Multicast> multicasts;  // at most one per site; see Multicast
 };
@@ -102,7 +106,12 @@ Plan build_binary(const Grid& grid, int root, std::uint64_t size);
 // nodes does not carry multicast (`multicast: true` in the topology).
 Plan build_multicast(const Grid& grid, int root, std::uint64_t size);
 // Blocks and schedule tables: topology/plan/circulant.hpp.
+// Circulant's blocks: the topology's `segment` if it gives one, else the
+// cost model's choice (topology::model_circulant_block, topology/select.hpp).
 Plan build_circulant(const Grid& grid, int root, std::uint64_t size);
+// With blocks of `block_bytes` (at least 1; grown only past the transfer cap,
+// circulant_blocks).
+Plan build_circulant(const Grid& grid, int root, std::uint64_t size, std::uint64_t block_bytes);
 
 // Algorithm selection by size and shape. Thresholds are named and overridable;
 // see docs/ALGORITHMS.md for the rationale.

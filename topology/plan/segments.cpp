@@ -80,30 +80,13 @@ std::vector<LinkSegments> cut(const Plan& plan, std::uint64_t seg, bool lanes, W
 
 }  // namespace
 
-std::uint64_t automatic_segment(const Grid& grid, std::uint64_t size) {
-  constexpr std::uint64_t kMin = 64 * 1024, kMinPaced = 16 * 1024, kMax = 1024 * 1024;
-  double slowest = 0;
-  for (const auto& node : grid.nodes)
-    for (const auto& nic : node.nics)
-      if (slowest == 0 || nic.bandwidth_bps < slowest) slowest = nic.bandwidth_bps;
-  std::uint64_t seg = size / 16;
-  if (slowest > 0) seg = std::min(seg, static_cast<std::uint64_t>(slowest / 8 * 0.004));
-  return std::clamp<std::uint64_t>(seg, grid.pace_lanes ? kMinPaced : kMin, kMax);
-}
-
 std::uint64_t resolve_segment_bytes(const Grid& grid, const Plan& plan, std::uint64_t requested) {
   if (requested != 0) return requested;
   if (grid.segment_bytes != 0) return grid.segment_bytes;
-  // Circulant's blocks are segments of the fixed rule, cut before the plan
-  // existed: one block, one frame.
-  if (plan.algorithm == Algorithm::kCirculant) return automatic_segment(grid, plan.size);
+  // Circulant's blocks are its segments, chosen with the plan: one block,
+  // one frame.
+  if (plan.algorithm == Algorithm::kCirculant && plan.block_bytes != 0) return plan.block_bytes;
   return model_segment(grid, plan);
-}
-
-std::uint64_t resolve_segment_bytes(const Grid& grid, std::uint64_t size, std::uint64_t requested) {
-  if (requested != 0) return requested;
-  if (grid.segment_bytes != 0) return grid.segment_bytes;
-  return automatic_segment(grid, size);
 }
 
 SegmentSchedule segment_schedule(const Plan& plan, const SegmentOptions& options) {

@@ -22,27 +22,14 @@
 
 namespace gridbcast::topology {
 
-// Pipelining unit when the topology and options leave it open and no plan is
-// at hand to price (resolve_segment_bytes with a plan uses the cost model):
-// M/16, and no more than the slowest NIC moves in 4 ms, clamped to 64 KiB..1 MiB. Every hop
-// of a pipelined tree holds one segment, so on a 100 Mbit/s lane a 1 MiB segment
-// costs 84 ms per hop; on loopback, 1 MiB keeps per-frame costs small. With
-// paced lanes (defaults.pace_lanes) the floor is 16 KiB: each stream then runs
-// at its part of a NIC or WAN link, a WAN stream at a fraction of it, and a
-// segment takes its size over that part on every hop (testbed-hetero-nics,
-// 16 MiB: 1.12 x the bound with 16 KiB against 1.23 x with 64 KiB).
-std::uint64_t automatic_segment(const Grid& grid, std::uint64_t size);
-
 // The segment size for `plan`: `requested` (--segment, GRIDBCAST_SEGMENT) if
 // not 0, else the topology's `segment`, else the cost model's choice for this
-// plan (topology::model_segment, topology/select.hpp; circulant: the fixed
-// rule its blocks were cut by). Every rank of one build derives the same from
-// the same plan (the choice compares the model's times in whole microseconds,
-// so the last bits of floating point do not decide it).
+// plan (topology::model_segment, topology/select.hpp; circulant: its
+// Plan::block_bytes, which the model chose with the plan). Every rank of one
+// build derives the same from the same plan (the choices compare the model's
+// times in whole microseconds, so the last bits of floating point do not
+// decide them).
 std::uint64_t resolve_segment_bytes(const Grid& grid, const Plan& plan, std::uint64_t requested);
-// The same before a plan exists (a builder whose blocks are segments:
-// circulant): automatic_segment instead of the model's choice.
-std::uint64_t resolve_segment_bytes(const Grid& grid, std::uint64_t size, std::uint64_t requested);
 
 // No segment is longer: a data frame carries at most 2^30 bytes
 // (lanes::kMaxFrameBytes) and an MPI count is an int.

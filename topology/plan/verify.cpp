@@ -79,7 +79,12 @@ void verify_circulant(const Grid& grid, const Plan& plan, PlanStats& st,
   const auto lanes = static_cast<size_t>(plan.lanes);
   st.circulant_rounds.assign(grid.sites.size(), std::vector<std::int64_t>(lanes, 0));
   if (plan.size == 0) return;
-  const std::vector<CirculantPart> parts = circulant_parts(grid, plan.size);
+  if (plan.block_bytes == 0) {
+    errors.push_back("circulant: no block size for a message of " + std::to_string(plan.size) +
+                     " bytes");
+    return;
+  }
+  const std::vector<CirculantPart> parts = circulant_parts(grid, plan.size, plan.block_bytes);
   const auto up = static_cast<size_t>(plan.ranks);
   const auto at = [lanes](int rank, int lane) {
     return static_cast<size_t>(rank) * lanes + static_cast<size_t>(lane);
