@@ -201,6 +201,15 @@ std::string fingerprint(const Grid& g) {
   return f;
 }
 
+// Every figure of a cost model its prices read.
+std::string model_key(const CostModel& m) {
+  return exact(m.segment_overhead_s) + "," + exact(m.hop_overhead_s) + "," +
+         exact(m.lan_latency_s) + "," + exact(m.tcp_window_bytes) + "," + exact(m.mss_bytes) + "," +
+         exact(m.payload_efficiency) + "," + std::to_string(m.segment_bytes) + "," +
+         std::to_string(m.frame_header_bytes) + "," +
+         std::to_string(static_cast<int>(m.congestion));
+}
+
 std::string seconds_text(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.4f s", s);
@@ -236,22 +245,36 @@ double model_seconds(const Grid& grid, const Plan& plan, std::uint64_t segment,
 
 std::uint64_t model_circulant_block(const Grid& grid, int root, std::uint64_t size,
                                     const CostModel& model) {
-  const int k = grid.lane_count();
-  const auto lanes = static_cast<std::uint64_t>(k);
+  const auto lanes = static_cast<std::uint64_t>(grid.lane_count());
   const std::uint64_t part = (size + lanes - 1) / lanes;
-  if (part <= kSmallestModelSegment) return std::max<std::uint64_t>(part, 1);
+  if (part <= kSmallestModelSegment || grid.size() < 2) return std::max<std::uint64_t>(part, 1);
+  // Every broadcast builds its plan, so a choice is kept for the process.
+  const std::string key = fingerprint(grid) + "|r" + std::to_string(root) + "|m" +
+                          std::to_string(size) + "|c" + model_key(model);
+  static std::mutex mu;
+  static std::map<std::string, std::uint64_t> chosen;
+  {
+    std::lock_guard lock(mu);
+    if (auto it = chosen.find(key); it != chosen.end()) return it->second;
+  }
   std::uint64_t top = kSmallestModelSegment;
   while (top < kLargestModelSegment && top < part) top *= 2;  // the first that holds a part whole
   // (block, time in whole microseconds), largest block first.
   std::vector<std::pair<std::uint64_t, long long>> priced;
   long long best = -1;
-  std::uint64_t last_cut = 0;
   int worse = 0;
   for (std::uint64_t block = top; block >= kSmallestModelSegment && worse < 2; block /= 2) {
-    // Past the transfer cap, blocks grow: a smaller candidate may cut alike.
-    const std::uint64_t cut = circulant_parts(grid, size, block).front().blocks.block_bytes;
-    if (cut == last_cut) continue;
-    last_cut = cut;
+    // MPI numbers a link's segments with tags, of which it promises 32768:
+    // with all lanes on one link (two ranks), the blocks of every part.
+    const std::uint64_t blocks = (part + block - 1) / block;
+    if (block < top && blocks * lanes > kCirculantMaxBlocksForTags) break;
+    // A plan lists (ranks - 1) x lanes x blocks transfers. Past 65 536,
+    // what a smaller block saves (its fill, a few rounds of one
+    // block) is a sliver of the message's time, and building and pricing
+    // its plan is not: no smaller block is tried.
+    if (block < top &&
+        blocks * lanes * static_cast<std::uint64_t>(grid.size() - 1) > kCirculantSearchTransfers)
+      break;
     const long long t = std::llround(
         model_seconds(grid, build_circulant(grid, root, size, block), block, model) * 1e6);
     priced.emplace_back(block, t);
@@ -261,15 +284,24 @@ std::uint64_t model_circulant_block(const Grid& grid, int root, std::uint64_t si
     } else {
       ++worse;
     }
+    // Past the transfer cap blocks grow (circulant_blocks): every smaller
+    // candidate is cut into about as many blocks as this one.
+    if (circulant_parts(grid, size, block).front().blocks.block_bytes > block) break;
   }
   // The largest block within 1 % of the fastest: the model sees a frame's
   // cost only on the lanes it loads, not the wake-ups of ranks that share
   // cores, so where the fill hardly matters (a large message behind a slow
-  // WAN) fewer, larger blocks are the safer choice, and a link's blocks stay
-  // within what MPI's tags can number.
-  for (const auto& [block, t] : priced)
-    if (t <= best + best / 100) return block;
-  return priced.back().first;
+  // WAN) fewer, larger blocks are the safer choice.
+  std::uint64_t block = priced.back().first;
+  for (const auto& [b, t] : priced)
+    if (t <= best + best / 100) {
+      block = b;
+      break;
+    }
+  std::lock_guard lock(mu);
+  if (chosen.size() >= 1024) chosen.clear();  // bounded; a miss only prices again
+  chosen.emplace(key, block);
+  return block;
 }
 
 Prediction predict(const Grid& grid, Algorithm algorithm, int root, std::uint64_t size,
@@ -294,10 +326,7 @@ Selection select_broadcast(const Grid& grid, int root, std::uint64_t size,
   }
   const std::uint64_t priced = priced_size(size);
   const std::string key = fingerprint(grid) + "|r" + std::to_string(root) + "|p" +
-                          std::to_string(priced) + "|c" + exact(model.segment_overhead_s) + "," +
-                          exact(model.hop_overhead_s) + "," + exact(model.lan_latency_s) + "," +
-                          std::to_string(model.segment_bytes) + "," +
-                          std::to_string(static_cast<int>(model.congestion));
+                          std::to_string(priced) + "|c" + model_key(model);
   static std::mutex mu;
   static std::map<std::string, Selection> cache;
   bool cached = false;

@@ -46,14 +46,22 @@ double model_seconds(const Grid& grid, const Plan& plan, std::uint64_t segment,
 
 // Circulant's block, which is also its segment (one block, one frame), so
 // it shapes the plan itself: the model builds the plan each candidate block
-// gives (the powers of two model_segment tries) and prices it as predict()
-// does, simulated where small, analytic beyond. Searched from the largest
+// gives (the powers of two model_segment tries) and prices it with
+// model_seconds, under `model` (a plan built without one, as build_plan
+// builds them, has the default model's block). Searched from the largest
 // down, stopping once two in a row price above the best (the time falls as
 // the fill shortens, then rises as rounds multiply), so a large message
-// never builds the plans of its smallest blocks; candidates the transfer cap
-// makes alike are priced once. The largest block within 1 % of the fastest
-// wins (whole microseconds): the model does not see what a frame costs
-// ranks that share cores beyond the lanes it loads.
+// never builds the plans of its smallest blocks; it also stops at the first
+// block the transfer cap grows (the smaller ones cut about alike), before
+// a block that would put more than kCirculantMaxBlocksForTags blocks on one
+// MPI link, and before a plan of more than kCirculantSearchTransfers
+// transfers (on testbed-8x8 a 1 GiB message stops at 256 KiB blocks, whose
+// fill is about 66 ms of 43 s). The largest block within 1 % of the fastest wins (whole
+// microseconds): the model does not see what a frame costs ranks that share
+// cores beyond the lanes it loads. The choice is kept for the process (by
+// grid, root, size and model), since every broadcast builds its plan.
+inline constexpr std::uint64_t kCirculantMaxBlocksForTags = 32768;  // MPI_TAG_UB's least + 1
+inline constexpr std::uint64_t kCirculantSearchTransfers = std::uint64_t{1} << 16;
 std::uint64_t model_circulant_block(const Grid& grid, int root, std::uint64_t size,
                                     const CostModel& model = {});
 

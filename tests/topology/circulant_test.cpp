@@ -554,7 +554,6 @@ TEST(Circulant, SitesAreChainedThroughIdleSendSlots) {
   }
 }
 
-// The checker's circulant properties fail on wrong schedules.
 // The block is part of the plan: a plan whose transfers are not blocks of
 // the size it states, or that states none, fails the check.
 TEST(Circulant, TheCheckerRejectsAPlanWhoseTransfersAreNotItsStatedBlocks) {
@@ -572,6 +571,7 @@ TEST(Circulant, TheCheckerRejectsAPlanWhoseTransfersAreNotItsStatedBlocks) {
   EXPECT_NE(none.errors.front().find("no block size"), std::string::npos) << none.errors.front();
 }
 
+// The checker's circulant properties fail on wrong schedules.
 TEST(Circulant, TheCheckerRejectsSlowAndInconsistentSchedules) {
   const Grid g = one_site(8, 1, 100);
   // A pipelined chain of the same blocks: causal, exact, complete, every rank

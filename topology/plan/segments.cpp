@@ -82,10 +82,10 @@ std::vector<LinkSegments> cut(const Plan& plan, std::uint64_t seg, bool lanes, W
 
 std::uint64_t resolve_segment_bytes(const Grid& grid, const Plan& plan, std::uint64_t requested) {
   if (requested != 0) return requested;
-  if (grid.segment_bytes != 0) return grid.segment_bytes;
-  // Circulant's blocks are its segments, chosen with the plan: one block,
-  // one frame.
+  // Circulant's blocks are its segments, chosen with the plan (the
+  // topology's `segment` if it gives one): one block, one frame.
   if (plan.algorithm == Algorithm::kCirculant && plan.block_bytes != 0) return plan.block_bytes;
+  if (grid.segment_bytes != 0) return grid.segment_bytes;
   return model_segment(grid, plan);
 }
 

@@ -37,8 +37,10 @@ struct PlanCheck {
 // and exactness unless the algorithm is the native ring. For multilane also the
 // per-lane, per-rank, WAN-volume and depth properties (docs/ALGORITHMS.md).
 //
-// For circulant, with the parts and blocks circulant_parts(grid, size) gives
-// (topology/plan/circulant.hpp: part l on lane l, n_l blocks of one segment):
+// For circulant, with the parts and blocks circulant_parts(grid, size,
+// plan.block_bytes) gives (topology/plan/circulant.hpp: part l on lane l, n_l
+// blocks of the plan's block, grown only past the transfer cap; a plan that
+// states no block fails):
 // - every transfer is one block of its lane's part, on that lane at both ends;
 // - per site and lane, one rank (the broadcast root in its site, elsewhere
 //   the node the WAN feeds) receives nothing inside the site and every other
