@@ -288,13 +288,13 @@ std::uint64_t model_circulant_block(const Grid& grid, int root, std::uint64_t si
     // candidate is cut into about as many blocks as this one.
     if (circulant_parts(grid, size, block).front().blocks.block_bytes > block) break;
   }
-  // The largest block within 1 % of the fastest: the model sees a frame's
-  // cost only on the lanes it loads, not the wake-ups of ranks that share
-  // cores, so where the fill hardly matters (a large message behind a slow
-  // WAN) fewer, larger blocks are the safer choice.
+  // The largest block within kCirculantBlockMarginPercent of the fastest:
+  // the model sees a block's cost only on the lanes it loads, not the
+  // wake-ups of ranks that share cores, so where the fill matters little
+  // fewer, larger blocks are the safer choice (select.hpp).
   std::uint64_t block = priced.back().first;
   for (const auto& [b, t] : priced)
-    if (t <= best + best / 100) {
+    if (t <= best + best * kCirculantBlockMarginPercent / 100) {
       block = b;
       break;
     }

@@ -56,12 +56,20 @@ double model_seconds(const Grid& grid, const Plan& plan, std::uint64_t segment,
 // a block that would put more than kCirculantMaxBlocksForTags blocks on one
 // MPI link, and before a plan of more than kCirculantSearchTransfers
 // transfers (on testbed-8x8 a 1 GiB message stops at 256 KiB blocks, whose
-// fill is about 66 ms of 43 s). The largest block within 1 % of the fastest wins (whole
+// fill is about 66 ms of 43 s). The largest block within
+// kCirculantBlockMarginPercent of the fastest wins (whole
 // microseconds): the model does not see what a frame costs ranks that share
 // cores beyond the lanes it loads. The choice is kept for the process (by
 // grid, root, size and model), since every broadcast builds its plan.
 inline constexpr std::uint64_t kCirculantMaxBlocksForTags = 32768;  // MPI_TAG_UB's least + 1
 inline constexpr std::uint64_t kCirculantSearchTransfers = std::uint64_t{1} << 16;
+// Measured on testbed-8x8, 16 MiB, in one testbed: 64 KiB blocks 1.20-1.26 s
+// against 16 KiB's 1.37-1.51 s, which the model (analytic past 4 MiB) had
+// priced 11 % faster (64 MiB: 64 KiB 3.54 and 4.12 s against 32 KiB's 3.67
+// and 4.22, priced 1.8 % faster). With 1 % the model chose 16 KiB at 16 MiB
+// and 32 KiB at 64 MiB; with 5 %, 32 KiB and 64 KiB, and still 16 KiB at
+// 1 MiB, where 32 KiB prices 18 % slower.
+inline constexpr long long kCirculantBlockMarginPercent = 5;
 std::uint64_t model_circulant_block(const Grid& grid, int root, std::uint64_t size,
                                     const CostModel& model = {});
 
