@@ -30,6 +30,10 @@ namespace {
 using lanes::Clock;
 using namespace std::chrono_literals;
 
+// How long an exit with a failure status waits for the rank's report to be
+// read (its connection ends with the process, so this is a bound only).
+constexpr auto kExitReportGrace = 2s;
+
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
@@ -53,6 +57,10 @@ struct RankState {
   bool closed = false;          // its control connection ended
   bool finished = false;        // MPI_Finalize
   bool reported_error = false;  // sent Error: its exit is explained
+  // An exit with a failure status before its control connection ended: its
+  // report may still be unread (Launcher::settle_exit).
+  std::optional<std::string> exit_unread;
+  Clock::time_point exited_at;
   // The current broadcast, as the rank last reported it.
   std::uint64_t bytes_in = 0, bytes_out = 0, bytes_worked = 0;
   bool done = false;
@@ -183,6 +191,11 @@ class Launcher {
   asio::awaitable<void> read_loop(int r);
   asio::awaitable<void> write_loop(int r);
   void on_exit(const Backend::Exit& e);
+  // An exit kept by on_exit until its report could be read: failed now, as
+  // a death unless the rank had reported an error.
+  void settle_exit(int r);
+  // Those whose connection ended or whose grace passed (all: every one).
+  void settle_exits(bool all);
   asio::awaitable<void> watchdog();
   void on_message(int r, control::ToLauncher m);
   void report_progress();
@@ -425,6 +438,10 @@ asio::awaitable<void> Launcher::read_loop(int r) {
     } catch (const std::exception& e) {
       error = e.what();
     }
+    if (st.exit_unread) {
+      settle_exit(r);  // everything it sent has been read
+      co_return;
+    }
     if (finishing_ || st.finished || st.reported_error || !sup_.failures().empty()) co_return;
     // A rank that died shows as a closed connection first; give SIGCHLD a
     // moment so the report says how it died.
@@ -466,7 +483,31 @@ void Launcher::on_exit(const Backend::Exit& e) {
     return;
   }
   if (o_.params.program()) set_exit_code(e.code > 0 ? e.code : 1);
-  fail(st.reported_error ? Cause::kOther : Cause::kDeath, who(e.rank) + " " + e.status, e.rank);
+  // A rank that fails sends its report, then exits; on a busy host the exit
+  // can be reaped before the report is read. Until its connection ends (or
+  // kExitReportGrace passes) the exit is not called a death: a rank that
+  // failed because a peer died is a survivor, not lost.
+  st.exit_unread = who(e.rank) + " " + e.status;
+  st.exited_at = Clock::now();
+  if (st.closed || st.reported_error) settle_exit(e.rank);
+}
+
+void Launcher::settle_exit(int r) {
+  auto& st = rank(r);
+  if (!st.exit_unread) return;
+  const std::string what = std::move(*st.exit_unread);
+  st.exit_unread.reset();
+  fail(st.reported_error ? Cause::kOther : Cause::kDeath, what, r);
+}
+
+void Launcher::settle_exits(bool all) {
+  const auto now = Clock::now();
+  for (int r = 0; r < p_; ++r) {
+    const auto& st = rank(r);
+    if (st.exit_unread &&
+        (all || st.closed || st.reported_error || now - st.exited_at >= kExitReportGrace))
+      settle_exit(r);
+  }
 }
 
 // Four times a second: the start-up deadline, ranks that went silent, a
@@ -477,6 +518,7 @@ asio::awaitable<void> Launcher::watchdog() {
     tick.expires_after(250ms);
     auto [ec] = co_await tick.async_wait(lanes::kAsTuple);
     if (ec || finishing_) co_return;
+    settle_exits(false);
     const auto now = Clock::now();
     if (!joined_all_ && now >= startup_deadline_) {
       std::vector<int> missing;
@@ -701,6 +743,7 @@ asio::awaitable<void> Launcher::finish() {
       rank(e.rank).exited = true;
       if (!e.success) fail(Cause::kDeath, who(e.rank) + " " + e.status + " while exiting");
     }
+    settle_exits(false);
     // A program may work on after MPI_Finalize, so the job waits; but a rank
     // that lingers is named once, as a stuck program is.
     if (!named && stuck_hint_after_.count() > 0 && Clock::now() - since >= stuck_hint_after_ &&
@@ -722,6 +765,7 @@ asio::awaitable<void> Launcher::finish() {
                                           line + " (the launcher waits for them, as mpiexec does)");
     }
   }
+  settle_exits(true);
   check();
 }
 
@@ -1095,10 +1139,21 @@ LaunchResult Launcher::run() {
   if (!ok) {
     // Peers often report a dead rank before SIGCHLD does: give the signal a
     // moment so the headline names the rank that died, not its neighbour.
-    if (sup_.running() > 0) {
+    // And exits reaped before their reports were read: the reports, for
+    // up to kExitReportGrace.
+    const auto unread = [this] {
+      return std::any_of(ranks_.begin(), ranks_.end(),
+                         [](const RankState& st) { return st.exit_unread.has_value(); });
+    };
+    if (sup_.running() > 0 || unread()) {
       io_.restart();
       io_.run_for(300ms);
     }
+    for (const auto until = Clock::now() + kExitReportGrace; unread() && Clock::now() < until;) {
+      io_.restart();
+      io_.run_for(50ms);
+    }
+    settle_exits(true);
     // A rank silent well past its heartbeats when the job fails is most
     // likely why its peers failed (their deadlines may fire before the
     // launcher's silence limit does).
