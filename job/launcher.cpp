@@ -1152,6 +1152,7 @@ LaunchResult Launcher::run() {
     for (const auto until = Clock::now() + kExitReportGrace; unread() && Clock::now() < until;) {
       io_.restart();
       io_.run_for(50ms);
+      if (io_.stopped()) break;  // nothing left that could read a report
     }
     settle_exits(true);
     // A rank silent well past its heartbeats when the job fails is most
