@@ -450,6 +450,10 @@ asio::awaitable<void> Launcher::read_loop(int r) {
       grace.expires_after(100ms);
       co_await grace.async_wait(lanes::kAsTuple);
     }
+    if (st.exit_unread) {
+      settle_exit(r);  // it exited (with a failure status) during the grace
+      co_return;
+    }
     if (finishing_ || !sup_.failures().empty()) co_return;
     if (st.exited_ok && o_.params.program())
       fail(Cause::kDeath, who(r) + " exited with status 0 without calling MPI_Finalize", r);
