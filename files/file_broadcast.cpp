@@ -170,6 +170,11 @@ struct FileRun {
   double check_seconds = 0;
   std::vector<std::uint64_t> todo;  // the chunks that move
   std::vector<WindowLayout> windows;
+  // A non-root rank's first message to the root, a still-working note sent
+  // before the header so that the connection it opens (a round trip or more
+  // across a WAN link) is made while the header comes; waited on before the
+  // status, which it must precede.
+  runtime::P2pRequest hello;
   // The root's read of the first window, started while the ranks report
   // (declared last: joined before everything it uses goes).
   std::future<std::uint64_t> first_fill;
@@ -251,6 +256,8 @@ void FileRun::agree_header() {
     encode_file_header(h, header_buf.data());
     send_go(comm, root);
   } else {
+    static const std::byte still_working{0};
+    hello = comm.isend(root, kFileContext, kStillWorkingTag, &still_working, 1);
     await_go(comm, root);
   }
   info = comm.bcast(header_buf.data(), kFileHeaderBytes, root, spec.algorithm);
@@ -388,12 +395,11 @@ void FileRun::open_and_check() {
   buffer_bytes = (h.compressed ? window_head_bytes(per_window) : digest_area(per_window)) +
                  per_window * h.chunk_bytes;
   needed.assign(bitmap_bytes, 0);
-  // A still-working note to the root first: it opens this rank's connection
-  // to the root while the buffers and the copy are opened on a thread of
-  // their own (the communicator runs on this one), so the status below does
-  // not wait for it: a round trip or more across a WAN link, 60 ms on
-  // testbed-2x4.
-  static const std::byte still_working{0};
+  // The buffers and the copy are opened on a thread of their own while the
+  // communicator (on this one) finishes the connection to the root that the
+  // still-working note before the header began, so the status below does not
+  // wait for it: a round trip or more across a WAN link, 60 ms on
+  // testbed-2x4 when the note left after the header.
   auto open_all = [this]() -> std::string {
     try {
       for (int b = 0; b < nbufs; ++b) bufs[b] = allocate(buffer_bytes);
@@ -425,8 +431,6 @@ void FileRun::open_and_check() {
     return;
   }
   {
-    const runtime::P2pRequest hello =
-        comm.isend(root, kFileContext, kStillWorkingTag, &still_working, 1);
     auto opening = std::async(std::launch::async, open_all);
     comm.wait({hello}, 1);  // if it throws, the future's destructor waits for the open
     my_error = opening.get();
