@@ -47,7 +47,8 @@ void print_broadcast_text(std::ostream& out, const job::BroadcastSummary& s) {
   const double bw = t.median > 0 ? static_cast<double>(s.bytes) / t.median : 0;
   out << "gridbcast launch: " << s.algorithm << ", " << s.ranks << " ranks in " << s.sites
       << " site(s), " << topology::format_bytes(s.bytes) << " from rank " << s.root << ", "
-      << s.iterations.size() << " iteration(s), segment " << topology::format_bytes(s.segment_bytes)
+      << s.iterations.size() << " iteration(s), " << (s.files.empty() ? "segment " : "chunk ")
+      << topology::format_bytes(s.segment_bytes)
       << "\n";
   out << "  time until the last rank holds the data: " << fmt_seconds(t.median) << " s";
   if (s.iterations.size() > 1)

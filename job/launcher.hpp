@@ -91,7 +91,7 @@ struct BroadcastSummary {
   int sites = 0;
   std::uint64_t bytes = 0;  // of the last iteration
   int root = 0;
-  std::uint64_t segment_bytes = 0;
+  std::uint64_t segment_bytes = 0;  // the broadcast's segment; with --file, the file's chunk
   std::vector<IterationSummary> iterations;
   // Both bounds for the last iteration's root and size: the simple one
   // (topology::lower_bound_seconds) and the max-flow one the ratio uses.

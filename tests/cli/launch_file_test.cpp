@@ -711,6 +711,8 @@ TEST(LaunchFile, SeveralFilesLandUnderTheirNamesAndAreReportedPerFile) {
                             "    two.bin  77 B\n"),
             std::string::npos)
       << text.out();
+  // The first line names the file's chunk, not a segment of the broadcasts.
+  EXPECT_NE(text.out().find(" iteration(s), chunk 4 MiB\n"), std::string::npos) << text.out();
   for (const auto& n : kNonRoot) {
     EXPECT_EQ(slurp((dir / "out" / n / "one.bin").string()), one) << n;
     EXPECT_EQ(slurp((dir / "out" / n / "set" / "inner.txt").string()), "inner") << n;
