@@ -48,8 +48,7 @@ void print_broadcast_text(std::ostream& out, const job::BroadcastSummary& s) {
   out << "gridbcast launch: " << s.algorithm << ", " << s.ranks << " ranks in " << s.sites
       << " site(s), " << topology::format_bytes(s.bytes) << " from rank " << s.root << ", "
       << s.iterations.size() << " iteration(s), " << (s.files.empty() ? "segment " : "chunk ")
-      << topology::format_bytes(s.segment_bytes)
-      << "\n";
+      << topology::format_bytes(s.segment_bytes) << "\n";
   out << "  time until the last rank holds the data: " << fmt_seconds(t.median) << " s";
   if (s.iterations.size() > 1)
     out << " (median; min " << fmt_seconds(t.min) << ", max " << fmt_seconds(t.max) << ")";

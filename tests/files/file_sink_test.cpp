@@ -386,9 +386,9 @@ TEST(FileSink, OnTmpfsTheFreeSpaceIsCheckedWithoutZeroFillingTheCopy) {
     ASSERT_EQ(::stat((dir / partial_name("fits.bin")).c_str(), &st), 0);
     EXPECT_EQ(st.st_blocks, 0) << "no page of the copy allocated before data lands";
   }
-  expect_error([&] { FileSink::open((dir / "over.bin").string(), meta_for(mib + 1), {}); },
-               {(dir / ".over.bin.gridbcast-").string(), "No space left on device",
-                "free on this tmpfs"});
+  expect_error(
+      [&] { FileSink::open((dir / "over.bin").string(), meta_for(mib + 1), {}); },
+      {(dir / ".over.bin.gridbcast-").string(), "No space left on device", "free on this tmpfs"});
   // A kept partial holding 768 KiB of a 1 MiB copy needs 256 KiB more: it fits.
   SinkOptions resume;
   resume.resume = true;
