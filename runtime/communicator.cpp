@@ -384,13 +384,34 @@ struct Communicator::Impl {
   // A started broadcast of the world, or of a group (plan over the group's
   // grid, translated to world ranks).
   Started world_broadcast(void* buffer, std::uint64_t bytes, int root,
-                          std::optional<topology::Algorithm> algorithm) {
+                          std::optional<topology::Algorithm> algorithm,
+                          std::uint64_t stream_bytes = 0) {
     if (failed) std::rethrow_exception(failed);
+    const std::uint64_t priced = std::max(bytes, stream_bytes);
     // Named: no pricing. `auto`: the model's choice, the same on every rank.
     const auto algo =
-        algorithm ? *algorithm : auto_choices.choose(grid, root, bytes, options.thresholds);
-    return started(topology::build_plan(grid, algo, root, bytes), seq++, buffer, nullptr, rank, 0);
+        algorithm ? *algorithm : auto_choices.choose(grid, root, priced, options.thresholds);
+    topology::Plan plan = topology::build_plan(grid, algo, root, bytes);
+    std::uint64_t segment = 0;  // 0: this plan's own
+    if (priced != bytes && plan.algorithm != topology::Algorithm::kCirculant) {
+      if (stream_segment.algorithm != algo || stream_segment.root != root ||
+          stream_segment.bytes != priced)
+        stream_segment = {
+            algo, root, priced,
+            topology::resolve_segment_bytes(grid, topology::build_plan(grid, algo, root, priced),
+                                            options.segment_bytes)};
+      segment = stream_segment.segment;
+    }
+    return started(std::move(plan), seq++, buffer, nullptr, rank, 0, segment);
   }
+  // The segment of the last stream priced (a file's windows ask for the same
+  // one each time).
+  struct {
+    topology::Algorithm algorithm = topology::Algorithm::kMultilane;
+    int root = -1;
+    std::uint64_t bytes = 0;
+    std::uint64_t segment = 0;
+  } stream_segment;
   Started group_broadcast(std::uint64_t context, void* buffer, std::uint64_t bytes, int root,
                           std::optional<topology::Algorithm> algorithm) {
     if (failed) std::rethrow_exception(failed);
@@ -653,8 +674,9 @@ std::vector<topology::ProbeSample> Communicator::probe(int index, const topology
 }
 
 BcastInfo Communicator::bcast(void* buffer, std::uint64_t bytes, int root,
-                              std::optional<topology::Algorithm> algorithm) {
-  return impl_->run(impl_->world_broadcast(buffer, bytes, root, algorithm));
+                              std::optional<topology::Algorithm> algorithm,
+                              std::uint64_t stream_bytes) {
+  return impl_->run(impl_->world_broadcast(buffer, bytes, root, algorithm, stream_bytes));
 }
 
 topology::Algorithm Communicator::auto_algorithm(std::uint64_t bytes, int root) {

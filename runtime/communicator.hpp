@@ -87,9 +87,14 @@ class Communicator {
 
   // Every rank calls it with the same bytes, root and algorithm. Throws
   // std::runtime_error naming the failed peer; after a failure every later
-  // call throws the same error.
+  // call throws the same error. `stream_bytes`, when above `bytes`: this
+  // broadcast is one of back-to-back broadcasts from this root that move that
+  // many bytes in all (a file's windows), whose pipeline fills once, so the
+  // algorithm (when none is given) and the segment are the ones chosen for
+  // the stream, not for each part (circulant keeps its plan's blocks).
   BcastInfo bcast(void* buffer, std::uint64_t bytes, int root,
-                  std::optional<topology::Algorithm> algorithm = std::nullopt);
+                  std::optional<topology::Algorithm> algorithm = std::nullopt,
+                  std::uint64_t stream_bytes = 0);
   // What bcast() without an algorithm runs for these bytes and root: the cost
   // model's choice (topology/select.hpp), priced on the first call of each
   // size class and root and remembered. A benchmark asks before it starts

@@ -17,6 +17,7 @@
 #include "support/ranks.hpp"
 #include "topology/plan/pacing.hpp"
 #include "topology/plan/plan.hpp"
+#include "topology/plan/segments.hpp"
 #include "topology/select.hpp"
 
 namespace gridbcast::runtime {
@@ -89,6 +90,44 @@ TEST(Communicator, AutomaticSelectionRunsTheModelsChoice) {
     std::vector<std::byte> buf(1 << 20);
     EXPECT_EQ(c.bcast(buf.data(), 100, 0).algorithm, topology::select_algorithm(grid, 0, 100));
     EXPECT_EQ(c.bcast(buf.data(), buf.size(), 4).algorithm, Algorithm::kMultilane);
+  });
+}
+
+// A broadcast that is one part of a back-to-back stream (a file's windows)
+// takes the segment the model chooses for the whole stream, whose pipeline
+// fills once; alone it takes its own. Byte-exact either way; circulant keeps
+// its plan's blocks, which its transfers are cut by.
+TEST(Communicator, APartOfAStreamTakesTheStreamsSegment) {
+  const auto grid = make_grid({3, 3});
+  const std::uint64_t part = 1 << 20, stream = 64ull << 20;
+  auto plan_of = [&](Algorithm a, std::uint64_t bytes) {
+    return topology::build_plan(grid, a, 0, bytes);
+  };
+  const std::uint64_t own =
+      topology::resolve_segment_bytes(grid, plan_of(Algorithm::kMultilane, part), 0);
+  const std::uint64_t streamed =
+      topology::resolve_segment_bytes(grid, plan_of(Algorithm::kMultilane, stream), 0);
+  ASSERT_NE(own, streamed) << "the model must choose apart for these sizes, or this shows nothing";
+  const std::uint64_t block = plan_of(Algorithm::kCirculant, part).block_bytes;
+  ASSERT_NE(block, 0u);
+  Ranks ranks(grid);
+  ranks.run([&](Communicator& c) {
+    std::vector<std::byte> buf(part), want(part);
+    std::uint64_t seed = 40;
+    for (const auto& [algo, with, expect] :
+         {std::tuple{Algorithm::kMultilane, std::uint64_t{0}, own},
+          std::tuple{Algorithm::kMultilane, stream, streamed},
+          std::tuple{Algorithm::kCirculant, stream, block}}) {
+      ++seed;
+      if (c.rank() == 0)
+        runtime::fill_pattern(buf.data(), part, seed);
+      else
+        std::memset(buf.data(), 0xA5, part);
+      EXPECT_EQ(c.bcast(buf.data(), part, 0, algo, with).segment_bytes, expect)
+          << topology::algorithm_name(algo) << " in a stream of " << with;
+      runtime::fill_pattern(want.data(), part, seed);
+      EXPECT_EQ(std::memcmp(buf.data(), want.data(), part), 0) << "rank " << c.rank();
+    }
   });
 }
 
