@@ -1,13 +1,11 @@
 #include "files/file_sink.hpp"
 
 #include <fcntl.h>
-#include <linux/magic.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
-#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,36 +43,6 @@ int register_cleanup(const std::string& path) {
     return i;
   }
   return -1;
-}
-
-// Space for `size` bytes in the open file `fd`, or an error naming `path`
-// and ENOSPC. Where blocks are extents (ext4, XFS, btrfs) fallocate reserves
-// them at once. On tmpfs it allocates and zeroes every page of the copy
-// before the first byte can land (64 MiB: 25 ms of system time for one copy,
-// 60-110 ms for seven ranks on two cores, on the start-up's critical path;
-// 64 GiB would be seconds), pages a write allocates anyway: there the free
-// space is checked instead. Copies that share one tmpfs and together do not
-// fit fail at the write that finds it full, naming the path and the errno.
-void reserve(int fd, const std::string& path, std::uint64_t size) {
-  struct statfs fs {};
-  if (::fstatfs(fd, &fs) == 0 && fs.f_type == TMPFS_MAGIC) {
-    if (fs.f_blocks == 0) return;  // mounted without a size limit
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) throw file_error(path, "cannot stat");
-    // What the file holds already (a partial kept for a resume) needs no more.
-    const std::uint64_t held = static_cast<std::uint64_t>(st.st_blocks) * 512;
-    const std::uint64_t need = size > held ? size - held : 0;
-    const std::uint64_t unit = static_cast<std::uint64_t>(fs.f_bsize);
-    const std::uint64_t avail = static_cast<std::uint64_t>(fs.f_bavail);
-    if (unit != 0 && avail < (need + unit - 1) / unit)
-      throw file_error(path,
-                       "cannot reserve " + std::to_string(size) + " bytes (" +
-                           std::to_string(avail * unit) + " free on this tmpfs)",
-                       ENOSPC);
-    return;
-  }
-  if (::fallocate(fd, 0, 0, static_cast<off_t>(size)) != 0 && errno != EOPNOTSUPP)
-    throw file_error(path, "cannot reserve " + std::to_string(size) + " bytes");
 }
 
 void release_cleanup(int slot) {
@@ -484,7 +452,10 @@ FileSink FileSink::open_in(UniqueFd dir, const std::string& dir_path, const std:
   }
 
   // The whole size reserved now: a full disk fails before any data moves.
-  if (meta.size > 0) reserve(s.fd_, s.temp_path(), meta.size);
+  if (meta.size > 0) {
+    if (::fallocate(s.fd_, 0, 0, static_cast<off_t>(meta.size)) != 0 && errno != EOPNOTSUPP)
+      throw file_error(s.temp_path(), "cannot reserve " + std::to_string(meta.size) + " bytes");
+  }
   if (::ftruncate(s.fd_, static_cast<off_t>(meta.size)) != 0)
     throw file_error(s.temp_path(), "cannot size to " + std::to_string(meta.size) + " bytes");
 

@@ -119,9 +119,8 @@ int discard_partial(const std::string& final_path);
 class FileSink {
  public:
   // Checks the path and opens the temporary file at `meta.size` bytes (space
-  // reserved with fallocate where the file system supports it, checked
-  // against the free space on tmpfs, so a full disk fails here, not in the
-  // middle). Throws naming the path and the errno text.
+  // reserved with fallocate where the file system supports it, so a full disk
+  // fails here, not in the middle). Throws naming the path and the errno text.
   static FileSink open(const std::string& final_path, const FileMeta& meta,
                        const SinkOptions& options);
   // The same for NAME in a directory opened already (`dir_path` names it in

@@ -369,54 +369,6 @@ TEST(FileSink, AFullFileSystemFailsBeforeDataMovesNamingPathAndErrno) {
   EXPECT_TRUE(temporaries(dir.path()).empty());
 }
 
-// On tmpfs a reservation would allocate and zero every page of the copy
-// before the first byte could land; the free space is checked instead. The
-// check is exact at the edge, counts what a kept partial holds already, and
-// copies that share a tmpfs and together do not fit fail at the write that
-// finds it full, naming the path and the errno, the other copy intact.
-TEST(FileSink, OnTmpfsTheFreeSpaceIsCheckedWithoutZeroFillingTheCopy) {
-  TempDir dir;
-  std::string why;
-  auto mnt = testing::Tmpfs::mount(dir.path().string(), "1M", false, why);
-  if (!mnt) GTEST_SKIP() << why;
-  const std::uint64_t mib = 1 << 20;
-  {
-    FileSink sink = FileSink::open((dir / "fits.bin").string(), meta_for(mib), {});
-    struct stat st {};
-    ASSERT_EQ(::stat((dir / partial_name("fits.bin")).c_str(), &st), 0);
-    EXPECT_EQ(st.st_blocks, 0) << "no page of the copy allocated before data lands";
-  }
-  expect_error(
-      [&] { FileSink::open((dir / "over.bin").string(), meta_for(mib + 1), {}); },
-      {(dir / ".over.bin.gridbcast-").string(), "No space left on device", "free on this tmpfs"});
-  // A kept partial holding 768 KiB of a 1 MiB copy needs 256 KiB more: it fits.
-  SinkOptions resume;
-  resume.resume = true;
-  {
-    FileSink sink = FileSink::open((dir / "kept.bin").string(), meta_for(mib), resume);
-    const std::string block(768 << 10, 'k');
-    sink.write(0, bytes_of(block), block.size());
-  }
-  {
-    FileSink again = FileSink::open((dir / "kept.bin").string(), meta_for(mib), resume);
-    EXPECT_TRUE(again.reused_partial());
-    const std::string rest(256 << 10, 'r');
-    again.write(768 << 10, bytes_of(rest), rest.size());
-    again.commit();
-  }
-  EXPECT_EQ(fs::file_size(dir / "kept.bin"), mib);
-  fs::remove(dir / "kept.bin");
-  // Two copies of 768 KiB each pass the check; the second write finds it full.
-  FileSink a = FileSink::open((dir / "a.bin").string(), meta_for(768 << 10), {});
-  FileSink b = FileSink::open((dir / "b.bin").string(), meta_for(768 << 10), {});
-  const std::string block(768 << 10, 'a');
-  a.write(0, bytes_of(block), block.size());
-  a.commit();
-  expect_error([&] { b.write(0, bytes_of(block), block.size()); },
-               {(dir / ".b.bin.gridbcast-").string(), "No space left on device"});
-  EXPECT_EQ(slurp((dir / "a.bin").string()), block);
-}
-
 TEST(FileSink, AReadOnlyFileSystemFailsNamingPathAndErrno) {
   TempDir dir;
   std::string why;
