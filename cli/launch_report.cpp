@@ -47,8 +47,13 @@ void print_broadcast_text(std::ostream& out, const job::BroadcastSummary& s) {
   const double bw = t.median > 0 ? static_cast<double>(s.bytes) / t.median : 0;
   out << "gridbcast launch: " << s.algorithm << ", " << s.ranks << " ranks in " << s.sites
       << " site(s), " << topology::format_bytes(s.bytes) << " from rank " << s.root << ", "
-      << s.iterations.size() << " iteration(s), " << (s.files.empty() ? "segment " : "chunk ")
-      << topology::format_bytes(s.segment_bytes) << "\n";
+      << s.iterations.size() << " iteration(s)";
+  // A file job's is its first file's chunk; one of directories alone has none.
+  if (s.files.empty() && s.copies.empty())
+    out << ", segment " << topology::format_bytes(s.segment_bytes);
+  else if (s.segment_bytes != 0)
+    out << ", chunk " << topology::format_bytes(s.segment_bytes);
+  out << "\n";
   out << "  time until the last rank holds the data: " << fmt_seconds(t.median) << " s";
   if (s.iterations.size() > 1)
     out << " (median; min " << fmt_seconds(t.min) << ", max " << fmt_seconds(t.max) << ")";

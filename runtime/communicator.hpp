@@ -85,7 +85,8 @@ class Communicator {
   // multicast socket (its multicast broadcasts fail saying so).
   void set_endpoints(EndpointTable table, const RunNonce& run_nonce);
 
-  // Every rank calls it with the same bytes, root and algorithm. Throws
+  // Every rank calls it with the same bytes, root, algorithm and
+  // stream_bytes (they decide the plan and its segments). Throws
   // std::runtime_error naming the failed peer; after a failure every later
   // call throws the same error. `stream_bytes`, when above `bytes`: this
   // broadcast is one of back-to-back broadcasts from this root that move that

@@ -660,6 +660,21 @@ TEST(LaunchFile, CompressedFilesArriveExactAndTheRootSaysWhatWasPacked) {
   EXPECT_NE(size.err().find("--compress: only applies to --file"), std::string::npos) << size.err();
 }
 
+// A tree of directories alone moves no chunk: its summary names none (not a
+// "segment 0 B"), and the directories reach every node.
+TEST(LaunchFile, ATreeOfDirectoriesAloneNamesNoChunk) {
+  TempDir dir;
+  fs::create_directories(dir / "tree" / "a" / "b");
+  Child c({kBin, "launch", "--file", (dir / "tree").string(), "--output",
+           (dir / "out" / "{node}").string() + "/"},
+          dir.path().string());
+  ASSERT_EQ(c.wait(60s), 0) << c.err();
+  const std::string first = c.out().substr(0, c.out().find('\n') + 1);
+  EXPECT_NE(first.find(" iteration(s)\n"), std::string::npos) << c.out();
+  for (const auto& n : kNonRoot)
+    EXPECT_TRUE(fs::is_directory(dir / "out" / n / "tree" / "a" / "b")) << n;
+}
+
 // A directory: every file, the empty directory and the symlink (as a link)
 // reach every node under OUTPUT/NAME (the trailing / appends the name).
 TEST(LaunchFile, ADirectoryIsDistributedWithItsSymlinksAsLinks) {
