@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "lanes/datagram.hpp"
+#include "lanes/log.hpp"
 #include "lanes/multicast.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/p2p.hpp"
@@ -387,6 +388,13 @@ struct Communicator::Impl {
                           std::optional<topology::Algorithm> algorithm,
                           std::uint64_t stream_bytes = 0) {
     if (failed) std::rethrow_exception(failed);
+    auto [plan, segment] = world_plan(bytes, root, algorithm, stream_bytes);
+    return started(std::move(plan), seq++, buffer, nullptr, rank, 0, segment);
+  }
+  // The plan bcast() runs for these arguments, and its segment (0: the plan's own).
+  std::pair<topology::Plan, std::uint64_t> world_plan(std::uint64_t bytes, int root,
+                                                      std::optional<topology::Algorithm> algorithm,
+                                                      std::uint64_t stream_bytes) {
     const std::uint64_t priced = std::max(bytes, stream_bytes);
     // Named: no pricing. `auto`: the model's choice, the same on every rank.
     const auto algo =
@@ -402,7 +410,7 @@ struct Communicator::Impl {
                                             options.segment_bytes)};
       segment = stream_segment.segment;
     }
-    return started(std::move(plan), seq++, buffer, nullptr, rank, 0, segment);
+    return {std::move(plan), segment};
   }
   // The segment of the last stream priced (a file's windows ask for the same
   // one each time).
@@ -677,6 +685,45 @@ BcastInfo Communicator::bcast(void* buffer, std::uint64_t bytes, int root,
                               std::optional<topology::Algorithm> algorithm,
                               std::uint64_t stream_bytes) {
   return impl_->run(impl_->world_broadcast(buffer, bytes, root, algorithm, stream_bytes));
+}
+
+void Communicator::prepare(std::uint64_t bytes, int root,
+                           std::optional<topology::Algorithm> algorithm,
+                           std::uint64_t stream_bytes) {
+  auto& im = *impl_;
+  if (im.failed) std::rethrow_exception(im.failed);
+  check_peer(root, im.grid.size(), "root");
+  auto [plan, segment] = im.world_plan(bytes, root, algorithm, stream_bytes);
+  topology::SegmentOptions so;
+  so.segment_bytes = segment != 0
+                         ? segment
+                         : topology::resolve_segment_bytes(im.grid, plan, im.options.segment_bytes);
+  const topology::RankSegments mine = topology::rank_segments(plan, im.rank, so);
+  for (const auto& link : mine.send) {
+    std::vector<bool> used(static_cast<size_t>(link.streams), false);
+    for (const auto& seg : link.segments) used[static_cast<size_t>(seg.stream)] = true;
+    for (int s = 0; s < link.streams; ++s) {
+      if (!used[static_cast<size_t>(s)]) continue;
+      const LinkKey key{link.to, link.lane_from, link.lane_to, s};
+      // Made ahead, or not: the broadcast connects (and names a failure)
+      // itself if this did not.
+      auto connect = [](Impl& impl, LinkKey k) -> asio::awaitable<void> {
+        try {
+          (void)co_await impl.transport.outgoing(k, lanes::Clock::now() + impl.options.timeout);
+        } catch (const std::exception& e) {
+          lanes::log::debug("gridbcast rank " + std::to_string(impl.rank) +
+                            ": a link made ahead of its broadcast failed (the broadcast "
+                            "tries again): " +
+                            e.what());
+        }
+      };
+      ++im.in_flight;
+      asio::co_spawn(im.io, connect(im, key), [&im](std::exception_ptr) {
+        --im.in_flight;
+        im.messenger.notify();
+      });
+    }
+  }
 }
 
 topology::Algorithm Communicator::auto_algorithm(std::uint64_t bytes, int root) {

@@ -96,6 +96,16 @@ class Communicator {
   BcastInfo bcast(void* buffer, std::uint64_t bytes, int root,
                   std::optional<topology::Algorithm> algorithm = std::nullopt,
                   std::uint64_t stream_bytes = 0);
+  // Starts making, in the background, the connections this rank sends on in
+  // the broadcast bcast() would run for the same arguments, so that their
+  // handshakes (a round trip or two each across a WAN link) overlap whatever
+  // this rank does on the communicator before that broadcast (a file's
+  // start-up exchange). Any call progresses them; one that fails is made
+  // again by the broadcast, which names the failure. Throws like bcast() for
+  // a bad root or a failed communicator.
+  void prepare(std::uint64_t bytes, int root,
+               std::optional<topology::Algorithm> algorithm = std::nullopt,
+               std::uint64_t stream_bytes = 0);
   // What bcast() without an algorithm runs for these bytes and root: the cost
   // model's choice (topology/select.hpp), priced on the first call of each
   // size class and root and remembered. A benchmark asks before it starts

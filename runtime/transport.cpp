@@ -109,7 +109,13 @@ LanePorts Transport::listen() {
 
 asio::awaitable<lanes::Stream*> Transport::outgoing(LinkKey key,
                                                     lanes::Clock::time_point deadline) {
-  if (auto it = out_.find(key); it != out_.end()) co_return it->second.get();
+  for (;;) {
+    if (auto it = out_.find(key); it != out_.end()) co_return it->second.get();
+    const auto m = making_.find(key);
+    if (m == making_.end()) break;
+    const std::shared_ptr<Event> made = m->second;
+    co_await made->wait();  // made (found above) or failed (made here)
+  }
   if (closed_)
     throw lanes::NetworkError("rank " + std::to_string(rank_) +
                               "'s links are closed: no new connection to " +
@@ -164,6 +170,21 @@ asio::awaitable<lanes::Stream*> Transport::outgoing(LinkKey key,
       set->keys.erase(at);
     }
   } listed(connecting_, key);
+  struct Making {  // callers for the same key wait for this one
+    std::map<LinkKey, std::shared_ptr<Event>>& set;
+    LinkKey key;
+    std::shared_ptr<Event> done;
+    Making(std::map<LinkKey, std::shared_ptr<Event>>& s, LinkKey k, asio::any_io_executor ex)
+        : set(s), key(k), done(std::make_shared<Event>(ex)) {
+      set.emplace(key, done);
+    }
+    Making(const Making&) = delete;
+    Making& operator=(const Making&) = delete;
+    ~Making() {
+      set.erase(key);
+      done->notify_all();
+    }
+  } making(making_, key, io_.get_executor());
   auto raced = co_await (attempt(lanes::connect_authenticated(
                              me.lane_nic(key.lane_from).address, remote, hello, creds_, deadline,
                              describe(key.peer, key.lane_to), tls ? &*tls : nullptr,

@@ -56,6 +56,9 @@ class Transport {
 
   // The connection this rank sends on, made on first use.
   // Over TLS when Grid::tls_between says so, never falling back to plain TCP.
+  // While one call makes the connection for a key, another for the same key
+  // waits for it (the peer refuses a second connection as a duplicate); if
+  // the first failed, the second tries again and reports its own failure.
   asio::awaitable<lanes::Stream*> outgoing(LinkKey key, lanes::Clock::time_point deadline);
   // The connection a peer made to us, or nullptr if it has not arrived yet.
   lanes::Stream* incoming(LinkKey key);
@@ -95,6 +98,8 @@ class Transport {
   EndpointTable table_;
   std::vector<std::shared_ptr<lanes::Listener>> listeners_;
   std::map<LinkKey, std::unique_ptr<lanes::Stream>> out_;
+  // Keys outgoing() is connecting now, and what their end notifies.
+  std::map<LinkKey, std::shared_ptr<Event>> making_;
   // Held where out_ gains a connection or its sockets close, and while
   // link_samples() reads them from another thread.
   mutable std::mutex out_mu_;

@@ -131,6 +131,26 @@ TEST(Communicator, APartOfAStreamTakesTheStreamsSegment) {
   });
 }
 
+// prepare() makes a broadcast's connections ahead; the broadcast then uses
+// them. Started at once after it, the broadcast waits for the connections
+// being made instead of making its own, which the peers would refuse as
+// duplicates (and count); started after a round trip, it finds them made.
+TEST(Communicator, LinksMadeAheadAreTheBroadcastsOwn) {
+  const auto grid = make_grid({3, 3});
+  const std::uint64_t part = 1 << 20;
+  Ranks ranks(grid);
+  ranks.run([&](Communicator& c) {
+    std::vector<std::byte> buf(part);
+    c.prepare(part, 0, Algorithm::kMultilane);
+    bcast_and_check(c, buf, part, 0, Algorithm::kMultilane, 51);
+    c.prepare(part, 4, Algorithm::kMultilane);
+    std::byte token{};
+    c.bcast(&token, 1, 4, Algorithm::kBinomial);
+    bcast_and_check(c, buf, part, 4, Algorithm::kMultilane, 52);
+    EXPECT_EQ(c.rejected_connections(), 0u) << "rank " << c.rank();
+  });
+}
+
 TEST(Communicator, OneNicNodesUseTwoSocketsOnOneNic) {
   const auto grid = make_grid({5, 4}, 2, 1);
   Ranks ranks(grid);
