@@ -70,11 +70,15 @@ void await_go(runtime::Communicator& comm, int root) {
 // To every rank at once: each first message to a rank opens its connection
 // (a round trip or more across a WAN link), and one after the other they
 // added up to 0.2 s on testbed-2x4.
-void send_go(runtime::Communicator& comm, int root) {
+std::vector<runtime::P2pRequest> start_go(runtime::Communicator& comm, int root) {
   static const std::byte b{1};
   std::vector<runtime::P2pRequest> sends;
   for (int r = 0; r < comm.size(); ++r)
     if (r != root) sends.push_back(comm.isend(r, kFileContext, kGoTag, &b, 1));
+  return sends;
+}
+void send_go(runtime::Communicator& comm, int root) {
+  auto sends = start_go(comm, root);
   comm.wait(sends, sends.size());
 }
 
@@ -175,6 +179,8 @@ struct FileRun {
   // across a WAN link) is made while the header comes; waited on before the
   // status, which it must precede.
   runtime::P2pRequest hello;
+  // The root's goes before the header, waited on after it.
+  std::vector<runtime::P2pRequest> go;
   // The root's read of the first window, started while the ranks report
   // (declared last: joined before everything it uses goes).
   std::future<std::uint64_t> first_fill;
@@ -254,13 +260,19 @@ void FileRun::agree_header() {
       h.error = e.what();
     }
     encode_file_header(h, header_buf.data());
-    send_go(comm, root);
+    go = start_go(comm, root);
   } else {
     static const std::byte still_working{0};
     hello = comm.isend(root, kFileContext, kStillWorkingTag, &still_working, 1);
     await_go(comm, root);
   }
   info = comm.bcast(header_buf.data(), kFileHeaderBytes, root, spec.algorithm);
+  // The root's goes are waited for after the header, not before it: each
+  // first message to a rank opens a connection, a round trip or two across a
+  // WAN link, and the header's broadcast makes its own meanwhile (on
+  // testbed-2x4 site a's ranks had the header 65 ms after the start, when
+  // the last go to site b had left).
+  if (is_root) comm.wait(go, go.size());
   if (!is_root) {
     try {
       h = decode_file_header(header_buf);
@@ -395,6 +407,22 @@ void FileRun::open_and_check() {
   buffer_bytes = (h.compressed ? window_head_bytes(per_window) : digest_area(per_window)) +
                  per_window * h.chunk_bytes;
   needed.assign(bitmap_bytes, 0);
+  // Without resume every chunk moves, so the windows' broadcast is known
+  // now: its connections are made while the ranks open their copies and
+  // report, not when the first window starts (a WAN link's handshakes are
+  // round trips). With compression the windows are shorter on the wire, but
+  // their algorithm and segment are priced from these bytes alike.
+  if (!h.resume && count > 0) {
+    std::uint64_t first = 0, stream = 0;
+    for (std::uint64_t c = 0; c < count; c += per_window) {
+      const std::uint64_t n = std::min(per_window, count - c);
+      std::uint64_t bytes = digest_area(n);
+      for (std::uint64_t j = c; j < c + n; ++j) bytes += layout.length(j);
+      if (c == 0) first = bytes;
+      stream += bytes;
+    }
+    comm.prepare(first, root, spec.algorithm, stream);
+  }
   // The buffers and the copy are opened on a thread of their own while the
   // communicator (on this one) finishes the connection to the root that the
   // still-working note before the header began, so the status below does not
