@@ -86,6 +86,11 @@ struct FileSpec {
   // Called on every non-root rank with a window as it arrived, before its
   // chunks are checked and written; tests damage a chunk in flight with it.
   std::function<void(std::uint64_t window, std::byte* data, std::uint64_t bytes)> on_arrival;
+  // broadcast_tree's batches of small files (files/file_batch.hpp): called
+  // on every rank after batch k is broadcast, and on every non-root rank
+  // with batch k as it arrived.
+  std::function<void(std::uint64_t batch)> after_batch;
+  std::function<void(std::uint64_t batch, std::byte* data, std::uint64_t bytes)> on_batch_arrival;
 };
 
 struct FileResult {

@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 
 #include "files/beneath.hpp"
+#include "files/file_batch.hpp"
 #include "files/file_io.hpp"
 #include "files/file_sink.hpp"
 
@@ -174,8 +176,13 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
     }
   }
   std::string header(kTreeHeaderBytes, '\0');
-  if (is_root) header = encode_tree_header({!error.empty(), manifest.size(), error});
+  // Small files go in batches (files/file_batch.hpp), but packed each alone.
+  const std::uint64_t root_batch_bytes =
+      spec.compress == Compression::kZstd ? 0 : batch_bytes_for_window(spec.window_bytes);
+  if (is_root)
+    header = encode_tree_header({!error.empty(), manifest.size(), root_batch_bytes, error});
   comm.bcast(header.data(), header.size(), root, spec.algorithm);
+  std::uint64_t batch_bytes = 0;
   {
     TreeHeader h;
     try {
@@ -189,6 +196,7 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
                                ", cannot send: " + h.error);
     }
     manifest.resize(h.manifest_bytes);
+    batch_bytes = h.batch_bytes;
   }
   comm.bcast(manifest.data(), manifest.size(), root, spec.algorithm);
   std::vector<TreeEntry> entries;
@@ -212,12 +220,35 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
       return make_beneath(out.get(), spec.output, parent_of(path),
                           static_cast<mode_t>(spec.dir_mode));
     };
-    // Files first, in manifest order (their directories are made 0700 on the
-    // way); then the empty directories and symlinks; then directory modes and
-    // mtimes, deepest first, so that writing a child does not change them.
+    // Files first: those alone in manifest order, then the small ones in
+    // batches (their directories are made 0700 on the way); then the empty
+    // directories and symlinks; then directory modes and mtimes, deepest
+    // first, so that writing a child does not change them.
+    const std::vector<std::vector<size_t>> batches = single || batch_bytes == 0
+                                                         ? std::vector<std::vector<size_t>>{}
+                                                         : plan_batches(entries, batch_bytes);
+    std::vector<bool> batched(entries.size(), false);
+    for (const auto& b : batches)
+      for (size_t i : b) batched[i] = true;
+    // By entry, so that reports and the digest follow the manifest.
+    std::vector<std::optional<FileResult>> done(entries.size());
+    const auto open_source_of = [&](size_t i) {
+      const ReadFrom from = read_from.at(i);
+      if (from.dir < 0) return FileSource::open(from.path);
+      UniqueFd fd = open_beneath(source_dirs.at(static_cast<size_t>(from.dir)).get(),
+                                 join_path(from.path, from.rel), from.rel, O_RDONLY | O_NONBLOCK);
+      return FileSource::adopt(fd.release(), from.path);
+    };
+    const auto open_sink_of = [&](size_t i, const FileMeta& meta, const SinkOptions& so) {
+      const std::string& p = entries[i].path;
+      SinkOptions below = so;
+      below.replace_symlink = true;
+      return FileSink::open_in(parent_dir(p), join(spec.output, parent_of(p)), name_of(p), meta,
+                               below);
+    };
     for (size_t i = 0; i < entries.size(); ++i) {
       const TreeEntry& e = entries[i];
-      if (e.kind != TreeEntry::Kind::kFile) continue;
+      if (e.kind != TreeEntry::Kind::kFile || batched[i]) continue;
       FileSpec fs_spec = spec;
       fs_spec.sources.clear();
       fs_spec.source = is_root ? read_from.at(i).path : std::string();
@@ -227,26 +258,33 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
         // Each file of a tree is compared with itself (the root's header
         // carries its device and inode), not with the directory's.
         fs_spec.source_dev = fs_spec.source_ino = 0;
-        if (is_root && read_from.at(i).dir >= 0) {
-          const ReadFrom from = read_from.at(i);
-          fs_spec.open_source = [&source_dirs, from] {
-            UniqueFd fd =
-                open_beneath(source_dirs.at(static_cast<size_t>(from.dir)).get(),
-                             join_path(from.path, from.rel), from.rel, O_RDONLY | O_NONBLOCK);
-            return FileSource::adopt(fd.release(), from.path);
-          };
-        }
+        if (is_root && read_from.at(i).dir >= 0)
+          fs_spec.open_source = [&open_source_of, i] { return open_source_of(i); };
         if (!is_root)
-          fs_spec.open_sink = [&](const FileMeta& meta, const SinkOptions& so) {
-            SinkOptions below = so;
-            below.replace_symlink = true;
-            return FileSink::open_in(parent_dir(e.path), join(spec.output, parent_of(e.path)),
-                                     name_of(e.path), meta, below);
+          fs_spec.open_sink = [&open_sink_of, i](const FileMeta& meta, const SinkOptions& so) {
+            return open_sink_of(i, meta, so);
           };
       }
-      FileResult r = broadcast_file(comm, fs_spec, root);
+      done[i] = broadcast_file(comm, fs_spec, root);
+    }
+    BatchIo io;
+    io.open_source = open_source_of;
+    io.open_sink = open_sink_of;
+    io.path = [&](size_t i) {
+      return is_root ? read_from.at(i).path : join(spec.output, entries[i].path);
+    };
+    io.after_batch = spec.after_batch;
+    io.on_arrival = spec.on_batch_arrival;
+    for (auto& [i, r] : broadcast_batches(comm, spec, root, entries, batches, io))
+      done[i] = std::move(r);
+    result.batches = batches.size();
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const TreeEntry& e = entries[i];
+      if (e.kind != TreeEntry::Kind::kFile) continue;
+      FileResult r = std::move(done[i]).value();
       r.name = !e.path.empty() ? e.path
                                : fs::path(is_root ? spec.source : spec.output).filename().string();
+      if (batched[i]) ++result.files_batched;
       ++result.files;
       result.bytes += r.size;
       result.chunks += r.chunks;

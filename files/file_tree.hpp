@@ -52,6 +52,8 @@ struct TreeResult {
   // broadcasts that carried them (fewer when compressed).
   std::uint64_t bytes_sent = 0, wire_bytes = 0;
   std::uint64_t files_compressed = 0;
+  // Small files that travelled in batches (files/file_batch.hpp), and the batches.
+  std::uint64_t files_batched = 0, batches = 0;
   std::string compression_why;  // the root's, the first file's that has one
   std::string root_digest;      // over every entry and every file's root digest
   std::string algorithm;

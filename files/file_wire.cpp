@@ -196,7 +196,8 @@ std::string encode_tree_header(const TreeHeader& h) {
   std::string s;
   put_u64(s, h.failed ? 1 : 0);
   put_u64(s, h.manifest_bytes);
-  put_text(s, h.error.substr(0, kTreeHeaderBytes - 32));
+  put_u64(s, h.batch_bytes);
+  put_text(s, h.error.substr(0, kTreeHeaderBytes - 40));
   s.resize(kTreeHeaderBytes, '\0');
   return s;
 }
@@ -208,10 +209,64 @@ TreeHeader decode_tree_header(const std::string& bytes) {
   if (failed > 1) refuse("tree header has a status of " + std::to_string(failed));
   h.failed = failed == 1;
   h.manifest_bytes = c.u64();
+  h.batch_bytes = c.u64();
   h.error = c.text(kTreeHeaderBytes, "tree header has an error text");
   if (!h.failed && h.manifest_bytes > kMaxManifestBytes)
     refuse("manifest would be " + std::to_string(h.manifest_bytes) + " bytes (at most " +
            std::to_string(kMaxManifestBytes) + ")");
+  if (!h.failed && h.batch_bytes > kMaxWindowBytes / 2)
+    refuse("tree header has batches of " + std::to_string(h.batch_bytes) + " bytes (at most " +
+           std::to_string(kMaxWindowBytes / 2) + ")");
+  return h;
+}
+
+namespace {
+constexpr std::uint64_t kBatchMagic = 0x4742'4241'5443'4831ull;  // "GBBATCH1"
+}  // namespace
+
+void encode_batch_head(const BatchHead& h, std::byte* out) {
+  std::memset(out, 0, batch_head_bytes(h.meta.size()));
+  WireWriter(out).u64(kBatchMagic).u32(h.ok ? 0 : 1).text(h.error);
+  WireWriter w(out + kBatchRecordsAt);
+  for (size_t i = 0; i < h.meta.size(); ++i) {
+    const FileMeta& m = h.meta[i];
+    w.u32(m.mode)
+        .u32(m.mtime.nsec)
+        .u64(static_cast<std::uint64_t>(m.mtime.sec))
+        .u64(m.dev)
+        .u64(m.ino);
+    if (i < h.digests.size()) w.bytes(h.digests[i].data(), sizeof(Digest));
+  }
+}
+
+BatchHead decode_batch_head(std::span<const std::byte> in, std::uint64_t files) {
+  if (files > kMaxBatchFiles || in.size() < batch_head_bytes(files))
+    refuse("batch head is shorter than its " + std::to_string(files) + " files' records");
+  WireReader r(in.data(), kBatchRecordsAt);
+  if (r.u64() != kBatchMagic) refuse("batch head is not one (wrong magic or version)");
+  BatchHead h;
+  const std::uint32_t failed = r.u32();
+  if (failed > 1) refuse("batch head has a status of " + std::to_string(failed));
+  h.ok = failed == 0;
+  h.error = r.text();
+  if (!h.ok) return h;
+  WireReader f(in.data() + kBatchRecordsAt, kBatchRecordBytes * files);
+  h.meta.resize(files);
+  h.digests.resize(files);
+  for (std::uint64_t i = 0; i < files; ++i) {
+    FileMeta& m = h.meta[i];
+    const std::string which = "batch head's file " + std::to_string(i);
+    m.mode = f.u32();
+    if (m.mode > 07777) refuse(which + " has a mode of " + std::to_string(m.mode));
+    m.mtime.nsec = f.u32();
+    if (m.mtime.nsec >= 1'000'000'000)
+      refuse(which + " has a modification time of " + std::to_string(m.mtime.nsec) +
+             " nanoseconds past the second");
+    m.mtime.sec = static_cast<std::int64_t>(f.u64());
+    m.dev = f.u64();
+    m.ino = f.u64();
+    f.bytes(h.digests[i].data(), sizeof(Digest));
+  }
   return h;
 }
 

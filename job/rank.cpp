@@ -222,7 +222,11 @@ int run_file_rank(Session& session) {
       lanes::log::notice("gridbcast rank " + std::to_string(rank) + ": " + std::to_string(r.files) +
                          " files (" + std::to_string(r.bytes) + " bytes), " +
                          std::to_string(r.directories) + " directories, " +
-                         std::to_string(r.symlinks) + " symbolic links");
+                         std::to_string(r.symlinks) + " symbolic links" +
+                         (r.batches == 0 ? std::string()
+                                         : "; " + std::to_string(r.files_batched) +
+                                               " small files went in " + std::to_string(r.batches) +
+                                               (r.batches == 1 ? " batch" : " batches")));
     if (i + 1 == params.iterations) session.expect_exit();  // the answer may come at once
     session.send(done);
   }

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <string>
 
+#include "files/file_batch.hpp"
 #include "runtime/buffer.hpp"
 #include "support/grids.hpp"
 #include "support/process.hpp"
@@ -282,7 +283,7 @@ TEST(FileTree, AHostileManifestIsRefusedByEveryRankBeforeAnythingIsWritten) {
     ranks.run([&](runtime::Communicator& c) {
       if (c.rank() == 0) {
         // The tree's header (no error, the manifest's length), then it.
-        std::string header = encode_tree_header({false, manifest.size(), ""});
+        std::string header = encode_tree_header({false, manifest.size(), 0, ""});
         c.bcast(header.data(), header.size(), 0);
         std::string copy = manifest;
         c.bcast(copy.data(), copy.size(), 0);
@@ -377,7 +378,8 @@ TEST(FileTree, ASourceFileSwappedForALinkOrAPipeAfterTheWalkIsRefused) {
     SCOPED_TRACE(pipe ? "pipe" : "link");
     TempDir dir;
     fs::create_directories(dir / "src" / "sub");
-    write_file(dir / "src" / "a.bin", pattern_bytes(200'000, 1), 0644);
+    // a.bin goes alone (past the batches' 1 MiB), b.bin in a batch after it.
+    write_file(dir / "src" / "a.bin", pattern_bytes(2'000'000, 1), 0644);
     write_file(dir / "src" / "sub" / "b.bin", "bbbb", 0644);
     write_file(dir / "secret", "SECR", 0600);  // the same size as b.bin
     const auto grid = make_grid({3});
@@ -423,23 +425,29 @@ TEST(FileTree, ASourceFileSwappedForALinkOrAPipeAfterTheWalkIsRefused) {
 // A directory job compares each file with itself, not with the directory: a
 // rank whose copy of the tree is the source tree (a shared file system, or
 // the root's host) refuses each file as the source, which stays whole.
+// A file alone fails every rank before data moves (the rank says so in its
+// status); a small file in a batch fails the rank that refused it once the
+// batch has arrived, and the launcher fails the job on its report.
 TEST(FileTree, ACopyOfATreeOverItselfIsRefusedFileByFile) {
-  TempDir dir;
-  fs::create_directories(dir / "src");
-  write_file(dir / "src" / "x.bin", pattern_bytes(100'000, 4), 0644);
-  struct stat st {};
-  ASSERT_EQ(::stat((dir / "src").c_str(), &st), 0);
-  const auto grid = make_grid({2});
-  Ranks ranks(grid);
-  FileSpec s;
-  s.source = (dir / "src").string();
-  s.output = (dir / "src").string();  // rank 1's copy: the source itself
-  s.source_dev = st.st_dev;           // as the launcher sets them: the directory's
-  s.source_ino = st.st_ino;
-  const auto errors = errors_of(ranks, s);
-  ASSERT_EQ(errors.size(), 2u);
-  EXPECT_NE(errors.at(1).find("is the source file itself"), std::string::npos) << errors.at(1);
-  EXPECT_EQ(slurp((dir / "src" / "x.bin").string()), pattern_bytes(100'000, 4));
+  for (const std::uint64_t size : {std::uint64_t{100'000}, std::uint64_t{2'000'000}}) {
+    SCOPED_TRACE(size);
+    TempDir dir;
+    fs::create_directories(dir / "src");
+    write_file(dir / "src" / "x.bin", pattern_bytes(size, 4), 0644);
+    struct stat st {};
+    ASSERT_EQ(::stat((dir / "src").c_str(), &st), 0);
+    const auto grid = make_grid({2});
+    Ranks ranks(grid);
+    FileSpec s;
+    s.source = (dir / "src").string();
+    s.output = (dir / "src").string();  // rank 1's copy: the source itself
+    s.source_dev = st.st_dev;           // as the launcher sets them: the directory's
+    s.source_ino = st.st_ino;
+    const auto errors = errors_of(ranks, s);
+    ASSERT_EQ(errors.size(), size <= kBatchFileBytes ? 1u : 2u);
+    EXPECT_NE(errors.at(1).find("is the source file itself"), std::string::npos) << errors.at(1);
+    EXPECT_EQ(slurp((dir / "src" / "x.bin").string()), pattern_bytes(size, 4));
+  }
 }
 }  // namespace
 }  // namespace gridbcast::files

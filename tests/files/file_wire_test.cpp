@@ -106,25 +106,93 @@ TEST(FileWire, AFailedRootsHeaderCarriesOnlyItsError) {
 }
 
 TEST(FileWire, ATreeHeaderRoundTripsAndRefusesWhatIsOutOfRange) {
-  const TreeHeader back = decode_tree_header(encode_tree_header({false, 12345, ""}));
+  const TreeHeader back = decode_tree_header(encode_tree_header({false, 12345, 4096, ""}));
   EXPECT_FALSE(back.failed);
   EXPECT_EQ(back.manifest_bytes, 12345u);
-  const TreeHeader failed = decode_tree_header(encode_tree_header({true, 0, "cannot open"}));
+  EXPECT_EQ(back.batch_bytes, 4096u);
+  const TreeHeader failed = decode_tree_header(encode_tree_header({true, 0, 0, "cannot open"}));
   EXPECT_TRUE(failed.failed);
   EXPECT_EQ(failed.error, "cannot open");
-  EXPECT_EQ(encode_tree_header({true, 0, std::string(5000, 'x')}).size(), kTreeHeaderBytes);
+  EXPECT_EQ(encode_tree_header({true, 0, 0, std::string(5000, 'x')}).size(), kTreeHeaderBytes);
   try {
-    decode_tree_header(encode_tree_header({false, kMaxManifestBytes + 1, ""}));
+    decode_tree_header(encode_tree_header({false, kMaxManifestBytes + 1, 0, ""}));
     ADD_FAILURE() << "a manifest past the limit was accepted";
   } catch (const FileWireError& e) {
     EXPECT_NE(std::string(e.what()).find("manifest would be"), std::string::npos) << e.what();
   }
-  std::string bad = encode_tree_header({false, 1, ""});
+  // A hostile root's batch would make every rank map two of its size.
+  try {
+    decode_tree_header(encode_tree_header({false, 1, kMaxWindowBytes / 2 + 1, ""}));
+    ADD_FAILURE() << "a batch past the limit was accepted";
+  } catch (const FileWireError& e) {
+    EXPECT_NE(std::string(e.what()).find("batches of"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(decode_tree_header(encode_tree_header({false, 1, kMaxWindowBytes / 2, ""})).batch_bytes,
+            kMaxWindowBytes / 2);
+  std::string bad = encode_tree_header({false, 1, 0, ""});
   bad[7] = 2;  // a status of 2
   EXPECT_THROW(decode_tree_header(bad), FileWireError);
-  bad = encode_tree_header({false, 1, ""});
-  bad[22] = 0x7f;  // an error text of 32,512 bytes, longer than the header
+  bad = encode_tree_header({false, 1, 0, ""});
+  bad[30] = 0x7f;  // an error text of 32,512 bytes, longer than the header
   EXPECT_THROW(decode_tree_header(bad), FileWireError);
+}
+
+// A batch head (files/file_batch.hpp) round-trips, and a hostile root's
+// fields out of range are refused naming the file's place in the batch.
+TEST(FileWire, ABatchHeadRoundTripsAndRefusesWhatIsOutOfRange) {
+  BatchHead h;
+  h.meta.resize(3);
+  h.digests.resize(3);
+  for (size_t i = 0; i < 3; ++i) {
+    h.meta[i].mode = 0640 + static_cast<std::uint32_t>(i);
+    h.meta[i].mtime = {1700000000 + static_cast<std::int64_t>(i), 999'999'999};
+    h.meta[i].dev = 7;
+    h.meta[i].ino = 100 + i;
+    h.digests[i].fill(std::byte{static_cast<unsigned char>(i + 1)});
+  }
+  std::vector<std::byte> buf(batch_head_bytes(3));
+  encode_batch_head(h, buf.data());
+  const BatchHead back = decode_batch_head(buf, 3);
+  ASSERT_TRUE(back.ok);
+  ASSERT_EQ(back.meta.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(back.meta[i].mode, h.meta[i].mode);
+    EXPECT_EQ(back.meta[i].mtime, h.meta[i].mtime);
+    EXPECT_EQ(back.meta[i].ino, h.meta[i].ino);
+    EXPECT_EQ(back.digests[i], h.digests[i]);
+  }
+  BatchHead failed;
+  failed.ok = false;
+  failed.error = std::string(5000, 'x');
+  std::vector<std::byte> fbuf(batch_head_bytes(2));
+  encode_batch_head(failed, fbuf.data());
+  const BatchHead fback = decode_batch_head(fbuf, 2);
+  EXPECT_FALSE(fback.ok);
+  EXPECT_EQ(fback.error.size(), kFileErrorBytes);
+
+  const auto refused = [](std::vector<std::byte> b, std::uint64_t files, const std::string& why) {
+    try {
+      decode_batch_head(b, files);
+      ADD_FAILURE() << "accepted: " << why;
+    } catch (const FileWireError& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  std::vector<std::byte> bad = buf;
+  bad[kBatchRecordsAt + kBatchRecordBytes + 2] = std::byte{0x10};  // file 1's mode 010xxx
+  refused(bad, 3, "file 1 has a mode of");
+  bad = buf;
+  bad[kBatchRecordsAt + 2 * kBatchRecordBytes + 4] = std::byte{0xff};  // file 2's nanoseconds
+  refused(bad, 3, "file 2 has a modification time of");
+  bad = buf;
+  bad[0] = std::byte{0};
+  refused(bad, 3, "not one");
+  bad = buf;
+  bad[11] = std::byte{2};
+  refused(bad, 3, "status of 2");
+  refused(buf, 4, "shorter than its 4 files");
+  refused(std::vector<std::byte>(batch_head_bytes(kMaxBatchFiles + 1)), kMaxBatchFiles + 1,
+          "shorter than its");
 }
 
 TEST(FileWire, ChunkCountNeverWraps) {

@@ -1,9 +1,11 @@
 // Fuzz target: the file broadcast's decoders (files/file_wire.hpp) take any
-// bytes a root could send (header, tree header, manifest); they accept or
+// bytes a root could send (header, tree header, manifest, a batch's head);
+// they accept or
 // refuse (FileWireError), never read or allocate out of bounds, and what they
 // accept is within the documented limits (and a header or manifest re-encodes
 // identically). The first byte picks the decoder; a compressed window's head
-// takes its chunks' stored lengths from the next bytes.
+// takes its chunks' stored lengths from the next bytes, a batch head its
+// number of files.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -19,7 +21,25 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size == 0) return 0;
   const auto* body = reinterpret_cast<const std::byte*>(data + 1);
   const std::size_t n = size - 1;
-  if (data[0] & 4) {
+  if (data[0] & 8) {
+    // A batch of small files' head: 0-15 files (the next byte), then the head.
+    if (n < 1) return 0;
+    const std::uint64_t files = std::to_integer<std::uint64_t>(body[0]) % 16;
+    const std::span<const std::byte> head(body + 1, n - 1);
+    try {
+      const BatchHead h = decode_batch_head(head, files);
+      if (head.size() < batch_head_bytes(files) || h.error.size() > kFileErrorBytes) std::abort();
+      if (h.ok && (h.meta.size() != files || h.digests.size() != files)) std::abort();
+      for (const auto& m : h.meta)
+        if (m.mode > 07777 || m.mtime.nsec >= 1'000'000'000) std::abort();
+      if (h.ok) {
+        std::vector<std::byte> again(batch_head_bytes(files));
+        encode_batch_head(h, again.data());
+        if (decode_batch_head(again, files).digests != h.digests) std::abort();
+      }
+    } catch (const FileWireError&) {
+    }
+  } else if (data[0] & 4) {
     // A compressed window: 1-8 chunks of 1-65536 bytes as stored, then the
     // window as received.
     if (n < 1) return 0;
@@ -50,6 +70,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     try {
       const TreeHeader h = decode_tree_header(header);
       if (!h.failed && h.manifest_bytes > kMaxManifestBytes) std::abort();
+      if (!h.failed && h.batch_bytes > kMaxWindowBytes / 2) std::abort();
       if (h.error.size() > kTreeHeaderBytes) std::abort();
     } catch (const FileWireError&) {
     }

@@ -1,0 +1,240 @@
+#include "files/file_batch.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <stdexcept>
+
+#include "runtime/buffer.hpp"
+#include "topology/plan/plan.hpp"
+
+namespace gridbcast::files {
+
+std::uint64_t batch_bytes_for_window(std::uint64_t window_bytes) {
+  const std::uint64_t w = window_bytes ? window_bytes : kDefaultWindowBytes;
+  return std::clamp<std::uint64_t>(w / 2, 1, kMaxWindowBytes / 2);
+}
+
+std::vector<std::vector<size_t>> plan_batches(const std::vector<TreeEntry>& entries,
+                                              std::uint64_t batch_bytes) {
+  std::vector<std::vector<size_t>> out;
+  const std::uint64_t small = std::min(kBatchFileBytes, batch_bytes);
+  std::uint64_t held = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const TreeEntry& e = entries[i];
+    if (e.kind != TreeEntry::Kind::kFile || e.size > small) continue;
+    if (out.empty() || out.back().size() == kMaxBatchFiles || held + e.size > batch_bytes) {
+      out.emplace_back();
+      held = 0;
+    }
+    out.back().push_back(i);
+    held += e.size;
+  }
+  return out;
+}
+
+namespace {
+
+struct BatchRun {
+  BatchRun(runtime::Communicator& c, const FileSpec& s, int r, const std::vector<TreeEntry>& e,
+           const std::vector<std::vector<size_t>>& b, const BatchIo& i)
+      : comm(c), spec(s), root(r), entries(e), batches(b), io(i) {}
+
+  runtime::Communicator& comm;
+  const FileSpec& spec;
+  const int root;
+  const std::vector<TreeEntry>& entries;
+  const std::vector<std::vector<size_t>>& batches;
+  const BatchIo& io;
+  const bool is_root = comm.rank() == root;
+  const std::string me = who(comm.rank());
+  // Chunks of a file alone (files/file_broadcast.cpp): the copy's chunk
+  // record speaks of the same chunks, so a batched file and a file alone
+  // leave the same record behind a failure.
+  const std::uint64_t chunk_bytes = std::max<std::uint64_t>(
+      1, std::min(kDefaultChunkBytes,
+                  (spec.window_bytes ? spec.window_bytes : kDefaultWindowBytes) / 2));
+  std::vector<std::pair<size_t, FileResult>> results;
+  std::string algorithm;  // what the batches' broadcasts ran
+
+  std::string who(int r) const {
+    return "rank " + std::to_string(r) + " (node " +
+           comm.grid().nodes.at(static_cast<size_t>(r)).name + ")";
+  }
+  std::uint64_t data_bytes(size_t k) const {
+    std::uint64_t n = 0;
+    for (size_t i : batches[k]) n += entries[i].size;
+    return n;
+  }
+  std::uint64_t bytes(size_t k) const {
+    return batch_head_bytes(batches[k].size()) + data_bytes(k);
+  }
+
+  FileResult result_of(size_t i, const FileMeta& m, const Digest& d, const std::string& path,
+                       double seconds) const {
+    FileResult r;
+    r.path = path;
+    r.size = entries[i].size;
+    r.mode = m.mode;
+    r.mtime = m.mtime;
+    r.chunk_bytes = chunk_bytes;
+    r.chunks = r.chunks_sent = r.size > 0 ? 1 : 0;
+    r.root_digest =
+        to_hex(root_digest(r.size > 0 ? std::vector<Digest>{d} : std::vector<Digest>{}));
+    r.bytes_sent = r.wire_bytes = r.size;
+    r.seconds = seconds;
+    return r;
+  }
+
+  // The root: reads batch k into `buf` with its head, or an error head.
+  // Returns its error ("" when it read every file).
+  std::string fill(size_t k, std::byte* buf) {
+    const auto& idx = batches[k];
+    BatchHead h;
+    h.meta.resize(idx.size());
+    h.digests.resize(idx.size());
+    try {
+      std::byte* data = buf + batch_head_bytes(idx.size());
+      for (size_t j = 0; j < idx.size(); ++j) {
+        const TreeEntry& e = entries[idx[j]];
+        const FileSource src = io.open_source(idx[j]);
+        h.meta[j] = src.meta();
+        if (h.meta[j].size != e.size)
+          throw std::runtime_error(src.path() + ": changed size since the launch began (" +
+                                   std::to_string(h.meta[j].size) + " bytes, " +
+                                   std::to_string(e.size) + " announced)");
+        src.read(0, data, e.size);
+        h.digests[j] = sha256(data, e.size);
+        if (spec.on_work) spec.on_work(e.size);
+        data += e.size;
+      }
+    } catch (const std::exception& e) {
+      h = BatchHead{};
+      h.ok = false;
+      h.error = e.what();
+    }
+    encode_batch_head(h, buf);
+    return h.ok ? std::string() : h.error;
+  }
+
+  // Every other rank: batch k's head, checked as soon as it arrived (the
+  // root's error stops this rank before the next batch, which the root will
+  // not send).
+  BatchHead head(size_t k, const std::byte* buf) const {
+    const auto& idx = batches[k];
+    BatchHead h;
+    try {
+      h = decode_batch_head({buf, batch_head_bytes(idx.size())}, idx.size());
+    } catch (const FileWireError& e) {
+      throw std::runtime_error(me + ": refused batch " + std::to_string(k) + ": " + e.what());
+    }
+    if (!h.ok)
+      throw std::runtime_error(me + ": stopped: the root, " + who(root) +
+                               ", cannot send: " + h.error);
+    return h;
+  }
+
+  // Every other rank: checks batch k's files and writes each.
+  void drain(size_t k, const std::byte* buf, const BatchHead& h) {
+    const auto& idx = batches[k];
+    const std::byte* data = buf + batch_head_bytes(idx.size());
+    for (size_t j = 0; j < idx.size(); ++j) {
+      const auto start = std::chrono::steady_clock::now();
+      const std::uint64_t len = entries[idx[j]].size;
+      const Digest got = sha256(data, len);
+      const std::string path = io.path(idx[j]);
+      if (got != h.digests[j])
+        throw std::runtime_error(me + ": " + path + " arrived damaged: SHA-256 " + to_hex(got) +
+                                 ", the root's " + to_hex(h.digests[j]));
+      FileMeta meta = h.meta[j];
+      meta.size = len;
+      SinkOptions so;
+      so.dir_mode = spec.dir_mode;
+      so.chunk_bytes = chunk_bytes;
+      so.source_dev = meta.dev;
+      so.source_ino = meta.ino;
+      FileSink sink = io.open_sink(idx[j], meta, so);
+      if (len > 0) {
+        sink.write(0, data, len);
+        sink.record(0, got);
+      }
+      sink.commit();
+      if (spec.on_work) spec.on_work(len);
+      data += len;
+      results.emplace_back(
+          idx[j],
+          result_of(
+              idx[j], meta, got, sink.final_path(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
+    }
+  }
+
+  void run() {
+    if (batches.empty()) return;
+    std::uint64_t most = 0, stream = 0;
+    for (size_t k = 0; k < batches.size(); ++k) {
+      most = std::max(most, bytes(k));
+      stream += bytes(k);
+    }
+    // Two buffers: the network fills one while the disk drains (or the root
+    // reads into) the other.
+    runtime::MappedBuffer bufs[2] = {runtime::MappedBuffer::anonymous(most),
+                                     runtime::MappedBuffer::anonymous(most)};
+    // Back to back, as a file's windows: the algorithm and segment chosen for
+    // all of them.
+    auto bcast = [&](size_t k) {
+      algorithm = std::string(topology::algorithm_name(
+          comm.bcast(bufs[k % 2].data(), bytes(k), root, spec.algorithm, stream).algorithm));
+      if (io.after_batch) io.after_batch(k);
+    };
+    if (is_root) {
+      const auto start = std::chrono::steady_clock::now();
+      std::future<std::string> next =
+          std::async(std::launch::async, [this, &bufs] { return fill(0, bufs[0].data()); });
+      for (size_t k = 0; k < batches.size(); ++k) {
+        const std::string error = next.get();
+        if (error.empty() && k + 1 < batches.size())
+          next = std::async(std::launch::async,
+                            [this, &bufs, k] { return fill(k + 1, bufs[(k + 1) % 2].data()); });
+        bcast(k);  // an error head too: it stops every rank naming this one
+        if (!error.empty()) throw std::runtime_error(me + ": " + error);
+        // What the root read: the head it sent holds each file's figures.
+        const BatchHead h = decode_batch_head(
+            {bufs[k % 2].data(), batch_head_bytes(batches[k].size())}, batches[k].size());
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        for (size_t j = 0; j < batches[k].size(); ++j) {
+          const size_t i = batches[k][j];
+          results.emplace_back(i, result_of(i, h.meta[j], h.digests[j], io.path(i), seconds));
+        }
+      }
+      return;
+    }
+    std::future<void> writing;  // declared after the buffers: joined first
+    for (size_t k = 0; k < batches.size(); ++k) {
+      // Batch k's buffer is the one batch k-2 was written from.
+      bcast(k);
+      if (io.on_arrival) io.on_arrival(k, bufs[k % 2].data(), bytes(k));
+      BatchHead h = head(k, bufs[k % 2].data());
+      if (writing.valid()) writing.get();
+      writing = std::async(std::launch::async,
+                           [this, &bufs, k, h = std::move(h)] { drain(k, bufs[k % 2].data(), h); });
+    }
+    writing.get();
+  }
+};
+
+}  // namespace
+
+std::vector<std::pair<size_t, FileResult>> broadcast_batches(
+    runtime::Communicator& comm, const FileSpec& spec, int root,
+    const std::vector<TreeEntry>& entries, const std::vector<std::vector<size_t>>& batches,
+    const BatchIo& io) {
+  BatchRun run(comm, spec, root, entries, batches, io);
+  run.run();
+  for (auto& [i, r] : run.results) r.algorithm = run.algorithm;
+  return std::move(run.results);
+}
+
+}  // namespace gridbcast::files

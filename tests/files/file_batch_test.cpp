@@ -1,0 +1,299 @@
+// files/file_batch.cpp over loopback (ranks as threads) and real files: a
+// tree's small files travel many to a broadcast, land as a file alone does
+// (content, mode, mtime, temporary name renamed into place), and what a
+// hostile root or a changing source does fails the right ranks by name.
+#include "files/file_batch.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "files/file_tree.hpp"
+#include "runtime/buffer.hpp"
+#include "support/grids.hpp"
+#include "support/process.hpp"
+#include "support/ranks.hpp"
+#include "support/temp_dir.hpp"
+
+namespace gridbcast::files {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::make_grid;
+using testing::Ranks;
+using testing::slurp;
+using testing::TempDir;
+
+std::string pattern_bytes(std::uint64_t size, std::uint64_t seed) {
+  std::string s(size, '\0');
+  runtime::fill_pattern(reinterpret_cast<std::byte*>(s.data()), size, seed);
+  return s;
+}
+
+void write_file(const fs::path& p, const std::string& data, mode_t mode) {
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << data;
+  ::chmod(p.c_str(), mode);
+}
+
+TreeEntry file_entry(const std::string& path, std::uint64_t size) {
+  TreeEntry e;
+  e.path = path;
+  e.size = size;
+  e.mode = 0644;
+  return e;
+}
+
+// Each rank's result or error.
+struct Outcome {
+  std::map<int, TreeResult> results;
+  std::map<int, std::string> errors;
+};
+Outcome run_tree(Ranks& ranks, const std::function<FileSpec(int)>& spec_of) {
+  Outcome out;
+  std::mutex m;
+  ranks.run([&](runtime::Communicator& c) {
+    try {
+      TreeResult r = broadcast_tree(c, spec_of(c.rank()), 0);
+      std::lock_guard lock(m);
+      out.results[c.rank()] = std::move(r);
+    } catch (const std::exception& e) {
+      std::lock_guard lock(m);
+      out.errors[c.rank()] = e.what();
+    }
+  });
+  return out;
+}
+
+runtime::CommOptions short_timeout(int) {
+  runtime::CommOptions o;
+  o.timeout = std::chrono::milliseconds(5000);
+  return o;
+}
+
+TEST(FileBatch, PlanKeepsManifestOrderAndEveryLimit) {
+  std::vector<TreeEntry> entries;
+  TreeEntry d;
+  d.path = "";
+  d.kind = TreeEntry::Kind::kDirectory;
+  entries.push_back(d);
+  entries.push_back(file_entry("a", 600));
+  entries.push_back(file_entry("big", kBatchFileBytes + 1));  // alone
+  entries.push_back(file_entry("b", 500));
+  entries.push_back(file_entry("empty", 0));
+  TreeEntry l;
+  l.path = "link";
+  l.kind = TreeEntry::Kind::kSymlink;
+  l.target = "a";
+  entries.push_back(l);
+  entries.push_back(file_entry("c", 1000));
+  entries.push_back(file_entry("past", 1025));  // more than a batch holds: alone
+  // Batches of 1 KiB: a and b do not fit one; c fills one alone.
+  EXPECT_EQ(plan_batches(entries, 1024), (std::vector<std::vector<size_t>>{{1}, {3, 4}, {6}}));
+  // A batch holds at most kMaxBatchFiles files, whatever their size.
+  std::vector<TreeEntry> many(1, d);
+  for (std::uint64_t i = 0; i < kMaxBatchFiles + 3; ++i)
+    many.push_back(file_entry("f" + std::to_string(i), 0));
+  const auto b = plan_batches(many, 1 << 20);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[0].size(), kMaxBatchFiles);
+  EXPECT_EQ(b[1].size(), 3u);
+  EXPECT_EQ(batch_bytes_for_window(0), kDefaultWindowBytes / 2);
+  EXPECT_EQ(batch_bytes_for_window(1), 1u);
+}
+
+// 300 small files in three directories, empty ones and one file too large
+// for a batch: every rank's tree is the source's, byte for byte, with modes
+// and mtimes; the small files went in the batches the plan says, the large
+// one alone; every rank's digest over the tree is the root's.
+TEST(FileBatch, ManySmallFilesArriveInBatchesWithModesAndMtimes) {
+  TempDir dir;
+  std::map<std::string, std::string> want;
+  for (int d = 0; d < 3; ++d) {
+    fs::create_directories(dir / "src" / ("d" + std::to_string(d)));
+    for (int f = 0; f < 100; ++f) {
+      const std::string rel = "d" + std::to_string(d) + "/f" + std::to_string(f);
+      const std::uint64_t size = f % 10 == 0 ? 0 : static_cast<std::uint64_t>(37 * f + 1000 * d);
+      want[rel] = pattern_bytes(size, static_cast<std::uint64_t>(100 * d + f));
+      write_file(dir / "src" / rel, want[rel], f % 2 ? 0640 : 0604);
+      const struct timespec t[2] = {{1600000000 + f, 0}, {1600000000 + f, 12345}};
+      ::utimensat(AT_FDCWD, (dir / "src" / rel).c_str(), t, 0);
+    }
+  }
+  want["large.bin"] = pattern_bytes(300'000, 9);
+  write_file(dir / "src" / "large.bin", want["large.bin"], 0600);
+  const auto grid = make_grid({2, 2});
+  Ranks ranks(grid, short_timeout);
+  // Windows of 128 KiB: batches of 64 KiB, so several; large.bin goes alone.
+  const Outcome out = run_tree(ranks, [&](int r) {
+    FileSpec s;
+    s.source = (dir / "src").string();
+    s.output = (dir / ("n" + std::to_string(r))).string();
+    s.window_bytes = 128 << 10;
+    return s;
+  });
+  ASSERT_TRUE(out.errors.empty()) << out.errors.begin()->second;
+  const TreeResult& root = out.results.at(0);
+  EXPECT_EQ(root.files, 301u);
+  EXPECT_EQ(root.files_batched, 300u);
+  EXPECT_EQ(root.batches, plan_batches(scan_tree((dir / "src").string()), 64 << 10).size());
+  EXPECT_GT(root.batches, 3u);
+  for (int r = 1; r < 4; ++r) {
+    const TreeResult& got = out.results.at(r);
+    EXPECT_EQ(got.root_digest, root.root_digest) << "rank " << r;
+    ASSERT_EQ(got.per_file.size(), root.per_file.size());
+    for (size_t i = 0; i < got.per_file.size(); ++i)
+      EXPECT_EQ(got.per_file[i].name, root.per_file[i].name);  // manifest order on every rank
+    for (const auto& [rel, bytes] : want) {
+      const fs::path p = dir / ("n" + std::to_string(r)) / rel;
+      ASSERT_EQ(slurp(p.string()), bytes) << p;
+      struct stat src {
+      }, dst{};
+      ASSERT_EQ(::stat((dir / "src" / rel).c_str(), &src), 0);
+      ASSERT_EQ(::stat(p.c_str(), &dst), 0);
+      EXPECT_EQ(dst.st_mode & 07777, src.st_mode & 07777) << p;
+      EXPECT_EQ(dst.st_mtim.tv_sec, src.st_mtim.tv_sec) << p;
+      EXPECT_EQ(dst.st_mtim.tv_nsec, src.st_mtim.tv_nsec) << p;
+    }
+    // Nothing left beside the copies: every temporary name was renamed.
+    for (const auto& e : fs::recursive_directory_iterator(dir / ("n" + std::to_string(r))))
+      EXPECT_EQ(e.path().filename().string().find(".gridbcast-"), std::string::npos) << e.path();
+  }
+}
+
+// Between the root's walk and its reading of a later batch, one file grows
+// and another becomes a link to a secret of the same size: the root fails
+// naming the file, every other rank stops naming the root, the earlier
+// batches stay landed, and no rank gets the secret or the file.
+TEST(FileBatch, ASourceChangedBetweenBatchesStopsEveryRankNamingTheRoot) {
+  for (const bool link : {false, true}) {
+    SCOPED_TRACE(link ? "link" : "grown");
+    TempDir dir;
+    fs::create_directories(dir / "src");
+    // Batches of 32 KiB: f0, f1, f2 each fill one (20 000 bytes each).
+    for (int f = 0; f < 3; ++f)
+      write_file(dir / "src" / ("f" + std::to_string(f)), pattern_bytes(20'000, f), 0644);
+    write_file(dir / "secret", pattern_bytes(20'000, 77), 0600);
+    const auto grid = make_grid({3});
+    Ranks ranks(grid, short_timeout);
+    const Outcome out = run_tree(ranks, [&](int r) {
+      FileSpec s;
+      s.source = (dir / "src").string();
+      s.output = (dir / ("n" + std::to_string(r))).string();
+      s.window_bytes = 64 << 10;
+      s.after_batch = [&, r](std::uint64_t k) {
+        // After batch 0 the root reads batch 1 already; batch 2 it reads next.
+        if (r != 0 || k != 0) return;
+        const fs::path f2 = dir / "src" / "f2";
+        if (link) {
+          fs::remove(f2);
+          fs::create_symlink(dir / "secret", f2);
+        } else {
+          std::ofstream(f2, std::ios::binary | std::ios::app) << "more";
+        }
+      };
+      return s;
+    });
+    ASSERT_EQ(out.errors.size(), 3u);
+    EXPECT_NE(out.errors.at(0).find(link ? "symbolic link" : "changed size"), std::string::npos)
+        << out.errors.at(0);
+    for (int r : {1, 2}) {
+      EXPECT_NE(out.errors.at(r).find("stopped: the root, rank 0"), std::string::npos)
+          << out.errors.at(r);
+      const fs::path n = dir / ("n" + std::to_string(r));
+      EXPECT_EQ(slurp((n / "f0").string()), pattern_bytes(20'000, 0));
+      EXPECT_FALSE(fs::exists(n / "f2"));
+    }
+  }
+}
+
+// A file damaged on its way to rank 1: rank 1 fails naming the file and
+// writes nothing of it; the others hold the root's bytes.
+TEST(FileBatch, AFileDamagedInFlightFailsTheRankThatGotItNamingIt) {
+  TempDir dir;
+  fs::create_directories(dir / "src");
+  write_file(dir / "src" / "a", pattern_bytes(5000, 1), 0644);
+  write_file(dir / "src" / "b", pattern_bytes(7000, 2), 0644);
+  const auto grid = make_grid({3});
+  Ranks ranks(grid, short_timeout);
+  const Outcome out = run_tree(ranks, [&](int r) {
+    FileSpec s;
+    s.source = (dir / "src").string();
+    s.output = (dir / ("n" + std::to_string(r))).string();
+    s.on_batch_arrival = [r](std::uint64_t, std::byte* data, std::uint64_t bytes) {
+      if (r == 1) data[bytes - 1] ^= std::byte{1};  // b's last byte
+    };
+    return s;
+  });
+  ASSERT_EQ(out.errors.size(), 1u);
+  const std::string& e = out.errors.at(1);
+  EXPECT_NE(e.find("rank 1"), std::string::npos) << e;
+  EXPECT_NE(e.find("/b arrived damaged"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(dir / "n1" / "b"));
+  EXPECT_FALSE(fs::exists(dir / "n1" / ".b.gridbcast-partial"));
+  EXPECT_EQ(slurp((dir / "n2" / "b").string()), pattern_bytes(7000, 2));
+}
+
+// A hostile root: a valid tree header and manifest, then a batch whose head
+// gives a file a mode past 07777, or whose bytes are not the digest it
+// claims. Every other rank refuses it naming what, and writes nothing.
+TEST(FileBatch, AHostileBatchIsRefusedByEveryRankBeforeTheFileIsWritten) {
+  TempDir dir;
+  std::vector<TreeEntry> entries(1);
+  entries[0].kind = TreeEntry::Kind::kDirectory;
+  entries[0].mode = 0755;
+  entries.push_back(file_entry("x", 10));
+  const std::string manifest = encode_manifest(entries);
+  const auto grid = make_grid({3});
+  Ranks ranks(grid, short_timeout);
+  for (const bool bad_mode : {true, false}) {
+    SCOPED_TRACE(bad_mode ? "mode" : "digest");
+    std::map<int, std::string> errors;
+    std::mutex m;
+    ranks.run([&](runtime::Communicator& c) {
+      if (c.rank() == 0) {
+        std::string header = encode_tree_header({false, manifest.size(), 1024, ""});
+        c.bcast(header.data(), header.size(), 0);
+        std::string copy = manifest;
+        c.bcast(copy.data(), copy.size(), 0);
+        BatchHead h;
+        h.meta.resize(1);
+        h.digests.resize(1);
+        h.meta[0].mode = bad_mode ? 0100644 : 0644;  // S_IFREG in the mode
+        h.digests[0] = sha256(nullptr, 0);           // not the digest of the ten bytes below
+        std::vector<std::byte> batch(batch_head_bytes(1) + 10, std::byte{'z'});
+        encode_batch_head(h, batch.data());
+        // The same length as every rank plans: it broadcasts the batch and
+        // ends the tree.
+        c.bcast(batch.data(), batch.size(), 0, std::nullopt, batch.size());
+        return;
+      }
+      try {
+        FileSpec s;
+        s.output = (dir / ("n" + std::to_string(c.rank()))).string();
+        broadcast_tree(c, s, 0);
+      } catch (const std::exception& e) {
+        std::lock_guard lock(m);
+        errors[c.rank()] = e.what();
+      }
+    });
+    ASSERT_EQ(errors.size(), 2u);
+    for (const auto& [r, e] : errors) {
+      EXPECT_NE(e.find(bad_mode ? "refused batch 0" : "arrived damaged"), std::string::npos) << e;
+      if (bad_mode) {
+        EXPECT_NE(e.find("file 0 has a mode of"), std::string::npos) << e;
+      }
+      EXPECT_FALSE(fs::exists(dir / ("n" + std::to_string(r)) / "x"));
+      EXPECT_FALSE(fs::exists(dir / ("n" + std::to_string(r)) / ".x.gridbcast-partial"));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gridbcast::files
