@@ -23,8 +23,9 @@
 // link, under a temporary name renamed into place. What a batch does not do:
 // keep what a rank holds already (--resume); a small file's bytes cost less
 // than the round trip to ask whether they are needed, so every batch moves
-// whole, and a rank writes each file again. Batches travel as they are: with
-// --compress zstd every file goes alone, packed.
+// whole, and a rank writes each file again. Packed (--compress zstd, or auto
+// when its sample of the small files says it pays), each file is packed by
+// itself and the head, which says how long each is on the wire, goes first.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "files/compress.hpp"
 #include "files/file_broadcast.hpp"
 #include "files/file_wire.hpp"
 #include "runtime/communicator.hpp"
@@ -54,6 +56,16 @@ std::uint64_t batch_bytes_for_window(std::uint64_t window_bytes);
 // rank computes it alike from the manifest and the tree header.
 std::vector<std::vector<size_t>> plan_batches(const std::vector<TreeEntry>& entries,
                                               std::uint64_t batch_bytes);
+
+// `auto` for a tree's batches, at the root before the tree header: packs the
+// first of their files (up to `sample_bytes` of them, in the order they go)
+// and applies compression_pays (files/compress.hpp) as a file alone does with
+// its samples. A file it cannot read ends the sample (its batch will say why).
+CompressionChoice choose_batch_compression(const std::vector<TreeEntry>& entries,
+                                           const std::vector<std::vector<size_t>>& batches,
+                                           const std::function<FileSource(size_t)>& open_source,
+                                           double network_bps,
+                                           std::uint64_t sample_bytes = 1ull << 20);
 
 struct BatchIo {
   // The root's: opens entry i's source (below its directory, never through
@@ -79,6 +91,6 @@ struct BatchIo {
 std::vector<std::pair<size_t, FileResult>> broadcast_batches(
     runtime::Communicator& comm, const FileSpec& spec, int root,
     const std::vector<TreeEntry>& entries, const std::vector<std::vector<size_t>>& batches,
-    const BatchIo& io);
+    bool packed, const BatchIo& io);
 
 }  // namespace gridbcast::files

@@ -11,9 +11,11 @@
 #include <stdexcept>
 
 #include "files/beneath.hpp"
+#include "files/compress.hpp"
 #include "files/file_batch.hpp"
 #include "files/file_io.hpp"
 #include "files/file_sink.hpp"
+#include "topology/bound.hpp"
 
 namespace gridbcast::files {
 namespace {
@@ -135,6 +137,20 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
   };
   std::vector<ReadFrom> read_from;
   std::vector<UniqueFd> source_dirs;
+  // The root's: opens entry i's source, below its directory without
+  // following links (or the source itself when it is a file).
+  const auto open_source_of = [&](size_t i) {
+    const ReadFrom& from = read_from.at(i);
+    if (from.dir < 0) return FileSource::open(from.path);
+    UniqueFd fd = open_beneath(source_dirs.at(static_cast<size_t>(from.dir)).get(),
+                               join_path(from.path, from.rel), from.rel, O_RDONLY | O_NONBLOCK);
+    return FileSource::adopt(fd.release(), from.path);
+  };
+  // Small files go in batches (files/file_batch.hpp); the root says whether
+  // they travel packed.
+  const std::uint64_t root_batch_bytes = batch_bytes_for_window(spec.window_bytes);
+  bool root_packed = spec.compress == Compression::kZstd;
+  std::string batch_why;
   if (is_root) {
     try {
       std::vector<TreeEntry> all;
@@ -171,18 +187,27 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
         throw std::runtime_error(spec.source + ": too many entries for one job (a manifest of " +
                                  std::to_string(manifest.size()) + " bytes, at most " +
                                  std::to_string(kMaxManifestBytes) + ")");
+      if (spec.compress == Compression::kAuto && all.size() > 1) {
+        // The best rate the grid allows from this root, in bytes per second.
+        const double network =
+            comm.size() > 1 ? topology::max_flow_bound(comm.grid(), root).rate_bps / 8 : 0;
+        const CompressionChoice c = choose_batch_compression(
+            all, plan_batches(all, root_batch_bytes), open_source_of, network);
+        root_packed = c.compress;
+        batch_why = std::string("auto chose ") + (c.compress ? "zstd" : "off") +
+                    " for the small files: " + c.why;
+      }
     } catch (const std::exception& e) {
       error = e.what();
     }
   }
   std::string header(kTreeHeaderBytes, '\0');
-  // Small files go in batches (files/file_batch.hpp), but packed each alone.
-  const std::uint64_t root_batch_bytes =
-      spec.compress == Compression::kZstd ? 0 : batch_bytes_for_window(spec.window_bytes);
   if (is_root)
-    header = encode_tree_header({!error.empty(), manifest.size(), root_batch_bytes, error});
+    header =
+        encode_tree_header({!error.empty(), manifest.size(), root_batch_bytes, root_packed, error});
   comm.bcast(header.data(), header.size(), root, spec.algorithm);
   std::uint64_t batch_bytes = 0;
+  bool packed = false;
   {
     TreeHeader h;
     try {
@@ -197,6 +222,7 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
     }
     manifest.resize(h.manifest_bytes);
     batch_bytes = h.batch_bytes;
+    packed = h.batch_packed;
   }
   comm.bcast(manifest.data(), manifest.size(), root, spec.algorithm);
   std::vector<TreeEntry> entries;
@@ -232,13 +258,6 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
       for (size_t i : b) batched[i] = true;
     // By entry, so that reports and the digest follow the manifest.
     std::vector<std::optional<FileResult>> done(entries.size());
-    const auto open_source_of = [&](size_t i) {
-      const ReadFrom from = read_from.at(i);
-      if (from.dir < 0) return FileSource::open(from.path);
-      UniqueFd fd = open_beneath(source_dirs.at(static_cast<size_t>(from.dir)).get(),
-                                 join_path(from.path, from.rel), from.rel, O_RDONLY | O_NONBLOCK);
-      return FileSource::adopt(fd.release(), from.path);
-    };
     const auto open_sink_of = [&](size_t i, const FileMeta& meta, const SinkOptions& so) {
       const std::string& p = entries[i].path;
       SinkOptions below = so;
@@ -275,9 +294,10 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
     };
     io.after_batch = spec.after_batch;
     io.on_arrival = spec.on_batch_arrival;
-    for (auto& [i, r] : broadcast_batches(comm, spec, root, entries, batches, io))
+    for (auto& [i, r] : broadcast_batches(comm, spec, root, entries, batches, packed, io))
       done[i] = std::move(r);
     result.batches = batches.size();
+    result.batches_packed = packed && !batches.empty();
     for (size_t i = 0; i < entries.size(); ++i) {
       const TreeEntry& e = entries[i];
       if (e.kind != TreeEntry::Kind::kFile) continue;
@@ -295,7 +315,8 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
       result.wire_bytes += r.wire_bytes;
       if (r.compressed) ++result.files_compressed;
       if (result.compression_why.empty()) result.compression_why = r.compression_why;
-      result.algorithm = r.algorithm;
+      if (batched[i] && result.compression_why.empty()) result.compression_why = batch_why;
+      if (!r.algorithm.empty()) result.algorithm = r.algorithm;
       digest_input += e.path + '\0' + r.root_digest + '\0';
       result.per_file.push_back(std::move(r));
     }

@@ -197,7 +197,8 @@ std::string encode_tree_header(const TreeHeader& h) {
   put_u64(s, h.failed ? 1 : 0);
   put_u64(s, h.manifest_bytes);
   put_u64(s, h.batch_bytes);
-  put_text(s, h.error.substr(0, kTreeHeaderBytes - 40));
+  put_u64(s, h.batch_packed ? 1 : 0);
+  put_text(s, h.error.substr(0, kTreeHeaderBytes - 48));
   s.resize(kTreeHeaderBytes, '\0');
   return s;
 }
@@ -210,6 +211,9 @@ TreeHeader decode_tree_header(const std::string& bytes) {
   h.failed = failed == 1;
   h.manifest_bytes = c.u64();
   h.batch_bytes = c.u64();
+  const std::uint64_t packed = c.u64();
+  if (packed > 1) refuse("tree header has a packing of " + std::to_string(packed));
+  h.batch_packed = packed == 1;
   h.error = c.text(kTreeHeaderBytes, "tree header has an error text");
   if (!h.failed && h.manifest_bytes > kMaxManifestBytes)
     refuse("manifest would be " + std::to_string(h.manifest_bytes) + " bytes (at most " +
@@ -235,11 +239,14 @@ void encode_batch_head(const BatchHead& h, std::byte* out) {
         .u64(static_cast<std::uint64_t>(m.mtime.sec))
         .u64(m.dev)
         .u64(m.ino);
+    w.u64(i < h.wire.size() ? h.wire[i] : 0);
     if (i < h.digests.size()) w.bytes(h.digests[i].data(), sizeof(Digest));
   }
 }
 
-BatchHead decode_batch_head(std::span<const std::byte> in, std::uint64_t files) {
+BatchHead decode_batch_head(std::span<const std::byte> in, std::span<const std::uint64_t> sizes,
+                            bool packed) {
+  const std::uint64_t files = sizes.size();
   if (files > kMaxBatchFiles || in.size() < batch_head_bytes(files))
     refuse("batch head is shorter than its " + std::to_string(files) + " files' records");
   WireReader r(in.data(), kBatchRecordsAt);
@@ -252,6 +259,7 @@ BatchHead decode_batch_head(std::span<const std::byte> in, std::uint64_t files) 
   if (!h.ok) return h;
   WireReader f(in.data() + kBatchRecordsAt, kBatchRecordBytes * files);
   h.meta.resize(files);
+  h.wire.resize(files);
   h.digests.resize(files);
   for (std::uint64_t i = 0; i < files; ++i) {
     FileMeta& m = h.meta[i];
@@ -265,6 +273,13 @@ BatchHead decode_batch_head(std::span<const std::byte> in, std::uint64_t files) 
     m.mtime.sec = static_cast<std::int64_t>(f.u64());
     m.dev = f.u64();
     m.ino = f.u64();
+    m.size = sizes[i];
+    const std::uint64_t wire = f.u64();
+    const bool fits = packed ? (wire <= sizes[i] && (wire > 0 || sizes[i] == 0)) : wire == sizes[i];
+    if (!fits)
+      refuse(which + " travels as " + std::to_string(wire) + " bytes; it stores " +
+             std::to_string(sizes[i]) + (packed ? "" : " and the batch is not packed"));
+    h.wire[i] = wire;
     f.bytes(h.digests[i].data(), sizeof(Digest));
   }
   return h;

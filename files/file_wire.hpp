@@ -105,32 +105,39 @@ inline constexpr std::uint64_t kMinManifestEntryBytes = 56;
 inline constexpr std::uint64_t kMaxPathBytes = 4095;
 inline constexpr std::uint64_t kMaxNameBytes = 255;
 
-// What precedes a manifest: its length and the bytes of a batch of small
-// files (files/file_batch.hpp), or the root's error instead.
-//   | failed u64 | manifest length u64 | batch bytes u64 | error (u64 n, n bytes) | zero padding |
+// What precedes a manifest: its length and how the tree's small files travel
+// (files/file_batch.hpp), or the root's error instead.
+//   | failed u64 | manifest length u64 | batch bytes u64 | batches packed u64 |
+//   | error (u64 n, n bytes) | zero padding |
 inline constexpr std::uint64_t kTreeHeaderBytes = 1024;
 struct TreeHeader {
   bool failed = false;
   std::uint64_t manifest_bytes = 0;
   std::uint64_t batch_bytes = 0;  // the file data one batch holds at most; 0: no batches
-  std::string error;              // at most kTreeHeaderBytes - 40 bytes of it travel
+  bool batch_packed = false;      // each file of a batch packed by zstd (files/compress.hpp)
+  std::string error;              // at most kTreeHeaderBytes - 48 bytes of it travel
 };
 std::string encode_tree_header(const TreeHeader& h);  // kTreeHeaderBytes long
 // Refuses a status other than 0 or 1, a manifest longer than
 // kMaxManifestBytes, a batch of more than half of kMaxWindowBytes (every
-// rank maps two), an error text past the header's end.
+// rank maps two), a packing flag other than 0 or 1, an error text past the
+// header's end.
 TreeHeader decode_tree_header(const std::string& bytes);
 
-// A batch of a tree's small files, one broadcast (files/file_batch.hpp):
+// A batch of a tree's small files (files/file_batch.hpp):
 //   | magic u64 | failed u32 | error (u32 n, n bytes) | zero padding to kBatchRecordsAt |
-//   | per file: mode u32 | mtime ns u32 | mtime s u64 | dev u64 | ino u64 | SHA-256 (32) |
-//   | each file's bytes, back to back, in manifest order |
-// Every rank knows its length from the manifest (the files' sizes), so no
-// exchange precedes it; the sizes are the manifest's, the rest is the
-// root's fstat of the file it read, as a single file's header carries.
+//   | per file: mode u32 | mtime ns u32 | mtime s u64 | dev u64 | ino u64 |
+//   |           bytes on the wire u64 | SHA-256 (32) |
+//   | each file's bytes as they travel, back to back, in manifest order |
+// Unpacked, head and bytes are one broadcast, whose length every rank knows
+// from the manifest (the files' sizes), so no exchange precedes it. Packed,
+// the head is one broadcast (its length known alike) and the bytes, as long
+// as the head says, a second. The sizes are the manifest's, the rest is the
+// root's fstat of the file it read, as a single file's header carries; the
+// digest is over the bytes as stored.
 inline constexpr std::uint64_t kBatchRecordsAt = 1024;
-inline constexpr std::uint64_t kBatchRecordBytes = 64;
-// Files per batch: what the head of one holds (256 KiB of records).
+inline constexpr std::uint64_t kBatchRecordBytes = 72;
+// Files per batch: what the head of one holds (288 KiB of records).
 inline constexpr std::uint64_t kMaxBatchFiles = 4096;
 inline std::uint64_t batch_head_bytes(std::uint64_t files) {
   return kBatchRecordsAt + kBatchRecordBytes * files;
@@ -139,16 +146,21 @@ struct BatchHead {
   bool ok = true;
   std::string error;  // the root's, when !ok
   // Per file, as the root read it: mode, mtime, dev and ino (size: the
-  // manifest's), and its one chunk's SHA-256 (files/chunk_digest.hpp).
+  // manifest's), its bytes on the wire, and its one chunk's SHA-256
+  // (files/chunk_digest.hpp).
   std::vector<FileMeta> meta;
+  std::vector<std::uint64_t> wire;
   std::vector<Digest> digests;
 };
 // `out` holds batch_head_bytes(h.meta.size()).
 void encode_batch_head(const BatchHead& h, std::byte* out);
-// `files`: the batch's, from the manifest. Refuses a head that is not one, a
-// status other than 0 or 1, a mode above 07777, nanoseconds of 1e9 or more,
+// `sizes`: the batch's files' sizes, from the manifest. Refuses a head that
+// is not one, a status other than 0 or 1, a mode above 07777, nanoseconds of
+// 1e9 or more, and bytes on the wire other than the size (unpacked) or, packed,
+// 0 for a file of bytes or more than its size (0 only for an empty file),
 // naming the file's place in the batch.
-BatchHead decode_batch_head(std::span<const std::byte> in, std::uint64_t files);
+BatchHead decode_batch_head(std::span<const std::byte> in, std::span<const std::uint64_t> sizes,
+                            bool packed);
 
 // A compressed window: the head, then each chunk's bytes as they travel (a
 // chunk as long as it is stored travels as it is), back to back. The head

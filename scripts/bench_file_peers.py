@@ -17,6 +17,11 @@ emulated grid, by
                munged on the host (its socket is a file, reached from every
                namespace), all under the run's directory
 
+With --tree N the source is a directory of N files (--size in all, in
+directories of 100; sbcast copies files only and is left out), copied with
+pdcp -r, clush --copy, scp -r and gridbcast's --file DIR, and every copy is
+checked file by file.
+
 Every other node runs a real sshd in its namespace, started here with a host
 key and a client key made for this run, in a mount namespace of its own in
 which the destination directory is that node's own. Every copy but
@@ -29,7 +34,7 @@ openssh-server, slurm-wlm and munge (scripts/setup.sh installs them). Removes ev
 key and copy it made, also on failure.
 
   scripts/bench_file_peers.py [TOPOLOGY] [--size 64MiB] [--tools gridbcast,pdcp,clush,clush-tree,scp,sbcast]
-                              [--root NODE] [--smoke]
+                              [--tree N] [--root NODE] [--smoke]
 """
 import argparse, hashlib, json, os, re, shutil, signal, socket, subprocess, sys, tempfile, time
 
@@ -321,6 +326,30 @@ def wait_for_ssh(tb, root, addresses, ssh_config):
             time.sleep(0.3)
 
 
+def tree_digest(top):
+    """SHA-256 over every regular file's path, mode and bytes below `top`, in
+    sorted order: equal for two trees with the same files."""
+    h = hashlib.sha256()
+    for d, dirs, files in os.walk(top):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(d, name)
+            h.update(os.path.relpath(path, top).encode() + b"\0")
+            h.update(oct(os.lstat(path).st_mode & 0o7777).encode() + b"\0")
+            h.update(bytes.fromhex(sha256(path)))
+    return h.hexdigest()
+
+
+def make_tree(top, files, size):
+    """`files` files of about size/files random bytes each, 100 to a directory."""
+    each = size // files
+    for i in range(files):
+        d = os.path.join(top, f"d{i // 100:04d}")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, f"f{i:06d}"), "wb") as f:
+            f.write(os.urandom(each + (1 if i < size % files else 0)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -330,6 +359,8 @@ def main():
     ap.add_argument("--tools", default=",".join(TOOLS))
     ap.add_argument("--root", help="the root node (default: the topology's first)")
     ap.add_argument("--dir", default="/var/tmp", help="where the source and the copies go")
+    ap.add_argument("--tree", type=int, metavar="N",
+                    help="the source is a directory of N files of --size in all")
     ap.add_argument("--smoke", action="store_true",
                     help="4 MiB on testbed-2x2 with every tool: fails unless every copy verifies")
     args = ap.parse_args()
@@ -340,6 +371,12 @@ def main():
     if emulated_grid_unavailable("bench_file_peers"):
         return SKIP
     tools = [t for t in args.tools.split(",") if t]
+    if args.tree is not None:
+        if args.tree < 1:
+            raise SystemExit("bench_file_peers: --tree takes a number of files, at least 1")
+        if "sbcast" in tools:
+            print("sbcast: copies files only, not a tree: left out", flush=True)
+            tools.remove("sbcast")
     for t in tools:
         if t not in TOOLS:
             raise SystemExit(f"bench_file_peers: unknown tool {t!r}; the tools: {', '.join(TOOLS)}")
@@ -356,13 +393,22 @@ def main():
     work = tempfile.mkdtemp(prefix="gridbcast-file-peers-", dir=args.dir)
     status = 0
     try:
-        src = os.path.join(work, "source.bin")
-        with open(src, "wb") as f:
-            left = size
-            while left > 0:
-                f.write(os.urandom(min(left, 1 << 20)))
-                left -= min(left, 1 << 20)
-        want = sha256(src)
+        if args.tree is not None:
+            src = os.path.join(work, "source")
+            make_tree(src, args.tree, size)
+            want = tree_digest(src)
+        else:
+            src = os.path.join(work, "source.bin")
+            with open(src, "wb") as f:
+                left = size
+                while left > 0:
+                    f.write(os.urandom(min(left, 1 << 20)))
+                    left -= min(left, 1 << 20)
+            want = sha256(src)
+        # What each node's copy is called: the source's tree lands as a
+        # directory of this name.
+        copy_name = "copy" if args.tree is not None else "copy.bin"
+        digest_of = tree_digest if args.tree is not None else sha256
         dest_root = os.path.join(work, "nodes")
         mount_point = os.path.join(work, "dest")  # each node's sshd sees dest_root/NODE here
         os.makedirs(mount_point)
@@ -383,7 +429,8 @@ def main():
                     tb.start_sshd(n, sshd_config, dest_root, mount_point)
                 wait_for_ssh(tb, root, addresses, ssh_config)
             slurm = Slurm(tb, root, others, addresses, dest_root, mount_point) if "sbcast" in tools else None
-            print(f"{os.path.basename(args.topology)}: {fmt_size(size, ' ')} from {root} to "
+            what = f" in {args.tree} files" if args.tree is not None else ""
+            print(f"{os.path.basename(args.topology)}: {fmt_size(size, ' ')}{what} from {root} to "
                   f"{len(others)} nodes; max-flow bound {bound:.2f} s", flush=True)
             times = {}
             for tool in tools:
@@ -396,15 +443,20 @@ def main():
                             shutil.rmtree(path)
                         else:
                             os.unlink(path)
-                dest = os.path.join(mount_point, "copy.bin")
+                # A file is copied to its name; a tree into the existing
+                # destination directory, under the source's name (renamed
+                # below).
+                dest = os.path.join(mount_point, copy_name) if args.tree is None else mount_point
+                recursive = ["-r"] if args.tree is not None else []
                 hosts = ",".join(addresses[n] for n in others)
                 if tool == "gridbcast":
                     cmd = [BIN, "launch", args.topology, "--backend", "netns", "--root",
                            str(root_rank), "--file", src, "--output",
-                           os.path.join(dest_root, "{node}", "copy.bin"), "--json"]
+                           os.path.join(dest_root, "{node}", copy_name), "--json"]
                     env = dict(os.environ, GRIDBCAST_TESTBED_ID=tb.id)
                 elif tool == "pdcp":
-                    cmd = tb.exec_args(root) + ["pdcp", "-R", "ssh", "-w", hosts, src, dest]
+                    cmd = tb.exec_args(root) + ["pdcp", "-R", "ssh", "-w", hosts] + recursive + [
+                        src, dest]
                     env = dict(os.environ, PDSH_SSH_ARGS=f"-F {ssh_config} -2 -a -x -l%u %h")
                 elif tool == "clush":
                     cmd = tb.exec_args(root) + [
@@ -440,8 +492,8 @@ def main():
                                         "sbcast", "-f", src, dest])
                     env = slurm.env
                 else:  # scp, one node after the other
-                    loop = " && ".join(f"scp -q -F {ssh_config} {src} root@{addresses[n]}:{dest}"
-                                       for n in others)
+                    loop = " && ".join(f"scp -q {' '.join(recursive)} -F {ssh_config} {src} "
+                                       f"root@{addresses[n]}:{dest}" for n in others)
                     cmd = tb.exec_args(root) + ["sh", "-c", loop]
                     env = None
                 t0 = time.monotonic()
@@ -455,12 +507,31 @@ def main():
                 if tool == "gridbcast":  # the whole command, as for the others
                     j = json.loads(p.stdout.strip().splitlines()[-1])
                     note = f" (the broadcast itself {j['seconds']['median']:.2f} s)"
+                if args.tree is not None:
+                    # pdcp -r, scp -r and clush --copy put the tree in the
+                    # destination directory under the source's name.
+                    # clush's tree mode leaves the nodes behind a gateway
+                    # the tree's entries themselves: gathered as the copy.
+                    top = sorted(os.listdir(src))
+                    for n in others:
+                        node_dir = os.path.join(dest_root, n)
+                        copy = os.path.join(node_dir, copy_name)
+                        kept = os.path.join(node_dir, os.path.basename(src))
+                        if os.path.isdir(kept) and not os.path.exists(copy):
+                            os.rename(kept, copy)
+                        elif sorted(os.listdir(node_dir)) == top:
+                            os.mkdir(copy)
+                            for entry in top:
+                                os.rename(os.path.join(node_dir, entry), os.path.join(copy, entry))
                 bad = [n for n in others
-                       if not os.path.exists(os.path.join(dest_root, n, "copy.bin"))
-                       or sha256(os.path.join(dest_root, n, "copy.bin")) != want]
+                       if not os.path.exists(os.path.join(dest_root, n, copy_name))
+                       or digest_of(os.path.join(dest_root, n, copy_name)) != want]
                 verified = not bad
                 if bad:
                     status = 1
+                    first = os.path.join(dest_root, bad[0])
+                    print(f"{tool}: {bad[0]} holds " + (", ".join(sorted(os.listdir(first))[:5])
+                                                        or "nothing"), flush=True)
                 times[tool] = elapsed
                 print(f"{tool:10s} {elapsed:8.2f} s  {elapsed / bound:6.2f} x bound  "
                       f"verified {verified}" + (f" (bad: {', '.join(bad)})" if bad else "") + note,

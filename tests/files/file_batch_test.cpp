@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 
+#include "files/compress.hpp"
 #include "files/file_tree.hpp"
 #include "runtime/buffer.hpp"
 #include "support/grids.hpp"
@@ -30,6 +31,15 @@ using testing::make_grid;
 using testing::Ranks;
 using testing::slurp;
 using testing::TempDir;
+
+// Bytes zstd packs to a fraction of their size.
+std::string text_bytes(std::uint64_t size) {
+  std::string s;
+  while (s.size() < size)
+    s += "the quick brown fox jumps over the lazy dog " + std::to_string(s.size());
+  s.resize(size);
+  return s;
+}
 
 std::string pattern_bytes(std::uint64_t size, std::uint64_t seed) {
   std::string s(size, '\0');
@@ -112,7 +122,16 @@ TEST(FileBatch, PlanKeepsManifestOrderAndEveryLimit) {
 // for a batch: every rank's tree is the source's, byte for byte, with modes
 // and mtimes; the small files went in the batches the plan says, the large
 // one alone; every rank's digest over the tree is the root's.
+void many_small_files_arrive(Compression compress);
+
 TEST(FileBatch, ManySmallFilesArriveInBatchesWithModesAndMtimes) {
+  for (const Compression compress : {Compression::kOff, Compression::kZstd}) {
+    SCOPED_TRACE(compression_name(compress));
+    many_small_files_arrive(compress);
+  }
+}
+
+void many_small_files_arrive(Compression compress) {
   TempDir dir;
   std::map<std::string, std::string> want;
   for (int d = 0; d < 3; ++d) {
@@ -120,7 +139,9 @@ TEST(FileBatch, ManySmallFilesArriveInBatchesWithModesAndMtimes) {
     for (int f = 0; f < 100; ++f) {
       const std::string rel = "d" + std::to_string(d) + "/f" + std::to_string(f);
       const std::uint64_t size = f % 10 == 0 ? 0 : static_cast<std::uint64_t>(37 * f + 1000 * d);
-      want[rel] = pattern_bytes(size, static_cast<std::uint64_t>(100 * d + f));
+      // Every other file text that packs, the rest bytes that do not.
+      want[rel] =
+          f % 2 ? text_bytes(size) : pattern_bytes(size, static_cast<std::uint64_t>(100 * d + f));
       write_file(dir / "src" / rel, want[rel], f % 2 ? 0640 : 0604);
       const struct timespec t[2] = {{1600000000 + f, 0}, {1600000000 + f, 12345}};
       ::utimensat(AT_FDCWD, (dir / "src" / rel).c_str(), t, 0);
@@ -136,12 +157,30 @@ TEST(FileBatch, ManySmallFilesArriveInBatchesWithModesAndMtimes) {
     s.source = (dir / "src").string();
     s.output = (dir / ("n" + std::to_string(r))).string();
     s.window_bytes = 128 << 10;
+    s.compress = compress;
     return s;
   });
   ASSERT_TRUE(out.errors.empty()) << out.errors.begin()->second;
   const TreeResult& root = out.results.at(0);
   EXPECT_EQ(root.files, 301u);
   EXPECT_EQ(root.files_batched, 300u);
+  const bool packed = compress == Compression::kZstd;
+  EXPECT_EQ(root.batches_packed, packed);
+  // Packed, the text travels as less than it stores, the rest as it is;
+  // unpacked, every small file as it is.
+  std::uint64_t stored = 0, wire = 0;
+  for (const FileResult& f : root.per_file) {
+    if (f.name == "large.bin") continue;
+    stored += f.size;
+    wire += f.wire_bytes;
+    EXPECT_LE(f.wire_bytes, f.size) << f.name;
+    EXPECT_EQ(f.compressed, packed) << f.name;
+  }
+  if (packed) {
+    EXPECT_LT(wire, stored * 3 / 4);
+  } else {
+    EXPECT_EQ(wire, stored);
+  }
   EXPECT_EQ(root.batches, plan_batches(scan_tree((dir / "src").string()), 64 << 10).size());
   EXPECT_GT(root.batches, 3u);
   for (int r = 1; r < 4; ++r) {
@@ -252,26 +291,37 @@ TEST(FileBatch, AHostileBatchIsRefusedByEveryRankBeforeTheFileIsWritten) {
   const std::string manifest = encode_manifest(entries);
   const auto grid = make_grid({3});
   Ranks ranks(grid, short_timeout);
-  for (const bool bad_mode : {true, false}) {
-    SCOPED_TRACE(bad_mode ? "mode" : "digest");
+  // What the root sends: a mode past 07777, bytes that are not the digest,
+  // and (packed) bytes that are not a zstd frame of the file's size.
+  enum class Attack { kMode, kDigest, kNotAFrame };
+  for (const Attack attack : {Attack::kMode, Attack::kDigest, Attack::kNotAFrame}) {
+    const bool bad_mode = attack == Attack::kMode;
+    const bool packed = attack == Attack::kNotAFrame;
+    SCOPED_TRACE(static_cast<int>(attack));
     std::map<int, std::string> errors;
     std::mutex m;
     ranks.run([&](runtime::Communicator& c) {
       if (c.rank() == 0) {
-        std::string header = encode_tree_header({false, manifest.size(), 1024, ""});
+        std::string header = encode_tree_header({false, manifest.size(), 1024, packed, ""});
         c.bcast(header.data(), header.size(), 0);
         std::string copy = manifest;
         c.bcast(copy.data(), copy.size(), 0);
         BatchHead h;
         h.meta.resize(1);
+        h.wire = {packed ? 5u : 10u};
         h.digests.resize(1);
         h.meta[0].mode = bad_mode ? 0100644 : 0644;  // S_IFREG in the mode
         h.digests[0] = sha256(nullptr, 0);           // not the digest of the ten bytes below
         std::vector<std::byte> batch(batch_head_bytes(1) + 10, std::byte{'z'});
         encode_batch_head(h, batch.data());
-        // The same length as every rank plans: it broadcasts the batch and
-        // ends the tree.
-        c.bcast(batch.data(), batch.size(), 0, std::nullopt, batch.size());
+        // The same lengths as every rank plans: it broadcasts the batch
+        // (packed: its head, then the 5 bytes it gives) and ends the tree.
+        if (packed) {
+          c.bcast(batch.data(), batch_head_bytes(1), 0, std::nullopt, batch.size());
+          c.bcast(batch.data() + batch_head_bytes(1), 5, 0, std::nullopt, batch.size());
+        } else {
+          c.bcast(batch.data(), batch.size(), 0, std::nullopt, batch.size());
+        }
         return;
       }
       try {
@@ -289,10 +339,40 @@ TEST(FileBatch, AHostileBatchIsRefusedByEveryRankBeforeTheFileIsWritten) {
       if (bad_mode) {
         EXPECT_NE(e.find("file 0 has a mode of"), std::string::npos) << e;
       }
+      if (packed) {
+        EXPECT_NE(e.find("not one zstd frame"), std::string::npos) << e;
+      }
       EXPECT_FALSE(fs::exists(dir / ("n" + std::to_string(r)) / "x"));
       EXPECT_FALSE(fs::exists(dir / ("n" + std::to_string(r)) / ".x.gridbcast-partial"));
     }
   }
+}
+
+// `auto` over a tree's small files: text packs when the network is slower
+// than the packing (here 1 MB/s), random bytes never do, and a fast network
+// (100 GB/s) takes neither packed.
+TEST(FileBatch, AutoPacksTheSmallFilesWhereItPays) {
+  TempDir dir;
+  std::vector<TreeEntry> entries(1);
+  entries[0].kind = TreeEntry::Kind::kDirectory;
+  std::vector<std::string> paths;
+  for (int f = 0; f < 40; ++f) {
+    const std::string name = "t" + std::to_string(f);
+    write_file(dir / name, text_bytes(30'000), 0644);
+    entries.push_back(file_entry(name, 30'000));
+    paths.push_back((dir / name).string());
+  }
+  const auto batches = plan_batches(entries, 1 << 20);
+  const auto open = [&](size_t i) { return FileSource::open(paths.at(i - 1)); };
+  const CompressionChoice text = choose_batch_compression(entries, batches, open, 1e6);
+  EXPECT_TRUE(text.compress) << text.why;
+  EXPECT_LT(text.ratio, 0.5) << text.why;
+  EXPECT_NE(text.why.find("35 files ("), std::string::npos)
+      << text.why;  // 1 MiB of 30 000-byte files
+  EXPECT_FALSE(choose_batch_compression(entries, batches, open, 1e11).compress);
+  for (size_t i = 0; i < paths.size(); ++i) write_file(paths[i], pattern_bytes(30'000, i), 0644);
+  const CompressionChoice random = choose_batch_compression(entries, batches, open, 1e6);
+  EXPECT_FALSE(random.compress) << random.why;
 }
 
 }  // namespace

@@ -106,34 +106,41 @@ TEST(FileWire, AFailedRootsHeaderCarriesOnlyItsError) {
 }
 
 TEST(FileWire, ATreeHeaderRoundTripsAndRefusesWhatIsOutOfRange) {
-  const TreeHeader back = decode_tree_header(encode_tree_header({false, 12345, 4096, ""}));
+  const TreeHeader back = decode_tree_header(encode_tree_header({false, 12345, 4096, true, ""}));
   EXPECT_FALSE(back.failed);
   EXPECT_EQ(back.manifest_bytes, 12345u);
   EXPECT_EQ(back.batch_bytes, 4096u);
-  const TreeHeader failed = decode_tree_header(encode_tree_header({true, 0, 0, "cannot open"}));
+  EXPECT_TRUE(back.batch_packed);
+  const TreeHeader failed =
+      decode_tree_header(encode_tree_header({true, 0, 0, false, "cannot open"}));
   EXPECT_TRUE(failed.failed);
   EXPECT_EQ(failed.error, "cannot open");
-  EXPECT_EQ(encode_tree_header({true, 0, 0, std::string(5000, 'x')}).size(), kTreeHeaderBytes);
+  EXPECT_EQ(encode_tree_header({true, 0, 0, false, std::string(5000, 'x')}).size(),
+            kTreeHeaderBytes);
   try {
-    decode_tree_header(encode_tree_header({false, kMaxManifestBytes + 1, 0, ""}));
+    decode_tree_header(encode_tree_header({false, kMaxManifestBytes + 1, 0, false, ""}));
     ADD_FAILURE() << "a manifest past the limit was accepted";
   } catch (const FileWireError& e) {
     EXPECT_NE(std::string(e.what()).find("manifest would be"), std::string::npos) << e.what();
   }
   // A hostile root's batch would make every rank map two of its size.
   try {
-    decode_tree_header(encode_tree_header({false, 1, kMaxWindowBytes / 2 + 1, ""}));
+    decode_tree_header(encode_tree_header({false, 1, kMaxWindowBytes / 2 + 1, false, ""}));
     ADD_FAILURE() << "a batch past the limit was accepted";
   } catch (const FileWireError& e) {
     EXPECT_NE(std::string(e.what()).find("batches of"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(decode_tree_header(encode_tree_header({false, 1, kMaxWindowBytes / 2, ""})).batch_bytes,
+  EXPECT_EQ(decode_tree_header(encode_tree_header({false, 1, kMaxWindowBytes / 2, false, ""}))
+                .batch_bytes,
             kMaxWindowBytes / 2);
-  std::string bad = encode_tree_header({false, 1, 0, ""});
+  std::string bad = encode_tree_header({false, 1, 0, false, ""});
   bad[7] = 2;  // a status of 2
   EXPECT_THROW(decode_tree_header(bad), FileWireError);
-  bad = encode_tree_header({false, 1, 0, ""});
-  bad[30] = 0x7f;  // an error text of 32,512 bytes, longer than the header
+  bad = encode_tree_header({false, 1, 0, false, ""});
+  bad[31] = 2;  // a packing of 2
+  EXPECT_THROW(decode_tree_header(bad), FileWireError);
+  bad = encode_tree_header({false, 1, 0, false, ""});
+  bad[38] = 0x7f;  // an error text of 32,512 bytes, longer than the header
   EXPECT_THROW(decode_tree_header(bad), FileWireError);
 }
 
@@ -142,7 +149,9 @@ TEST(FileWire, ATreeHeaderRoundTripsAndRefusesWhatIsOutOfRange) {
 TEST(FileWire, ABatchHeadRoundTripsAndRefusesWhatIsOutOfRange) {
   BatchHead h;
   h.meta.resize(3);
+  h.wire = {100, 50, 0};
   h.digests.resize(3);
+  const std::vector<std::uint64_t> sizes = {100, 200, 0};
   for (size_t i = 0; i < 3; ++i) {
     h.meta[i].mode = 0640 + static_cast<std::uint32_t>(i);
     h.meta[i].mtime = {1700000000 + static_cast<std::int64_t>(i), 999'999'999};
@@ -152,13 +161,15 @@ TEST(FileWire, ABatchHeadRoundTripsAndRefusesWhatIsOutOfRange) {
   }
   std::vector<std::byte> buf(batch_head_bytes(3));
   encode_batch_head(h, buf.data());
-  const BatchHead back = decode_batch_head(buf, 3);
+  const BatchHead back = decode_batch_head(buf, sizes, true);
   ASSERT_TRUE(back.ok);
   ASSERT_EQ(back.meta.size(), 3u);
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_EQ(back.meta[i].mode, h.meta[i].mode);
     EXPECT_EQ(back.meta[i].mtime, h.meta[i].mtime);
     EXPECT_EQ(back.meta[i].ino, h.meta[i].ino);
+    EXPECT_EQ(back.meta[i].size, sizes[i]);
+    EXPECT_EQ(back.wire[i], h.wire[i]);
     EXPECT_EQ(back.digests[i], h.digests[i]);
   }
   BatchHead failed;
@@ -166,13 +177,14 @@ TEST(FileWire, ABatchHeadRoundTripsAndRefusesWhatIsOutOfRange) {
   failed.error = std::string(5000, 'x');
   std::vector<std::byte> fbuf(batch_head_bytes(2));
   encode_batch_head(failed, fbuf.data());
-  const BatchHead fback = decode_batch_head(fbuf, 2);
+  const BatchHead fback = decode_batch_head(fbuf, std::vector<std::uint64_t>{1, 2}, false);
   EXPECT_FALSE(fback.ok);
   EXPECT_EQ(fback.error.size(), kFileErrorBytes);
 
-  const auto refused = [](std::vector<std::byte> b, std::uint64_t files, const std::string& why) {
+  const auto refused = [](std::vector<std::byte> b, std::vector<std::uint64_t> of, bool packed,
+                          const std::string& why) {
     try {
-      decode_batch_head(b, files);
+      decode_batch_head(b, of, packed);
       ADD_FAILURE() << "accepted: " << why;
     } catch (const FileWireError& e) {
       EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
@@ -180,19 +192,27 @@ TEST(FileWire, ABatchHeadRoundTripsAndRefusesWhatIsOutOfRange) {
   };
   std::vector<std::byte> bad = buf;
   bad[kBatchRecordsAt + kBatchRecordBytes + 2] = std::byte{0x10};  // file 1's mode 010xxx
-  refused(bad, 3, "file 1 has a mode of");
+  refused(bad, sizes, true, "file 1 has a mode of");
   bad = buf;
   bad[kBatchRecordsAt + 2 * kBatchRecordBytes + 4] = std::byte{0xff};  // file 2's nanoseconds
-  refused(bad, 3, "file 2 has a modification time of");
+  refused(bad, sizes, true, "file 2 has a modification time of");
   bad = buf;
   bad[0] = std::byte{0};
-  refused(bad, 3, "not one");
+  refused(bad, sizes, true, "not one");
   bad = buf;
   bad[11] = std::byte{2};
-  refused(bad, 3, "status of 2");
-  refused(buf, 4, "shorter than its 4 files");
-  refused(std::vector<std::byte>(batch_head_bytes(kMaxBatchFiles + 1)), kMaxBatchFiles + 1,
-          "shorter than its");
+  refused(bad, sizes, true, "status of 2");
+  refused(buf, {100, 200, 0, 1}, true, "shorter than its 4 files");
+  refused(std::vector<std::byte>(batch_head_bytes(kMaxBatchFiles + 1)),
+          std::vector<std::uint64_t>(kMaxBatchFiles + 1), true, "shorter than its");
+  // Bytes on the wire: packed, 1 to the size (0 only when empty); unpacked,
+  // the size. Anything else would make a rank read past the file's bytes or
+  // expand what was never sent.
+  refused(buf, sizes, false,
+          "file 1 travels as 50 bytes; it stores 200 and the batch is not packed");
+  refused(buf, {100, 49, 0}, true, "file 1 travels as 50 bytes; it stores 49");
+  refused(buf, {100, 200, 1}, true, "file 2 travels as 0 bytes; it stores 1");
+  EXPECT_NO_THROW(decode_batch_head(buf, std::vector<std::uint64_t>{100, 200, 0}, true));
 }
 
 TEST(FileWire, ChunkCountNeverWraps) {

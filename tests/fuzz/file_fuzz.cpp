@@ -5,7 +5,7 @@
 // accept is within the documented limits (and a header or manifest re-encodes
 // identically). The first byte picks the decoder; a compressed window's head
 // takes its chunks' stored lengths from the next bytes, a batch head its
-// number of files.
+// number of files, whether packed, and their sizes.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -22,20 +22,31 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const auto* body = reinterpret_cast<const std::byte*>(data + 1);
   const std::size_t n = size - 1;
   if (data[0] & 8) {
-    // A batch of small files' head: 0-15 files (the next byte), then the head.
+    // A batch of small files' head: 0-15 files (the next byte's low bits;
+    // its top bit: packed), their sizes (a byte each), then the head.
     if (n < 1) return 0;
     const std::uint64_t files = std::to_integer<std::uint64_t>(body[0]) % 16;
-    const std::span<const std::byte> head(body + 1, n - 1);
+    const bool packed = (std::to_integer<unsigned>(body[0]) & 0x80) != 0;
+    if (n < 1 + files) return 0;
+    std::vector<std::uint64_t> sizes(files);
+    for (std::uint64_t j = 0; j < files; ++j)
+      sizes[j] = std::to_integer<std::uint64_t>(body[1 + j]);
+    const std::span<const std::byte> head(body + 1 + files, n - 1 - files);
     try {
-      const BatchHead h = decode_batch_head(head, files);
+      const BatchHead h = decode_batch_head(head, sizes, packed);
       if (head.size() < batch_head_bytes(files) || h.error.size() > kFileErrorBytes) std::abort();
-      if (h.ok && (h.meta.size() != files || h.digests.size() != files)) std::abort();
+      if (h.ok && (h.meta.size() != files || h.digests.size() != files || h.wire.size() != files))
+        std::abort();
       for (const auto& m : h.meta)
         if (m.mode > 07777 || m.mtime.nsec >= 1'000'000'000) std::abort();
+      for (std::uint64_t j = 0; j < h.wire.size(); ++j)
+        if (packed ? (h.wire[j] > sizes[j] || (h.wire[j] == 0 && sizes[j] > 0))
+                   : h.wire[j] != sizes[j])
+          std::abort();
       if (h.ok) {
         std::vector<std::byte> again(batch_head_bytes(files));
         encode_batch_head(h, again.data());
-        if (decode_batch_head(again, files).digests != h.digests) std::abort();
+        if (decode_batch_head(again, sizes, packed).digests != h.digests) std::abort();
       }
     } catch (const FileWireError&) {
     }
