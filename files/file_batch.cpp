@@ -107,9 +107,8 @@ struct BatchRun {
   const BatchIo& io;
   const bool is_root = comm.rank() == root;
   const std::string me = who(comm.rank());
-  // Chunks of a file alone (files/file_broadcast.cpp): the copy's chunk
-  // record speaks of the same chunks, so a batched file and a file alone
-  // leave the same record behind a failure.
+  // The chunk a file alone would be cut into (files/file_broadcast.cpp),
+  // for the reports: a batched file is one such chunk.
   const std::uint64_t chunk_bytes = std::max<std::uint64_t>(
       1, std::min(kDefaultChunkBytes,
                   (spec.window_bytes ? spec.window_bytes : kDefaultWindowBytes) / 2));
@@ -234,17 +233,17 @@ struct BatchRun {
                                  ", the root's " + to_hex(h.digests[j]));
       FileMeta meta = h.meta[j];
       meta.size = len;
+      // Written whole at once and renamed into place: no chunk record (a
+      // partial left by a failure is started over, as every batch moves
+      // whole), and no O_DIRECT descriptor beside it for a file this small.
       SinkOptions so;
       so.dir_mode = spec.dir_mode;
-      so.chunk_bytes = chunk_bytes;
+      so.direct_io = false;
       so.source_dev = meta.dev;
       so.source_ino = meta.ino;
       FileSink sink = io.open_sink(idx[j], meta, so);
-      if (len > 0) {
-        sink.write(0, bytes, len);
-        sink.record(0, got);
-      }
-      sink.commit();
+      if (len > 0) sink.write(0, bytes, len);
+      sink.commit(false);
       if (spec.on_work) spec.on_work(len);
       data += h.wire[j];
       results.emplace_back(
@@ -253,6 +252,8 @@ struct BatchRun {
               idx[j], meta, h.wire[j], got, sink.final_path(),
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
     }
+    // The renames are on disk before the batch counts as landed.
+    io.sync_dirs(idx);
   }
 
   void run() {

@@ -73,6 +73,10 @@ struct BatchIo {
   std::function<FileSource(size_t i)> open_source;
   // Every other rank's: opens entry i's copy.
   std::function<FileSink(size_t i, const FileMeta&, const SinkOptions&)> open_sink;
+  // Every other rank's: fsyncs the directories that hold these entries, once
+  // each, after their copies were renamed into place (FileSink::commit
+  // leaves it to the batch: one fsync a directory, not one a file).
+  std::function<void(const std::vector<size_t>& entries)> sync_dirs;
   // Entry i's path on this rank (the root's source, another rank's copy),
   // for messages and results.
   std::function<std::string(size_t i)> path;

@@ -438,7 +438,14 @@ FileSink FileSink::open_in(UniqueFd dir, const std::string& dir_path, const std:
     }
     s.held_ = true;  // it was kept before; it stays kept whatever happens now
     // Its record, read before anything here changes the partial's ctime.
-    if (s.chunk_bytes_) s.open_record(options.resume);
+    // Without a record of its own (a small file of a batch, written whole)
+    // an earlier run's speaks of bytes this run starts over: it goes, while
+    // the partial's lock is held.
+    if (s.chunk_bytes_) {
+      s.open_record(options.resume);
+    } else if (::unlinkat(s.dir_fd_, s.record_name_.c_str(), 0) != 0 && errno != ENOENT) {
+      throw file_error(s.record_path(), "cannot remove the chunk record of an earlier run");
+    }
   } else if (errno != ENOENT) {
     throw file_error(s.temp_path(), "cannot open the partial copy");
   } else {
@@ -688,7 +695,7 @@ std::uint64_t FileSink::read_existing(std::uint64_t offset, std::byte* data,
   return existing_fd_ < 0 ? 0 : pread_full(existing_fd_, final_path_, data, bytes, offset);
 }
 
-void FileSink::commit() {
+void FileSink::commit(bool sync_dir) {
   const std::string tmp = temp_path();
   // Set-user and set-group bits are not copied: a copy made by root must not
   // become a set-uid program because the source was one.
@@ -709,7 +716,7 @@ void FileSink::commit() {
   if (::renameat(dir_fd_, temp_name_.c_str(), dir_fd_, name_.c_str()) != 0)
     throw file_error(final_path_, "cannot rename " + tmp + " into place");
   committed_ = true;
-  if (::fsync(dir_fd_) != 0) throw file_error(dir_path_, "cannot fsync the directory");
+  if (sync_dir && ::fsync(dir_fd_) != 0) throw file_error(dir_path_, "cannot fsync the directory");
 }
 
 void install_signal_cleanup() {

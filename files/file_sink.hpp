@@ -163,8 +163,10 @@ class FileSink {
   // holds it with the digest `want` gives; all false when there is no such
   // record. `want` has one digest per chunk.
   std::vector<bool> recorded(const std::vector<Digest>& want) const;
-  // fsync, the source's mode and mtime, rename into place, fsync the directory.
-  void commit();
+  // fsync, the source's mode and mtime, rename into place, fsync the
+  // directory; without `sync_dir` the caller fsyncs the directory after the
+  // rename (a batch of small files does it once per directory, not per file).
+  void commit(bool sync_dir = true);
 
   const std::string& final_path() const { return final_path_; }
   std::string temp_path() const { return dir_path_ + "/" + temp_name_; }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <stdexcept>
 
 #include "files/beneath.hpp"
@@ -291,6 +292,16 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
     io.open_sink = open_sink_of;
     io.path = [&](size_t i) {
       return is_root ? read_from.at(i).path : join(spec.output, entries[i].path);
+    };
+    io.sync_dirs = [&](const std::vector<size_t>& files) {
+      std::set<std::string> dirs;
+      for (size_t i : files) dirs.insert(parent_of(entries[i].path));
+      for (const std::string& d : dirs) {
+        const UniqueFd fd =
+            make_beneath(out.get(), spec.output, d, static_cast<mode_t>(spec.dir_mode));
+        if (::fsync(fd.get()) != 0)
+          throw file_error(join(spec.output, d), "cannot fsync the directory");
+      }
     };
     io.after_batch = spec.after_batch;
     io.on_arrival = spec.on_batch_arrival;
