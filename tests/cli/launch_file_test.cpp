@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -703,6 +704,33 @@ TEST(LaunchFile, ADirectoryIsDistributedWithItsSymlinksAsLinks) {
     EXPECT_TRUE(fs::is_directory(t / "sub" / "empty")) << n;
     EXPECT_EQ(fs::read_symlink(t / "sub" / "link"), "../big.bin") << n;
   }
+}
+
+// A tree of many small files, through the launcher and eight rank
+// processes: they go in one batch (the root says so), every copy is whole,
+// and the summary lists every file in manifest order.
+TEST(LaunchFile, ATreeOfManySmallFilesGoesInBatches) {
+  TempDir dir;
+  std::map<std::string, std::string> want;
+  for (int d = 0; d < 4; ++d) {
+    fs::create_directories(dir / "tree" / ("d" + std::to_string(d)));
+    for (int f = 0; f < 75; ++f) {
+      const std::string rel = "d" + std::to_string(d) + "/f" + std::to_string(f);
+      want[rel] = pattern(static_cast<std::uint64_t>(100 * f + d), static_cast<std::uint64_t>(f));
+      write_file(dir / "tree" / rel, want[rel]);
+    }
+  }
+  Child c({kBin, "launch", "--file", (dir / "tree").string(), "--output",
+           (dir / "out" / "{node}").string() + "/", "--json"},
+          dir.path().string());
+  ASSERT_EQ(c.wait(60s), 0) << c.err();
+  EXPECT_NE(c.err().find("300 small files went in 1 batch"), std::string::npos) << c.err();
+  const auto summary = last_json(c.out());
+  ASSERT_EQ(summary["files"].size(), 300u);
+  EXPECT_EQ(summary["files"][0]["path"], "d0/f0");
+  for (const auto& n : kNonRoot)
+    for (const auto& [rel, bytes] : want)
+      ASSERT_EQ(slurp((dir / "out" / n / "tree" / rel).string()), bytes) << n << " " << rel;
 }
 
 // Several --file in one job: each lands under its own name in the --output

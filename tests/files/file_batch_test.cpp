@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -346,6 +347,39 @@ TEST(FileBatch, AHostileBatchIsRefusedByEveryRankBeforeTheFileIsWritten) {
       EXPECT_FALSE(fs::exists(dir / ("n" + std::to_string(r)) / ".x.gridbcast-partial"));
     }
   }
+}
+
+// A rerun over a copy whose small file an earlier run left as a partial
+// with its chunk record, and a record that is a link to a victim: the batch
+// starts the partial over, the record goes (the link, never its target),
+// and nothing but the copy is left.
+TEST(FileBatch, AnEarlierRunsPartialAndRecordAreStartedOverAndRemoved) {
+  TempDir dir;
+  fs::create_directories(dir / "src");
+  write_file(dir / "src" / "a", pattern_bytes(3000, 1), 0644);
+  write_file(dir / "src" / "b", pattern_bytes(4000, 2), 0644);
+  write_file(dir / "victim", "keep", 0600);
+  fs::create_directories(dir / "n1");
+  write_file(dir / "n1" / ".a.gridbcast-partial", "stale bytes of an earlier run", 0600);
+  write_file(dir / "n1" / ".a.gridbcast-chunks", "an earlier run's record", 0600);
+  write_file(dir / "n1" / ".b.gridbcast-partial", "stale", 0600);
+  fs::create_symlink(dir / "victim", dir / "n1" / ".b.gridbcast-chunks");
+  const auto grid = make_grid({2});
+  Ranks ranks(grid, short_timeout);
+  const Outcome out = run_tree(ranks, [&](int r) {
+    FileSpec s;
+    s.source = (dir / "src").string();
+    s.output = (dir / ("n" + std::to_string(r))).string();
+    return s;
+  });
+  ASSERT_TRUE(out.errors.empty()) << out.errors.begin()->second;
+  EXPECT_EQ(slurp((dir / "n1" / "a").string()), pattern_bytes(3000, 1));
+  EXPECT_EQ(slurp((dir / "n1" / "b").string()), pattern_bytes(4000, 2));
+  EXPECT_EQ(slurp((dir / "victim").string()), "keep");
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir / "n1")) left.push_back(e.path().filename());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"a", "b"}));
 }
 
 // `auto` over a tree's small files: text packs when the network is slower
