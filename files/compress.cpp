@@ -110,6 +110,16 @@ std::string rate_text(double bps) {
 }
 }  // namespace
 
+CompressionChoice judge_samples(std::uint64_t raw, std::uint64_t packed, double seconds,
+                                double network_bps) {
+  CompressionChoice c;
+  c.network_bps = network_bps;
+  c.ratio = static_cast<double>(packed) / static_cast<double>(std::max<std::uint64_t>(raw, 1));
+  c.compress_bps = static_cast<double>(raw) / std::max(seconds, 1e-9);
+  c.compress = compression_pays(c.ratio, c.compress_bps, network_bps);
+  return c;
+}
+
 CompressionChoice choose_compression(FileSource& source, std::uint64_t size, double network_bps,
                                      std::uint64_t sample_bytes) {
   CompressionChoice c;
@@ -133,9 +143,7 @@ CompressionChoice choose_compression(FileSource& source, std::uint64_t size, dou
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     raw += each;
   }
-  c.ratio = static_cast<double>(packed) / static_cast<double>(raw);
-  c.compress_bps = static_cast<double>(raw) / std::max(seconds, 1e-9);
-  c.compress = compression_pays(c.ratio, c.compress_bps, network_bps);
+  c = judge_samples(raw, packed, seconds, network_bps);
   c.sample_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   char ratio[96];

@@ -91,6 +91,11 @@ struct CompressionChoice {
 // or a grid of one node) never compresses.
 bool compression_pays(double ratio, double compress_bps, double network_bps);
 
+// What samples of `raw` bytes, packed to `packed` bytes in `seconds` of
+// compression, say against `network_bps`: the ratio, the rate and the choice
+// (compression_pays); the caller adds the time and the why.
+CompressionChoice judge_samples(std::uint64_t raw, std::uint64_t packed, double seconds,
+                                double network_bps);
 // `auto` for `source` (size bytes) against `network_bps` (bytes per second):
 // reads and compresses up to three samples of `sample_bytes` each.
 CompressionChoice choose_compression(FileSource& source, std::uint64_t size, double network_bps,

@@ -76,9 +76,7 @@ CompressionChoice choose_batch_compression(const std::vector<TreeEntry>& entries
     c.why = "no bytes to sample";
     return c;
   }
-  c.ratio = static_cast<double>(packed) / static_cast<double>(raw);
-  c.compress_bps = static_cast<double>(raw) / std::max(seconds, 1e-9);
-  c.compress = compression_pays(c.ratio, c.compress_bps, network_bps);
+  c = judge_samples(raw, packed, seconds, network_bps);
   c.sample_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   char b[160];

@@ -19,6 +19,7 @@
 #include "files/compress.hpp"
 #include "files/file_tree.hpp"
 #include "runtime/buffer.hpp"
+#include "support/file_runs.hpp"
 #include "support/grids.hpp"
 #include "support/process.hpp"
 #include "support/ranks.hpp"
@@ -28,6 +29,8 @@ namespace gridbcast::files {
 namespace {
 
 namespace fs = std::filesystem;
+using runs::pattern_bytes;
+using runs::write_file;
 using testing::make_grid;
 using testing::Ranks;
 using testing::slurp;
@@ -42,44 +45,12 @@ std::string text_bytes(std::uint64_t size) {
   return s;
 }
 
-std::string pattern_bytes(std::uint64_t size, std::uint64_t seed) {
-  std::string s(size, '\0');
-  runtime::fill_pattern(reinterpret_cast<std::byte*>(s.data()), size, seed);
-  return s;
-}
-
-void write_file(const fs::path& p, const std::string& data, mode_t mode) {
-  std::ofstream(p, std::ios::binary | std::ios::trunc) << data;
-  ::chmod(p.c_str(), mode);
-}
-
 TreeEntry file_entry(const std::string& path, std::uint64_t size) {
   TreeEntry e;
   e.path = path;
   e.size = size;
   e.mode = 0644;
   return e;
-}
-
-// Each rank's result or error.
-struct Outcome {
-  std::map<int, TreeResult> results;
-  std::map<int, std::string> errors;
-};
-Outcome run_tree(Ranks& ranks, const std::function<FileSpec(int)>& spec_of) {
-  Outcome out;
-  std::mutex m;
-  ranks.run([&](runtime::Communicator& c) {
-    try {
-      TreeResult r = broadcast_tree(c, spec_of(c.rank()), 0);
-      std::lock_guard lock(m);
-      out.results[c.rank()] = std::move(r);
-    } catch (const std::exception& e) {
-      std::lock_guard lock(m);
-      out.errors[c.rank()] = e.what();
-    }
-  });
-  return out;
 }
 
 runtime::CommOptions short_timeout(int) {
@@ -153,7 +124,7 @@ void many_small_files_arrive(Compression compress) {
   const auto grid = make_grid({2, 2});
   Ranks ranks(grid, short_timeout);
   // Windows of 128 KiB: batches of 64 KiB, so several; large.bin goes alone.
-  const Outcome out = run_tree(ranks, [&](int r) {
+  const runs::TreeOutcome out = runs::run_tree(ranks, 0, [&](int r) {
     FileSpec s;
     s.source = (dir / "src").string();
     s.output = (dir / ("n" + std::to_string(r))).string();
@@ -222,7 +193,7 @@ TEST(FileBatch, ASourceChangedBetweenBatchesStopsEveryRankNamingTheRoot) {
     write_file(dir / "secret", pattern_bytes(20'000, 77), 0600);
     const auto grid = make_grid({3});
     Ranks ranks(grid, short_timeout);
-    const Outcome out = run_tree(ranks, [&](int r) {
+    const runs::TreeOutcome out = runs::run_tree(ranks, 0, [&](int r) {
       FileSpec s;
       s.source = (dir / "src").string();
       s.output = (dir / ("n" + std::to_string(r))).string();
@@ -262,7 +233,7 @@ TEST(FileBatch, AFileDamagedInFlightFailsTheRankThatGotItNamingIt) {
   write_file(dir / "src" / "b", pattern_bytes(7000, 2), 0644);
   const auto grid = make_grid({3});
   Ranks ranks(grid, short_timeout);
-  const Outcome out = run_tree(ranks, [&](int r) {
+  const runs::TreeOutcome out = runs::run_tree(ranks, 0, [&](int r) {
     FileSpec s;
     s.source = (dir / "src").string();
     s.output = (dir / ("n" + std::to_string(r))).string();
@@ -366,7 +337,7 @@ TEST(FileBatch, AnEarlierRunsPartialAndRecordAreStartedOverAndRemoved) {
   fs::create_symlink(dir / "victim", dir / "n1" / ".b.gridbcast-chunks");
   const auto grid = make_grid({2});
   Ranks ranks(grid, short_timeout);
-  const Outcome out = run_tree(ranks, [&](int r) {
+  const runs::TreeOutcome out = runs::run_tree(ranks, 0, [&](int r) {
     FileSpec s;
     s.source = (dir / "src").string();
     s.output = (dir / ("n" + std::to_string(r))).string();

@@ -1,6 +1,6 @@
 // What the file-broadcast suites over loopback share: every rank's
-// broadcast_file result or error, a short communicator timeout for the
-// failure cases, and a source file written in one step.
+// broadcast_file (or broadcast_tree) result or error, a short communicator
+// timeout for the failure cases, and a source file written in one step.
 #pragma once
 
 #include <sys/stat.h>
@@ -14,31 +14,56 @@
 #include <string>
 
 #include "files/file_broadcast.hpp"
+#include "files/file_tree.hpp"
+#include "runtime/buffer.hpp"
 #include "support/ranks.hpp"
 
 namespace gridbcast::files::runs {
 
 // Each rank's result or error.
-struct Outcome {
-  std::map<int, FileResult> results;
+template <typename Result>
+struct Outcomes {
+  std::map<int, Result> results;
   std::map<int, std::string> errors;
 };
+using Outcome = Outcomes<FileResult>;
+using TreeOutcome = Outcomes<TreeResult>;
 
-inline Outcome run(gridbcast::testing::Ranks& ranks, int root,
-                   const std::function<FileSpec(int)>& spec_of) {
-  Outcome out;
+// Every rank runs `broadcast` (broadcast_file or broadcast_tree) with its spec.
+template <typename Result>
+Outcomes<Result> run_each(gridbcast::testing::Ranks& ranks, int root,
+                          const std::function<FileSpec(int)>& spec_of,
+                          Result (*broadcast)(runtime::Communicator&, const FileSpec&, int)) {
+  Outcomes<Result> out;
   std::mutex m;
   ranks.run([&](runtime::Communicator& c) {
     try {
-      FileResult r = broadcast_file(c, spec_of(c.rank()), root);
+      Result r = broadcast(c, spec_of(c.rank()), root);
       std::lock_guard lock(m);
-      out.results[c.rank()] = r;
+      out.results[c.rank()] = std::move(r);
     } catch (const std::exception& e) {
       std::lock_guard lock(m);
       out.errors[c.rank()] = e.what();
     }
   });
   return out;
+}
+
+inline Outcome run(gridbcast::testing::Ranks& ranks, int root,
+                   const std::function<FileSpec(int)>& spec_of) {
+  return run_each(ranks, root, spec_of, &broadcast_file);
+}
+
+inline TreeOutcome run_tree(gridbcast::testing::Ranks& ranks, int root,
+                            const std::function<FileSpec(int)>& spec_of) {
+  return run_each(ranks, root, spec_of, &broadcast_tree);
+}
+
+// `size` bytes that no compressor shrinks (runtime::fill_pattern's).
+inline std::string pattern_bytes(std::uint64_t size, std::uint64_t seed) {
+  std::string s(size, '\0');
+  runtime::fill_pattern(reinterpret_cast<std::byte*>(s.data()), size, seed);
+  return s;
 }
 
 inline runtime::CommOptions quick_timeout() {
