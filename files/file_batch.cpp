@@ -18,15 +18,20 @@ std::uint64_t batch_bytes_for_window(std::uint64_t window_bytes) {
   return std::clamp<std::uint64_t>(w / 2, 1, kMaxWindowBytes / 2);
 }
 
+std::uint64_t batch_files_for_timeout(std::chrono::milliseconds timeout) {
+  return static_cast<std::uint64_t>(std::clamp<std::int64_t>(timeout.count() / 50, 16, 512));
+}
+
 std::vector<std::vector<size_t>> plan_batches(const std::vector<TreeEntry>& entries,
-                                              std::uint64_t batch_bytes) {
+                                              std::uint64_t batch_bytes,
+                                              std::uint64_t batch_files) {
   std::vector<std::vector<size_t>> out;
   const std::uint64_t small = std::min(kBatchFileBytes, batch_bytes);
   std::uint64_t held = 0;
   for (size_t i = 0; i < entries.size(); ++i) {
     const TreeEntry& e = entries[i];
     if (e.kind != TreeEntry::Kind::kFile || e.size > small) continue;
-    if (out.empty() || out.back().size() == kMaxBatchFiles || held + e.size > batch_bytes) {
+    if (out.empty() || out.back().size() >= batch_files || held + e.size > batch_bytes) {
       out.emplace_back();
       held = 0;
     }
@@ -93,8 +98,15 @@ namespace {
 
 struct BatchRun {
   BatchRun(runtime::Communicator& c, const FileSpec& s, int r, const std::vector<TreeEntry>& e,
-           const std::vector<std::vector<size_t>>& b, bool p, const BatchIo& i)
-      : comm(c), spec(s), root(r), entries(e), batches(b), packed(p), io(i) {}
+           const BatchPlan& b, const BatchIo& i)
+      : comm(c),
+        spec(s),
+        root(r),
+        entries(e),
+        batches(b.batches),
+        packed(b.packed),
+        chunk_bytes(std::clamp<std::uint64_t>(b.bytes, 1, kDefaultChunkBytes)),
+        io(i) {}
 
   runtime::Communicator& comm;
   const FileSpec& spec;
@@ -102,14 +114,13 @@ struct BatchRun {
   const std::vector<TreeEntry>& entries;
   const std::vector<std::vector<size_t>>& batches;
   const bool packed;  // each file packed by zstd: the head, then the bytes as long as it says
+  // The chunk a file alone would be cut into (files/file_broadcast.cpp: at
+  // most half the root's window, as the batch is), for the reports: a
+  // batched file is one such chunk.
+  const std::uint64_t chunk_bytes;
   const BatchIo& io;
   const bool is_root = comm.rank() == root;
   const std::string me = who(comm.rank());
-  // The chunk a file alone would be cut into (files/file_broadcast.cpp),
-  // for the reports: a batched file is one such chunk.
-  const std::uint64_t chunk_bytes = std::max<std::uint64_t>(
-      1, std::min(kDefaultChunkBytes,
-                  (spec.window_bytes ? spec.window_bytes : kDefaultWindowBytes) / 2));
   std::vector<std::pair<size_t, FileResult>> results;
   std::string algorithm;  // what the batches' broadcasts ran
   // Packed: the root's compressor and the file it reads into; every other
@@ -280,7 +291,7 @@ struct BatchRun {
           topology::algorithm_name(comm.bcast(at, n, root, spec.algorithm, stream).algorithm));
     };
     if (is_root) {
-      const auto start = std::chrono::steady_clock::now();
+      auto start = std::chrono::steady_clock::now();  // of the batch being sent
       std::future<std::pair<std::string, std::uint64_t>> next =
           std::async(std::launch::async, [this, &bufs] { return fill(0, bufs[0].data()); });
       for (size_t k = 0; k < batches.size(); ++k) {
@@ -307,6 +318,7 @@ struct BatchRun {
           results.emplace_back(
               i, result_of(i, h.meta[j], h.wire[j], h.digests[j], io.path(i), seconds));
         }
+        start = std::chrono::steady_clock::now();
       }
       return;
     }
@@ -338,11 +350,12 @@ struct BatchRun {
 
 }  // namespace
 
-std::vector<std::pair<size_t, FileResult>> broadcast_batches(
-    runtime::Communicator& comm, const FileSpec& spec, int root,
-    const std::vector<TreeEntry>& entries, const std::vector<std::vector<size_t>>& batches,
-    bool packed, const BatchIo& io) {
-  BatchRun run(comm, spec, root, entries, batches, packed, io);
+std::vector<std::pair<size_t, FileResult>> broadcast_batches(runtime::Communicator& comm,
+                                                             const FileSpec& spec, int root,
+                                                             const std::vector<TreeEntry>& entries,
+                                                             const BatchPlan& plan,
+                                                             const BatchIo& io) {
+  BatchRun run(comm, spec, root, entries, plan, io);
   run.run();
   for (auto& [i, r] : run.results) r.algorithm = run.algorithm;
   return std::move(run.results);

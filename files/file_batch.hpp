@@ -28,6 +28,7 @@
 // itself and the head, which says how long each is on the wire, goes first.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -50,12 +51,19 @@ inline constexpr std::uint64_t kBatchFileBytes = 1ull << 20;
 // on the network, one on its disk), as it holds two windows of a file alone.
 std::uint64_t batch_bytes_for_window(std::uint64_t window_bytes);
 
+// The files one batch holds at most for a progress deadline of `timeout`: a
+// rank writes batch k-1 while batch k comes, and its peers' next broadcast
+// waits for it, so a batch's files must land well within the deadline on a
+// slow disk: 50 ms each (an HDD's create, write, fsync and rename, with room
+// to spare), 16 to 512.
+std::uint64_t batch_files_for_timeout(std::chrono::milliseconds timeout);
+
 // The entries (indices) that travel in batches, in manifest order, cut into
-// batches of at most `batch_bytes` of data and kMaxBatchFiles files: the
+// batches of at most `batch_bytes` of data and `batch_files` files: the
 // regular files of at most min(kBatchFileBytes, batch_bytes) bytes. Every
 // rank computes it alike from the manifest and the tree header.
 std::vector<std::vector<size_t>> plan_batches(const std::vector<TreeEntry>& entries,
-                                              std::uint64_t batch_bytes);
+                                              std::uint64_t batch_bytes, std::uint64_t batch_files);
 
 // `auto` for a tree's batches, at the root before the tree header: packs the
 // first of their files (up to `sample_bytes` of them, in the order they go)
@@ -66,6 +74,14 @@ CompressionChoice choose_batch_compression(const std::vector<TreeEntry>& entries
                                            const std::function<FileSource(size_t)>& open_source,
                                            double network_bps,
                                            std::uint64_t sample_bytes = 1ull << 20);
+
+// How a tree's small files go: every rank's alike, from the manifest and
+// the tree header.
+struct BatchPlan {
+  std::vector<std::vector<size_t>> batches;  // plan_batches
+  std::uint64_t bytes = 0;                   // the tree header's batch bytes
+  bool packed = false;                       // each file packed by zstd
+};
 
 struct BatchIo {
   // The root's: opens entry i's source (below its directory, never through
@@ -92,9 +108,10 @@ struct BatchIo {
 // file of every batch, its entry index and its FileResult (name left to the
 // caller). Throws std::runtime_error starting "rank R (node N): ", naming the
 // file and what failed, or the root when its error stops this rank.
-std::vector<std::pair<size_t, FileResult>> broadcast_batches(
-    runtime::Communicator& comm, const FileSpec& spec, int root,
-    const std::vector<TreeEntry>& entries, const std::vector<std::vector<size_t>>& batches,
-    bool packed, const BatchIo& io);
+std::vector<std::pair<size_t, FileResult>> broadcast_batches(runtime::Communicator& comm,
+                                                             const FileSpec& spec, int root,
+                                                             const std::vector<TreeEntry>& entries,
+                                                             const BatchPlan& plan,
+                                                             const BatchIo& io);
 
 }  // namespace gridbcast::files

@@ -150,6 +150,7 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
   // Small files go in batches (files/file_batch.hpp); the root says whether
   // they travel packed.
   const std::uint64_t root_batch_bytes = batch_bytes_for_window(spec.window_bytes);
+  const std::uint64_t root_batch_files = batch_files_for_timeout(comm.timeout());
   bool root_packed = spec.compress == Compression::kZstd;
   std::string batch_why;
   if (is_root) {
@@ -193,7 +194,7 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
         const double network =
             comm.size() > 1 ? topology::max_flow_bound(comm.grid(), root).rate_bps / 8 : 0;
         const CompressionChoice c = choose_batch_compression(
-            all, plan_batches(all, root_batch_bytes), open_source_of, network);
+            all, plan_batches(all, root_batch_bytes, root_batch_files), open_source_of, network);
         root_packed = c.compress;
         batch_why = std::string("auto chose ") + (c.compress ? "zstd" : "off") +
                     " for the small files: " + c.why;
@@ -204,10 +205,10 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
   }
   std::string header(kTreeHeaderBytes, '\0');
   if (is_root)
-    header =
-        encode_tree_header({!error.empty(), manifest.size(), root_batch_bytes, root_packed, error});
+    header = encode_tree_header(
+        {!error.empty(), manifest.size(), root_batch_bytes, root_batch_files, root_packed, error});
   comm.bcast(header.data(), header.size(), root, spec.algorithm);
-  std::uint64_t batch_bytes = 0;
+  std::uint64_t batch_bytes = 0, batch_files = 0;
   bool packed = false;
   {
     TreeHeader h;
@@ -223,6 +224,7 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
     }
     manifest.resize(h.manifest_bytes);
     batch_bytes = h.batch_bytes;
+    batch_files = h.batch_files;
     packed = h.batch_packed;
   }
   comm.bcast(manifest.data(), manifest.size(), root, spec.algorithm);
@@ -251,9 +253,11 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
     // batches (their directories are made 0700 on the way); then the empty
     // directories and symlinks; then directory modes and mtimes, deepest
     // first, so that writing a child does not change them.
-    const std::vector<std::vector<size_t>> batches = single || batch_bytes == 0
-                                                         ? std::vector<std::vector<size_t>>{}
-                                                         : plan_batches(entries, batch_bytes);
+    BatchPlan plan;
+    plan.bytes = batch_bytes;
+    plan.packed = packed;
+    if (!single && batch_bytes > 0) plan.batches = plan_batches(entries, batch_bytes, batch_files);
+    const auto& batches = plan.batches;
     std::vector<bool> batched(entries.size(), false);
     for (const auto& b : batches)
       for (size_t i : b) batched[i] = true;
@@ -305,7 +309,7 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
     };
     io.after_batch = spec.after_batch;
     io.on_arrival = spec.on_batch_arrival;
-    for (auto& [i, r] : broadcast_batches(comm, spec, root, entries, batches, packed, io))
+    for (auto& [i, r] : broadcast_batches(comm, spec, root, entries, plan, io))
       done[i] = std::move(r);
     result.batches = batches.size();
     result.batches_packed = packed && !batches.empty();

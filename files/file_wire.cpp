@@ -197,8 +197,9 @@ std::string encode_tree_header(const TreeHeader& h) {
   put_u64(s, h.failed ? 1 : 0);
   put_u64(s, h.manifest_bytes);
   put_u64(s, h.batch_bytes);
+  put_u64(s, h.batch_files);
   put_u64(s, h.batch_packed ? 1 : 0);
-  put_text(s, h.error.substr(0, kTreeHeaderBytes - 48));
+  put_text(s, h.error.substr(0, kTreeHeaderBytes - 56));
   s.resize(kTreeHeaderBytes, '\0');
   return s;
 }
@@ -211,6 +212,7 @@ TreeHeader decode_tree_header(const std::string& bytes) {
   h.failed = failed == 1;
   h.manifest_bytes = c.u64();
   h.batch_bytes = c.u64();
+  h.batch_files = c.u64();
   const std::uint64_t packed = c.u64();
   if (packed > 1) refuse("tree header has a packing of " + std::to_string(packed));
   h.batch_packed = packed == 1;
@@ -221,6 +223,9 @@ TreeHeader decode_tree_header(const std::string& bytes) {
   if (!h.failed && h.batch_bytes > kMaxWindowBytes / 2)
     refuse("tree header has batches of " + std::to_string(h.batch_bytes) + " bytes (at most " +
            std::to_string(kMaxWindowBytes / 2) + ")");
+  if (!h.failed && h.batch_bytes > 0 && (h.batch_files == 0 || h.batch_files > kMaxBatchFiles))
+    refuse("tree header has batches of " + std::to_string(h.batch_files) + " files (1 to " +
+           std::to_string(kMaxBatchFiles) + ")");
   return h;
 }
 

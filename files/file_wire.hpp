@@ -107,20 +107,22 @@ inline constexpr std::uint64_t kMaxNameBytes = 255;
 
 // What precedes a manifest: its length and how the tree's small files travel
 // (files/file_batch.hpp), or the root's error instead.
-//   | failed u64 | manifest length u64 | batch bytes u64 | batches packed u64 |
-//   | error (u64 n, n bytes) | zero padding |
+//   | failed u64 | manifest length u64 | batch bytes u64 | batch files u64 |
+//   | batches packed u64 | error (u64 n, n bytes) | zero padding |
 inline constexpr std::uint64_t kTreeHeaderBytes = 1024;
 struct TreeHeader {
   bool failed = false;
   std::uint64_t manifest_bytes = 0;
   std::uint64_t batch_bytes = 0;  // the file data one batch holds at most; 0: no batches
+  std::uint64_t batch_files = 0;  // the files one batch holds at most
   bool batch_packed = false;      // each file of a batch packed by zstd (files/compress.hpp)
-  std::string error;              // at most kTreeHeaderBytes - 48 bytes of it travel
+  std::string error;              // at most kTreeHeaderBytes - 56 bytes of it travel
 };
 std::string encode_tree_header(const TreeHeader& h);  // kTreeHeaderBytes long
 // Refuses a status other than 0 or 1, a manifest longer than
 // kMaxManifestBytes, a batch of more than half of kMaxWindowBytes (every
-// rank maps two), a packing flag other than 0 or 1, an error text past the
+// rank maps two) or of no file or more than kMaxBatchFiles files while it
+// holds bytes, a packing flag other than 0 or 1, an error text past the
 // header's end.
 TreeHeader decode_tree_header(const std::string& bytes);
 
@@ -137,7 +139,8 @@ TreeHeader decode_tree_header(const std::string& bytes);
 // digest is over the bytes as stored.
 inline constexpr std::uint64_t kBatchRecordsAt = 1024;
 inline constexpr std::uint64_t kBatchRecordBytes = 72;
-// Files per batch: what the head of one holds (288 KiB of records).
+// Files per batch at most, whatever a root says: what the head of one holds
+// (288 KiB of records).
 inline constexpr std::uint64_t kMaxBatchFiles = 4096;
 inline std::uint64_t batch_head_bytes(std::uint64_t files) {
   return kBatchRecordsAt + kBatchRecordBytes * files;

@@ -77,17 +77,26 @@ TEST(FileBatch, PlanKeepsManifestOrderAndEveryLimit) {
   entries.push_back(file_entry("c", 1000));
   entries.push_back(file_entry("past", 1025));  // more than a batch holds: alone
   // Batches of 1 KiB: a and b do not fit one; c fills one alone.
-  EXPECT_EQ(plan_batches(entries, 1024), (std::vector<std::vector<size_t>>{{1}, {3, 4}, {6}}));
+  EXPECT_EQ(plan_batches(entries, 1024, 16), (std::vector<std::vector<size_t>>{{1}, {3, 4}, {6}}));
+  // And at most as many files as the tree header says (with batches of
+  // 1 MiB, "past" is small too).
+  EXPECT_EQ(plan_batches(entries, 1 << 20, 2),
+            (std::vector<std::vector<size_t>>{{1, 3}, {4, 6}, {7}}));
   // A batch holds at most kMaxBatchFiles files, whatever their size.
   std::vector<TreeEntry> many(1, d);
   for (std::uint64_t i = 0; i < kMaxBatchFiles + 3; ++i)
     many.push_back(file_entry("f" + std::to_string(i), 0));
-  const auto b = plan_batches(many, 1 << 20);
+  const auto b = plan_batches(many, 1 << 20, kMaxBatchFiles);
   ASSERT_EQ(b.size(), 2u);
   EXPECT_EQ(b[0].size(), kMaxBatchFiles);
   EXPECT_EQ(b[1].size(), 3u);
   EXPECT_EQ(batch_bytes_for_window(0), kDefaultWindowBytes / 2);
   EXPECT_EQ(batch_bytes_for_window(1), 1u);
+  // 50 ms a file within the progress deadline, 16 to 512.
+  EXPECT_EQ(batch_files_for_timeout(std::chrono::seconds(30)), 512u);
+  EXPECT_EQ(batch_files_for_timeout(std::chrono::seconds(5)), 100u);
+  EXPECT_EQ(batch_files_for_timeout(std::chrono::milliseconds(100)), 16u);
+  EXPECT_EQ(batch_files_for_timeout(runtime::kNoTimeout), 512u);
 }
 
 // 300 small files in three directories, empty ones and one file too large
@@ -153,7 +162,9 @@ void many_small_files_arrive(Compression compress) {
   } else {
     EXPECT_EQ(wire, stored);
   }
-  EXPECT_EQ(root.batches, plan_batches(scan_tree((dir / "src").string()), 64 << 10).size());
+  EXPECT_EQ(root.batches, plan_batches(scan_tree((dir / "src").string()), 64 << 10,
+                                       batch_files_for_timeout(short_timeout(0).timeout))
+                              .size());
   EXPECT_GT(root.batches, 3u);
   for (int r = 1; r < 4; ++r) {
     const TreeResult& got = out.results.at(r);
@@ -274,7 +285,7 @@ TEST(FileBatch, AHostileBatchIsRefusedByEveryRankBeforeTheFileIsWritten) {
     std::mutex m;
     ranks.run([&](runtime::Communicator& c) {
       if (c.rank() == 0) {
-        std::string header = encode_tree_header({false, manifest.size(), 1024, packed, ""});
+        std::string header = encode_tree_header({false, manifest.size(), 1024, 16, packed, ""});
         c.bcast(header.data(), header.size(), 0);
         std::string copy = manifest;
         c.bcast(copy.data(), copy.size(), 0);
@@ -367,7 +378,7 @@ TEST(FileBatch, AutoPacksTheSmallFilesWhereItPays) {
     entries.push_back(file_entry(name, 30'000));
     paths.push_back((dir / name).string());
   }
-  const auto batches = plan_batches(entries, 1 << 20);
+  const auto batches = plan_batches(entries, 1 << 20, 512);
   const auto open = [&](size_t i) { return FileSource::open(paths.at(i - 1)); };
   const CompressionChoice text = choose_batch_compression(entries, batches, open, 1e6);
   EXPECT_TRUE(text.compress) << text.why;

@@ -283,7 +283,7 @@ TEST(FileTree, AHostileManifestIsRefusedByEveryRankBeforeAnythingIsWritten) {
     ranks.run([&](runtime::Communicator& c) {
       if (c.rank() == 0) {
         // The tree's header (no error, the manifest's length), then it.
-        std::string header = encode_tree_header({false, manifest.size(), 0, false, ""});
+        std::string header = encode_tree_header({false, manifest.size(), 0, 0, false, ""});
         c.bcast(header.data(), header.size(), 0);
         std::string copy = manifest;
         c.bcast(copy.data(), copy.size(), 0);

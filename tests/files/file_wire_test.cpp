@@ -106,41 +106,47 @@ TEST(FileWire, AFailedRootsHeaderCarriesOnlyItsError) {
 }
 
 TEST(FileWire, ATreeHeaderRoundTripsAndRefusesWhatIsOutOfRange) {
-  const TreeHeader back = decode_tree_header(encode_tree_header({false, 12345, 4096, true, ""}));
+  const TreeHeader back =
+      decode_tree_header(encode_tree_header({false, 12345, 4096, 300, true, ""}));
   EXPECT_FALSE(back.failed);
   EXPECT_EQ(back.manifest_bytes, 12345u);
   EXPECT_EQ(back.batch_bytes, 4096u);
+  EXPECT_EQ(back.batch_files, 300u);
   EXPECT_TRUE(back.batch_packed);
   const TreeHeader failed =
-      decode_tree_header(encode_tree_header({true, 0, 0, false, "cannot open"}));
+      decode_tree_header(encode_tree_header({true, 0, 0, 0, false, "cannot open"}));
   EXPECT_TRUE(failed.failed);
   EXPECT_EQ(failed.error, "cannot open");
-  EXPECT_EQ(encode_tree_header({true, 0, 0, false, std::string(5000, 'x')}).size(),
+  EXPECT_EQ(encode_tree_header({true, 0, 0, 0, false, std::string(5000, 'x')}).size(),
             kTreeHeaderBytes);
-  try {
-    decode_tree_header(encode_tree_header({false, kMaxManifestBytes + 1, 0, false, ""}));
-    ADD_FAILURE() << "a manifest past the limit was accepted";
-  } catch (const FileWireError& e) {
-    EXPECT_NE(std::string(e.what()).find("manifest would be"), std::string::npos) << e.what();
-  }
-  // A hostile root's batch would make every rank map two of its size.
-  try {
-    decode_tree_header(encode_tree_header({false, 1, kMaxWindowBytes / 2 + 1, false, ""}));
-    ADD_FAILURE() << "a batch past the limit was accepted";
-  } catch (const FileWireError& e) {
-    EXPECT_NE(std::string(e.what()).find("batches of"), std::string::npos) << e.what();
-  }
-  EXPECT_EQ(decode_tree_header(encode_tree_header({false, 1, kMaxWindowBytes / 2, false, ""}))
-                .batch_bytes,
-            kMaxWindowBytes / 2);
-  std::string bad = encode_tree_header({false, 1, 0, false, ""});
+  const auto refused = [](const TreeHeader& h, const std::string& why) {
+    try {
+      decode_tree_header(encode_tree_header(h));
+      ADD_FAILURE() << "accepted: " << why;
+    } catch (const FileWireError& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  refused({false, kMaxManifestBytes + 1, 0, 0, false, ""}, "manifest would be");
+  // A hostile root's batch would make every rank map two of its size, or
+  // hold a head of more records than kMaxBatchFiles.
+  refused({false, 1, kMaxWindowBytes / 2 + 1, 16, false, ""}, "batches of");
+  refused({false, 1, 4096, kMaxBatchFiles + 1, false, ""}, "batches of 4097 files");
+  refused({false, 1, 4096, 0, false, ""}, "batches of 0 files");
+  const TreeHeader edge = decode_tree_header(
+      encode_tree_header({false, 1, kMaxWindowBytes / 2, kMaxBatchFiles, false, ""}));
+  EXPECT_EQ(edge.batch_bytes, kMaxWindowBytes / 2);
+  EXPECT_EQ(edge.batch_files, kMaxBatchFiles);
+  EXPECT_NO_THROW(
+      decode_tree_header(encode_tree_header({false, 1, 0, 0, false, ""})));  // no batches
+  std::string bad = encode_tree_header({false, 1, 0, 0, false, ""});
   bad[7] = 2;  // a status of 2
   EXPECT_THROW(decode_tree_header(bad), FileWireError);
-  bad = encode_tree_header({false, 1, 0, false, ""});
-  bad[31] = 2;  // a packing of 2
+  bad = encode_tree_header({false, 1, 0, 0, false, ""});
+  bad[39] = 2;  // a packing of 2
   EXPECT_THROW(decode_tree_header(bad), FileWireError);
-  bad = encode_tree_header({false, 1, 0, false, ""});
-  bad[38] = 0x7f;  // an error text of 32,512 bytes, longer than the header
+  bad = encode_tree_header({false, 1, 0, 0, false, ""});
+  bad[46] = 0x7f;  // an error text of 32,512 bytes, longer than the header
   EXPECT_THROW(decode_tree_header(bad), FileWireError);
 }
 

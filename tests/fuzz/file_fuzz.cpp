@@ -82,6 +82,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       const TreeHeader h = decode_tree_header(header);
       if (!h.failed && h.manifest_bytes > kMaxManifestBytes) std::abort();
       if (!h.failed && h.batch_bytes > kMaxWindowBytes / 2) std::abort();
+      if (!h.failed && h.batch_bytes > 0 && (h.batch_files == 0 || h.batch_files > kMaxBatchFiles))
+        std::abort();
       if (h.error.size() > kTreeHeaderBytes) std::abort();
     } catch (const FileWireError&) {
     }
