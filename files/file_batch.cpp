@@ -120,7 +120,7 @@ struct BatchRun {
   const std::uint64_t chunk_bytes;
   const BatchIo& io;
   const bool is_root = comm.rank() == root;
-  const std::string me = who(comm.rank());
+  const std::string me = rank_name(comm, comm.rank());
   std::vector<std::pair<size_t, FileResult>> results;
   std::string algorithm;  // what the batches' broadcasts ran
   // Packed: the root's compressor and the file it reads into; every other
@@ -130,10 +130,6 @@ struct BatchRun {
   std::unique_ptr<ChunkDecompressor> unpacker;
   std::vector<std::byte> stage;
 
-  std::string who(int r) const {
-    return "rank " + std::to_string(r) + " (node " +
-           comm.grid().nodes.at(static_cast<size_t>(r)).name + ")";
-  }
   std::uint64_t data_bytes(size_t k) const {
     std::uint64_t n = 0;
     for (size_t i : batches[k]) n += entries[i].size;
@@ -165,10 +161,15 @@ struct BatchRun {
     return r;
   }
 
+  // The root's batch k in its buffer: the head it encoded there (or an error
+  // head) and the bytes of the files as they travel after it.
+  struct Filled {
+    BatchHead head;
+    std::uint64_t body = 0;
+  };
+
   // The root: reads batch k into `buf` with its head, or an error head.
-  // Returns its error ("" when it read every file) and the bytes of the
-  // files as they travel.
-  std::pair<std::string, std::uint64_t> fill(size_t k, std::byte* buf) {
+  Filled fill(size_t k, std::byte* buf) {
     const auto& idx = batches[k];
     BatchHead h;
     h.meta.resize(idx.size());
@@ -199,7 +200,7 @@ struct BatchRun {
       h.error = e.what();
     }
     encode_batch_head(h, buf);
-    return {h.ok ? std::string() : h.error, body};
+    return {std::move(h), body};
   }
 
   // Every other rank: batch k's head, checked as soon as it arrived (the
@@ -214,7 +215,7 @@ struct BatchRun {
       throw std::runtime_error(me + ": refused batch " + std::to_string(k) + ": " + e.what());
     }
     if (!h.ok)
-      throw std::runtime_error(me + ": stopped: the root, " + who(root) +
+      throw std::runtime_error(me + ": stopped: the root, " + rank_name(comm, root) +
                                ", cannot send: " + h.error);
     return h;
   }
@@ -292,25 +293,24 @@ struct BatchRun {
     };
     if (is_root) {
       auto start = std::chrono::steady_clock::now();  // of the batch being sent
-      std::future<std::pair<std::string, std::uint64_t>> next =
+      std::future<Filled> next =
           std::async(std::launch::async, [this, &bufs] { return fill(0, bufs[0].data()); });
       for (size_t k = 0; k < batches.size(); ++k) {
         std::byte* buf = bufs[k % 2].data();
-        const auto [error, body] = next.get();
-        if (error.empty() && k + 1 < batches.size())
+        const Filled f = next.get();
+        const BatchHead& h = f.head;
+        if (h.ok && k + 1 < batches.size())
           next = std::async(std::launch::async,
                             [this, &bufs, k] { return fill(k + 1, bufs[(k + 1) % 2].data()); });
         // An error head too: it stops every rank naming this one.
         if (packed) {
           bcast(buf, head_bytes(k));
-          if (error.empty()) bcast(buf + head_bytes(k), body);
+          if (h.ok) bcast(buf + head_bytes(k), f.body);
         } else {
           bcast(buf, bytes(k));  // the length every rank knows, whatever was read
         }
         if (io.after_batch) io.after_batch(k);
-        if (!error.empty()) throw std::runtime_error(me + ": " + error);
-        // What the root read: the head it sent holds each file's figures.
-        const BatchHead h = decode_batch_head({buf, head_bytes(k)}, sizes(k), packed);
+        if (!h.ok) throw std::runtime_error(me + ": " + h.error);
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         for (size_t j = 0; j < batches[k].size(); ++j) {

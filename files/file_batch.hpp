@@ -6,8 +6,8 @@
 // file, so a tree of 500 files of 4 KiB took 16.4 s, 178 x the bound. Small
 // files instead travel in batches, one broadcast each, that no exchange
 // precedes: every rank cuts the manifest into the same batches (the files'
-// sizes and the tree header's batch bytes say it), so it knows each batch's
-// length before it starts.
+// sizes and the tree header's bytes and files a batch say it), so it knows
+// each batch's length before it starts.
 //
 //   root                                        every other rank
 //   ----                                        ----------------

@@ -185,10 +185,7 @@ struct FileRun {
   // (declared last: joined before everything it uses goes).
   std::future<std::uint64_t> first_fill;
 
-  std::string who(int r) const {
-    return "rank " + std::to_string(r) + " (node " +
-           comm.grid().nodes.at(static_cast<size_t>(r)).name + ")";
-  }
+  std::string who(int r) const { return rank_name(comm, r); }
   void agree_header();
   void gather(std::int64_t tag, std::vector<std::byte>& buf, StillWorking& note,
               const std::function<void(int, std::uint64_t)>& take);
@@ -835,6 +832,11 @@ FileResult FileRun::result() const {
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   r.check_seconds = check_seconds;
   return r;
+}
+
+std::string rank_name(const runtime::Communicator& comm, int rank) {
+  return "rank " + std::to_string(rank) + " (node " +
+         comm.grid().nodes.at(static_cast<size_t>(rank)).name + ")";
 }
 
 FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int root) {

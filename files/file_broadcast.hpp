@@ -123,6 +123,9 @@ struct FileResult {
   std::uint64_t wire_bytes = 0;  // bytes of the windows' broadcasts (heads and digests too)
 };
 
+// "rank R (node N)": how the file pipeline names a rank in its messages.
+std::string rank_name(const runtime::Communicator& comm, int rank);
+
 // Every rank calls it with the same root. Throws std::runtime_error starting
 // "rank R (node N): " with the path and the errno text, or naming the rank
 // that failed first when another rank's failure stops this one.

@@ -122,10 +122,7 @@ std::string source_name(const std::string& source) {
 TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int root) {
   const int rank = comm.rank();
   const bool is_root = rank == root;
-  const auto who = [&](int r) {
-    return "rank " + std::to_string(r) + " (node " +
-           comm.grid().nodes.at(static_cast<size_t>(r)).name + ")";
-  };
+  const auto who = [&](int r) { return rank_name(comm, r); };
 
   // The manifest: its length (or the root's error) in a fixed header, then it.
   std::string manifest, error;
@@ -312,7 +309,6 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
     for (auto& [i, r] : broadcast_batches(comm, spec, root, entries, plan, io))
       done[i] = std::move(r);
     result.batches = batches.size();
-    result.batches_packed = packed && !batches.empty();
     for (size_t i = 0; i < entries.size(); ++i) {
       const TreeEntry& e = entries[i];
       if (e.kind != TreeEntry::Kind::kFile) continue;

@@ -54,7 +54,6 @@ struct TreeResult {
   std::uint64_t files_compressed = 0;
   // Small files that travelled in batches (files/file_batch.hpp), and the batches.
   std::uint64_t files_batched = 0, batches = 0;
-  bool batches_packed = false;  // their files packed by zstd
   std::string compression_why;  // the root's, the first file's that has one
   std::string root_digest;      // over every entry and every file's root digest
   std::string algorithm;

@@ -20,6 +20,7 @@
 
 #include "files/file_batch.hpp"
 #include "runtime/buffer.hpp"
+#include "support/file_runs.hpp"
 #include "support/grids.hpp"
 #include "support/process.hpp"
 #include "support/ranks.hpp"
@@ -278,26 +279,9 @@ TEST(FileTree, AHostileManifestIsRefusedByEveryRankBeforeAnythingIsWritten) {
   for (const auto& [manifest_entries, why] : attacks) {
     SCOPED_TRACE(why);
     const std::string manifest = encode_manifest(manifest_entries);
-    std::map<int, std::string> errors;
-    std::mutex m;
-    ranks.run([&](runtime::Communicator& c) {
-      if (c.rank() == 0) {
-        // The tree's header (no error, the manifest's length), then it.
-        std::string header = encode_tree_header({false, manifest.size(), 0, 0, false, ""});
-        c.bcast(header.data(), header.size(), 0);
-        std::string copy = manifest;
-        c.bcast(copy.data(), copy.size(), 0);
-        return;
-      }
-      try {
-        FileSpec s;
-        s.output = (dir / ("n" + std::to_string(c.rank()))).string();
-        broadcast_tree(c, s, 0);
-      } catch (const std::exception& e) {
-        std::lock_guard lock(m);
-        errors[c.rank()] = e.what();
-      }
-    });
+    const auto errors = runs::tree_errors_under_root(
+        ranks, [&](runtime::Communicator& c) { runs::send_tree_start(c, manifest, 0, 0, false); },
+        runs::output_in(dir.path()));
     ASSERT_EQ(errors.size(), 2u);
     for (const auto& [r, e] : errors) {
       EXPECT_NE(e.find("refused before anything was written"), std::string::npos) << e;
