@@ -126,6 +126,17 @@ struct FileResult {
 // "rank R (node N)": how the file pipeline names a rank in its messages.
 std::string rank_name(const runtime::Communicator& comm, int rank);
 
+// Still-working notes between the root and every other rank, sent before
+// they wait for anything of each other's: each opens the connection its
+// sender will send on (one per ordered pair of ranks; a round trip or more
+// across a WAN link, with its authentication), which is then made while they
+// wait, and the root's go and the ranks' reports find it ready. A non-root
+// rank gets its one note to the root. Wait on them before returning.
+std::vector<runtime::P2pRequest> open_lines(runtime::Communicator& comm, int root);
+// Takes the still-working notes that have arrived, which nothing else waits
+// for (a tree of many files would pile them up otherwise).
+void take_notes(runtime::Communicator& comm);
+
 // Every rank calls it with the same root. Throws std::runtime_error starting
 // "rank R (node N): " with the path and the errno text, or naming the rank
 // that failed first when another rank's failure stops this one.

@@ -124,6 +124,10 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
   const bool is_root = rank == root;
   const auto who = [&](int r) { return rank_name(comm, r); };
 
+  // The connections between the root and every other rank, which the first
+  // file's go and reports take, are made while the manifest comes (on
+  // testbed-2x4 the root's go to site b waited 60 ms for them).
+  const std::vector<runtime::P2pRequest> lines = open_lines(comm, root);
   // The manifest: its length (or the root's error) in a fixed header, then it.
   std::string manifest, error;
   // The root's: where each entry is read. A file below a source directory is
@@ -367,6 +371,8 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
                            ? result.per_file.front().root_digest
                            : to_hex(sha256(reinterpret_cast<const std::byte*>(digest_input.data()),
                                            digest_input.size()));
+  comm.wait(lines, lines.size());
+  take_notes(comm);
   return result;
 }
 

@@ -44,6 +44,11 @@ struct FileWireError : std::runtime_error {
 // other rank waits for it).
 inline constexpr std::uint64_t kFileContext = 0x6762'6669'6c65ull;  // "gbfile"
 inline constexpr std::int64_t kGoTag = 2;
+// Ranks tell the ones waiting for them that they still work (a resume's
+// digests and checks take as long as the disk does, and a broadcast may wait
+// with nothing on the wire for --timeout only); a rank's first such note
+// and the root's first notes open their connections early (open_lines).
+inline constexpr std::int64_t kStillWorkingTag = 3;
 
 inline constexpr std::uint64_t kFileHeaderBytes = 1024;
 // Error text carried in a header, a status or a plan.

@@ -1,9 +1,11 @@
 // job/file_broadcast.cpp over real loopback sockets (ranks as threads) and real
 // files: every copy byte-exact with the source's mode and mtime for several
 // shapes, roots and sizes around the chunk and window boundaries; each bad case
-// of issue 12 fails every rank before data moves, naming the rank, the path
-// and the errno text, and leaves the source, any previous copy and the
-// planted symlink's target as they were; a signal mid-transfer leaves no
+// of issue 12 fails the rank whose copy it is, naming the rank, the path and
+// the errno text, while the others (past which it relays the windows) keep
+// verified copies, or with resume fails every rank before data moves; and
+// leaves the source, any previous copy and the planted symlink's target as
+// they were; a signal mid-transfer leaves no
 // partial file under the final name; a rerun with resume after a rank stopped
 // moves only the chunks some rank lacked; a file far larger than the window is
 // sent with bounded memory.
@@ -139,7 +141,33 @@ void expect_all_failed(const Outcome& o, int ranks, const std::vector<std::strin
   }
 }
 
+// Without resume or compression the windows follow the header: the ranks in
+// `failing` failed alone, each with its own error holding every one of
+// `parts` and saying it relayed the file; every other rank but `root` holds
+// an exact copy of `data`, all with the root's digest.
+void expect_failed_alone(const Outcome& o, int ranks, int root, const std::set<int>& failing,
+                         const std::vector<std::string>& parts, const std::string& data) {
+  ASSERT_EQ(o.errors.size(), failing.size());
+  for (const auto& [r, e] : o.errors) {
+    EXPECT_TRUE(failing.count(r)) << "rank " << r << ": " << e;
+    EXPECT_EQ(e.rfind("rank " + std::to_string(r) + " (node ", 0), 0u) << e;
+    EXPECT_NE(e.find("relayed the file for the others"), std::string::npos) << e;
+    for (const auto& p : parts)
+      EXPECT_NE(e.find(p), std::string::npos) << "\"" << p << "\" in " << e;
+  }
+  ASSERT_EQ(o.results.size(), static_cast<size_t>(ranks) - failing.size());
+  ASSERT_TRUE(o.results.count(root));
+  for (const auto& [r, res] : o.results) {
+    EXPECT_EQ(res.root_digest, o.results.at(root).root_digest) << "rank " << r;
+    if (r != root) {
+      EXPECT_EQ(slurp(res.path), data) << "rank " << r;
+    }
+  }
+}
+
 // `gridbcast launch --file X --output X` made every copy and the source zeros.
+// Without resume the root sends, the ranks refuse; with resume every rank
+// stops before data moves.
 TEST(FileBroadcast, OutputThatIsTheSourceIsRefusedAndTheSourceSurvives) {
   const auto grid = make_grid({3});
   Ranks ranks(grid);
@@ -151,41 +179,67 @@ TEST(FileBroadcast, OutputThatIsTheSourceIsRefusedAndTheSourceSurvives) {
   // Two spellings of the path, and a hard link.
   const std::vector<std::string> spellings = {src.string(), dir.path().string() + "/./data.bin",
                                               (dir / "hardlink.bin").string()};
-  for (const auto& out : spellings) {
-    SCOPED_TRACE(out);
-    const Outcome o = run(ranks, 0, [&](int) {
-      FileSpec s;
-      s.source = src.string();
-      s.output = out;
-      s.chunk_bytes = kChunk;
-      s.window_bytes = kWindow;
-      return s;
-    });
-    expect_all_failed(o, 3, {"is the source file itself"});
-    EXPECT_EQ(slurp(src.string()), data);
-    EXPECT_TRUE(temporaries(dir.path()).empty());
+  for (const bool resume : {false, true}) {
+    for (const auto& out : spellings) {
+      SCOPED_TRACE(out + (resume ? " with resume" : ""));
+      const Outcome o = run(ranks, 0, [&](int) {
+        FileSpec s;
+        s.source = src.string();
+        s.output = out;
+        s.chunk_bytes = kChunk;
+        s.window_bytes = kWindow;
+        s.resume = resume;
+        return s;
+      });
+      if (resume) {
+        expect_all_failed(o, 3, {"is the source file itself"});
+      } else {
+        EXPECT_EQ(o.errors.size(), 2u);
+        for (const auto& [r, e] : o.errors) {
+          EXPECT_NE(r, 0);
+          EXPECT_NE(e.find("is the source file itself"), std::string::npos) << e;
+        }
+        EXPECT_TRUE(o.results.count(0)) << "the root sent";
+      }
+      EXPECT_EQ(slurp(src.string()), data);
+      EXPECT_TRUE(temporaries(dir.path()).empty());
+    }
   }
 }
 
+// Without resume rank 2 refuses the link and relays the file past it, so
+// rank 1 gets its copy; with resume nobody writes.
 TEST(FileBroadcast, ASymlinkPlantedAtTheDestinationFailsTheJobAndItsTargetIsUntouched) {
   const auto grid = make_grid({3});
   Ranks ranks(grid);
   TempDir dir;
-  write_file(dir / "src", pattern_bytes(100'000, 3));
+  const std::string data = pattern_bytes(100'000, 3);
+  write_file(dir / "src", data);
   write_file(dir / "victim", "precious");
   fs::create_directory(dir / "n2");
   fs::create_symlink(dir / "victim", dir / "n2" / "copy");
-  const Outcome o = run(ranks, 0, [&](int r) {
-    FileSpec s;
-    s.source = (dir / "src").string();
-    s.output = (dir / ("n" + std::to_string(r)) / "copy").string();
-    return s;
-  });
-  expect_all_failed(o, 3, {(dir / "n2" / "copy").string(), "symbolic link"});
-  EXPECT_NE(o.errors.at(1).find("rank 2 (node s0n2) failed"), std::string::npos) << o.errors.at(1);
-  EXPECT_EQ(slurp((dir / "victim").string()), "precious");
-  EXPECT_FALSE(fs::exists(dir / "n1" / "copy")) << "no rank writes when one cannot";
-  EXPECT_TRUE(temporaries(dir.path()).empty());
+  for (const bool resume : {false, true}) {
+    SCOPED_TRACE(resume ? "with resume" : "without resume");
+    fs::remove_all(dir / "n1");
+    const Outcome o = run(ranks, 0, [&](int r) {
+      FileSpec s;
+      s.source = (dir / "src").string();
+      s.output = (dir / ("n" + std::to_string(r)) / "copy").string();
+      s.resume = resume;
+      return s;
+    });
+    if (resume) {
+      expect_all_failed(o, 3, {(dir / "n2" / "copy").string(), "symbolic link"});
+      EXPECT_NE(o.errors.at(1).find("rank 2 (node s0n2) failed"), std::string::npos)
+          << o.errors.at(1);
+      EXPECT_FALSE(fs::exists(dir / "n1" / "copy")) << "with resume no rank writes when one cannot";
+    } else {
+      expect_failed_alone(o, 3, 0, {2}, {(dir / "n2" / "copy").string(), "symbolic link"}, data);
+    }
+    EXPECT_EQ(slurp((dir / "victim").string()), "precious");
+    EXPECT_TRUE(fs::is_symlink(dir / "n2" / "copy"));
+    EXPECT_TRUE(temporaries(dir.path()).empty());
+  }
 }
 
 TEST(FileBroadcast, OutputWithDotDotIsRefused) {
@@ -200,7 +254,7 @@ TEST(FileBroadcast, OutputWithDotDotIsRefused) {
     s.output = (dir / "a" / ".." / "escaped").string();  // as a node name "../escaped" would
     return s;
   });
-  expect_all_failed(o, 2, {"\"..\""});
+  expect_failed_alone(o, 2, 0, {1}, {"\"..\""}, "");
   EXPECT_FALSE(fs::exists(dir / "escaped"));
 }
 
@@ -217,7 +271,9 @@ TEST(FileBroadcast, AMissingSourceFailsEveryRankNamingIt) {
   expect_all_failed(o, 3, {(dir / "absent").string(), "No such file or directory"});
 }
 
-TEST(FileBroadcast, AFullDestinationFailsEveryRankBeforeDataMoves) {
+// Rank 2's copy does not fit; without resume it relays the file to rank 1,
+// with resume every rank fails before data moves.
+TEST(FileBroadcast, AFullDestinationFailsItsRankAndWithResumeEveryRankBeforeDataMoves) {
   TempDir dir;
   fs::create_directory(dir / "small");
   std::string why;
@@ -225,22 +281,33 @@ TEST(FileBroadcast, AFullDestinationFailsEveryRankBeforeDataMoves) {
   if (!mnt) GTEST_SKIP() << why;
   const auto grid = make_grid({3});
   Ranks ranks(grid);
-  write_file(dir / "src", pattern_bytes(3 << 20, 5));
-  const Outcome o = run(ranks, 0, [&](int r) {
-    FileSpec s;
-    s.source = (dir / "src").string();
-    // Rank 2 writes to the 1 MiB tmpfs, rank 1 to the ordinary directory.
-    s.output = (r == 2 ? dir / "small" / "copy" : dir / "copy1").string();
-    return s;
-  });
-  expect_all_failed(o, 3, {"rank 2 (node s0n2)", "No space left on device"});
-  EXPECT_NE(o.errors.at(2).find((dir / "small" / ".copy.gridbcast-").string()), std::string::npos)
-      << o.errors.at(2);
-  EXPECT_FALSE(fs::exists(dir / "copy1"));
-  EXPECT_TRUE(temporaries(dir.path()).empty());
+  const std::string data = pattern_bytes(3 << 20, 5);
+  write_file(dir / "src", data);
+  for (const bool resume : {false, true}) {
+    SCOPED_TRACE(resume ? "with resume" : "without resume");
+    fs::remove_all(dir / "copy1");
+    const Outcome o = run(ranks, 0, [&](int r) {
+      FileSpec s;
+      s.source = (dir / "src").string();
+      // Rank 2 writes to the 1 MiB tmpfs, rank 1 to the ordinary directory.
+      s.output = (r == 2 ? dir / "small" / "copy" : dir / "copy1").string();
+      s.resume = resume;
+      return s;
+    });
+    if (resume) {
+      expect_all_failed(o, 3, {"rank 2 (node s0n2)", "No space left on device"});
+      EXPECT_FALSE(fs::exists(dir / "copy1"));
+    } else {
+      expect_failed_alone(o, 3, 0, {2}, {"rank 2 (node s0n2)", "No space left on device"}, data);
+    }
+    EXPECT_NE(o.errors.at(2).find((dir / "small" / ".copy.gridbcast-").string()), std::string::npos)
+        << o.errors.at(2);
+    EXPECT_TRUE(fs::is_empty(dir / "small"));
+    EXPECT_TRUE(temporaries(dir.path()).empty());
+  }
 }
 
-TEST(FileBroadcast, AReadOnlyDestinationFailsEveryRankNamingPathAndErrno) {
+TEST(FileBroadcast, AReadOnlyDestinationFailsItsRankNamingPathAndErrno) {
   TempDir dir;
   fs::create_directory(dir / "ro");
   std::string why;
@@ -255,7 +322,42 @@ TEST(FileBroadcast, AReadOnlyDestinationFailsEveryRankNamingPathAndErrno) {
     s.output = (dir / "ro" / "copy").string();
     return s;
   });
-  expect_all_failed(o, 2, {(dir / "ro" / ".copy.gridbcast-").string(), "Read-only file system"});
+  expect_failed_alone(o, 2, 0, {1},
+                      {(dir / "ro" / ".copy.gridbcast-").string(), "Read-only file system"}, "");
+}
+
+// A rank inside the trees whose copy cannot be written (a link planted where
+// it goes) is still a relay: the ranks below it get every window, and their
+// copies verify; it writes nothing and fails naming its path, the others
+// succeed. Sites of 3 and 4 nodes, the failing rank the first site's gateway
+// and another rank that forwards inside the second site.
+TEST(FileBroadcast, ARankThatCannotWriteItsCopyStillRelaysTheFileToTheOthers) {
+  const auto grid = make_grid({3, 4});
+  Ranks ranks(grid);
+  TempDir dir;
+  const std::string data = pattern_bytes(5 * kWindow + 999, 11);
+  write_file(dir / "src", data);
+  write_file(dir / "victim", "precious");
+  const std::set<int> failing = {1, 2, 4};
+  for (int r : failing) {
+    fs::create_directory(dir / ("n" + std::to_string(r)));
+    fs::create_symlink(dir / "victim", dir / ("n" + std::to_string(r)) / "copy");
+  }
+  const Outcome o = run(ranks, 0, [&](int r) {
+    FileSpec s;
+    s.source = (dir / "src").string();
+    s.output = (dir / ("n" + std::to_string(r)) / "copy").string();
+    s.chunk_bytes = kChunk;
+    s.window_bytes = kWindow;
+    return s;
+  });
+  expect_failed_alone(o, ranks.size(), 0, failing, {"symbolic link"}, data);
+  for (int r : failing)
+    EXPECT_NE(o.errors.at(r).find((dir / ("n" + std::to_string(r)) / "copy").string()),
+              std::string::npos)
+        << o.errors.at(r);
+  EXPECT_EQ(slurp((dir / "victim").string()), "precious");
+  EXPECT_TRUE(temporaries(dir.path()).empty());
 }
 
 // Rank r copies DIR/src to DIR/nR/copy with --resume, in small chunks.

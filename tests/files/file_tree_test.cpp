@@ -409,9 +409,9 @@ TEST(FileTree, ASourceFileSwappedForALinkOrAPipeAfterTheWalkIsRefused) {
 // A directory job compares each file with itself, not with the directory: a
 // rank whose copy of the tree is the source tree (a shared file system, or
 // the root's host) refuses each file as the source, which stays whole.
-// A file alone fails every rank before data moves (the rank says so in its
-// status); a small file in a batch fails the rank that refused it once the
-// batch has arrived, and the launcher fails the job on its report.
+// Either way the rank that refused it fails once the file (or its batch) has
+// passed (it relays a file alone for the others), and the launcher fails the
+// job on its report.
 TEST(FileTree, ACopyOfATreeOverItselfIsRefusedFileByFile) {
   for (const std::uint64_t size : {std::uint64_t{100'000}, std::uint64_t{2'000'000}}) {
     SCOPED_TRACE(size);
@@ -428,7 +428,7 @@ TEST(FileTree, ACopyOfATreeOverItselfIsRefusedFileByFile) {
     s.source_dev = st.st_dev;           // as the launcher sets them: the directory's
     s.source_ino = st.st_ino;
     const auto errors = errors_of(ranks, s);
-    ASSERT_EQ(errors.size(), size <= kBatchFileBytes ? 1u : 2u);
+    ASSERT_EQ(errors.size(), 1u);
     EXPECT_NE(errors.at(1).find("is the source file itself"), std::string::npos) << errors.at(1);
     EXPECT_EQ(slurp((dir / "src" / "x.bin").string()), pattern_bytes(size, 4));
   }
