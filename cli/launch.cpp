@@ -318,11 +318,28 @@ struct Launch {
         lanes::log::notice("gridbcast launch: lost rank " + std::to_string(m.rank) + " (" + m.node +
                            ") before: " + m.cause);
       cli::print_failure(std::cerr, std::cout, "launch", result, l_json);
-      if (!l_files.empty())
+      if (!l_files.empty()) {
+        // A rank whose copy could not be written relays the file for the
+        // others (docs/FILES.md), so theirs may be whole.
+        std::vector<int> whole;
+        for (const auto& h : result.held)
+          if (h.rank != o.params.root) whole.push_back(h.rank);
+        std::sort(whole.begin(), whole.end());
+        whole.erase(std::unique(whole.begin(), whole.end()), whole.end());
+        if (!whole.empty()) {
+          std::string names;
+          for (size_t i = 0; i < whole.size() && i < 8; ++i)
+            names += (i ? ", " : "") + o.grid.nodes.at(static_cast<size_t>(whole[i])).name;
+          if (whole.size() > 8) names += ", ...";
+          lanes::log::notice("gridbcast launch: " + std::to_string(whole.size()) + " of " +
+                             std::to_string(o.grid.nodes.size() - 1) +
+                             " copies were written and verified, and stand (" + names + ")");
+        }
         lanes::log::notice(
             "gridbcast launch: ranks that had received part of the file keep it beside their "
             "copy as .NAME.gridbcast-partial (private); the same command with --resume moves "
             "only what they lack");
+      }
       return result.status;
     }
     if (result.broadcast) {

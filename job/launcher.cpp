@@ -196,6 +196,10 @@ class Launcher {
   void settle_exit(int r);
   // Those whose connection ended or whose grace passed (all: every one).
   void settle_exits(bool all);
+  // A --file job that failed on ranks' own reports alone: the others finish
+  // their copies while they make progress (docs/FILES.md, "A rank that
+  // cannot write its copy").
+  void wait_for_copies_in_progress();
   asio::awaitable<void> watchdog();
   void on_message(int r, control::ToLauncher m);
   void report_progress();
@@ -502,6 +506,50 @@ void Launcher::settle_exit(int r) {
   const std::string what = std::move(*st.exit_unread);
   st.exit_unread.reset();
   fail(st.reported_error ? Cause::kOther : Cause::kDeath, what, r);
+}
+
+// A rank whose copy cannot be written relays the file for the others and
+// reports its failure once the windows have passed, when the others may still
+// check and write their last window: stopping them then would leave their
+// copies as partials. So while every rank that failed said why first (none
+// was lost) the others may finish, for as long as their bytes keep moving (the
+// watchdog's stall: --timeout and four heartbeats, or 30 s without one).
+void Launcher::wait_for_copies_in_progress() {
+  if (o_.params.files.empty() || broadcast_iteration_ < 0) return;
+  // Only when a rank's own report came first and nothing but reports and
+  // what followed them since (no death, silence, cut or the launcher's own
+  // finding: those end the job at once).
+  const auto& failures = sup_.failures().all();
+  if (failures.empty() || failures.front().cause != Cause::kReported) return;
+  for (const auto& f : failures)
+    if (f.cause != Cause::kReported && f.cause != Cause::kOther) return;
+  const auto lost = [](const RankState& st) {
+    return (st.exited || st.closed || st.exit_unread.has_value()) && !st.reported_error;
+  };
+  const auto busy = [](const RankState& st) {
+    return !st.done && !st.reported_error && !st.exited && !st.closed;
+  };
+  const auto stall = std::chrono::milliseconds(o_.params.timeout_ms > 0 ? o_.params.timeout_ms
+                                                                          : 30'000) +
+                     4 * heartbeat_;
+  std::uint64_t last = ~std::uint64_t{0};
+  Clock::time_point moved = Clock::now();
+  for (;;) {
+    if (std::any_of(ranks_.begin(), ranks_.end(), lost) ||
+        std::none_of(ranks_.begin(), ranks_.end(), busy))
+      return;
+    std::uint64_t total = 0;
+    for (const auto& st : ranks_) total += st.bytes_in + st.bytes_out + st.bytes_worked;
+    if (total != last) {
+      last = total;
+      moved = Clock::now();
+    } else if (Clock::now() - moved > stall) {
+      return;
+    }
+    io_.restart();
+    io_.run_for(50ms);
+    if (io_.stopped()) return;
+  }
 }
 
 void Launcher::settle_exits(bool all) {
@@ -1158,6 +1206,7 @@ LaunchResult Launcher::run() {
       io_.run_for(50ms);
       if (io_.stopped()) break;  // nothing left that could read a report
     }
+    wait_for_copies_in_progress();
     settle_exits(true);
     // A rank silent well past its heartbeats when the job fails is most
     // likely why its peers failed (their deadlines may fire before the
