@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <thread>
+#include <vector>
 
 #include "job/control.hpp"
 #include "runtime/run_until.hpp"
@@ -238,6 +240,70 @@ TEST(Launcher, ProgressNamingLinksOutsideTheGridFailsTheJobNamingTheRank) {
   const std::string err = launcher.err();
   EXPECT_NE(err.find("rank 2 (127.0.0.3) reported a link to rank 7 from lane 0 to lane 0, "
                      "outside the grid of 3 ranks"),
+            std::string::npos)
+      << err;
+}
+
+// A --file job: rank 2 reports that it cannot write its copy (it relayed the
+// file, files/file_broadcast.cpp) while rank 1 still checks and writes its
+// last window, for longer than the 300 ms a failed job gives reports. The
+// launcher lets rank 1 finish while its bytes move, takes its Done, fails the
+// job naming rank 2, and names rank 1's copy as standing.
+TEST(Launcher, ARankFailingOnItsOwnReportLetsTheOthersFinishTheirCopies) {
+  TempDir dir;
+  std::ofstream(dir / "a.bin") << "a";
+  Child launcher({"/usr/bin/env", "GRIDBCAST_SECRET=" + kSecretHex, kBin, "launch", "--hosts",
+                  "127.0.0.1,127.0.0.2,127.0.0.3", "--backend", "external", "--file",
+                  (dir / "a.bin").string(), "--output", (dir / "out").string(), "--startup-timeout",
+                  "30"});
+  const std::string hint = wait_for_hint(launcher);
+  const auto rendezvous = rendezvous_of(hint);
+  ASSERT_TRUE(rendezvous) << hint << launcher.err();
+  const auto [at, job] = *rendezvous;
+  asio::io_context io;
+  std::vector<job::control::Channel> ranks;
+  for (std::uint32_t r = 0; r < 3; ++r) {
+    auto socket = runtime::run_until(io, connect_as(at, job, r));
+    ranks.push_back(job::control::Channel{
+        std::move(*socket), job::control::Sealer(runtime::from_hex(kSecretHex), job, r),
+        job::control::Direction::kToLauncher, "the launcher"});
+  }
+  const auto receive = [&](int r) {
+    return job::control::decode_to_rank(
+        runtime::run_until(io, job::control::receive_body(ranks[static_cast<size_t>(r)])));
+  };
+  const auto send = [&](int r, const job::control::ToLauncher& m) {
+    runtime::run_until(
+        io, job::control::send_body(ranks[static_cast<size_t>(r)], job::control::encode_body(m)));
+  };
+  for (int r = 0; r < 3; ++r) {
+    (void)std::get<job::control::Config>(receive(r));
+    send(r, job::control::Endpoints{
+                {static_cast<std::uint16_t>(40001 + r), static_cast<std::uint16_t>(40101 + r)}});
+  }
+  for (int r = 0; r < 3; ++r) (void)std::get<job::control::Table>(receive(r));
+  for (int r = 0; r < 3; ++r) send(r, job::control::Ready{0});
+  for (int r = 0; r < 3; ++r) (void)std::get<job::control::Go>(receive(r));
+  const std::string digest(64, 'd');
+  job::control::Done root_done;
+  root_done.sha256 = digest;
+  send(0, root_done);
+  send(2, job::control::Error{"rank 2 (node 127.0.0.3): " + (dir / "out").string() +
+                              ": refused: the destination is a symbolic link"});
+  // Rank 1 checks and writes for 1.5 s more, its bytes moving, then commits.
+  for (std::uint64_t i = 1; i <= 15; ++i) {
+    std::this_thread::sleep_for(100ms);
+    send(1, job::control::Progress{0, i << 20, 0, i << 20, {}});
+    send(0, job::control::Progress{0, 0, 1, 0, {}});
+  }
+  job::control::Done done;
+  done.sha256 = digest;
+  done.path = (dir / "out").string();
+  send(1, done);
+  EXPECT_EQ(launcher.wait(30s), 1) << launcher.err();
+  const std::string err = launcher.err();
+  EXPECT_NE(err.find("FAILED: rank 2 (127.0.0.3) failed"), std::string::npos) << err;
+  EXPECT_NE(err.find("1 of 2 copies were written and verified, and stand (127.0.0.2)"),
             std::string::npos)
       << err;
 }
