@@ -529,9 +529,9 @@ void Launcher::wait_for_copies_in_progress() {
   const auto busy = [](const RankState& st) {
     return !st.done && !st.reported_error && !st.exited && !st.closed;
   };
-  const auto stall = std::chrono::milliseconds(o_.params.timeout_ms > 0 ? o_.params.timeout_ms
-                                                                          : 30'000) +
-                     4 * heartbeat_;
+  const auto stall =
+      std::chrono::milliseconds(o_.params.timeout_ms > 0 ? o_.params.timeout_ms : 30'000) +
+      4 * heartbeat_;
   std::uint64_t last = ~std::uint64_t{0};
   Clock::time_point moved = Clock::now();
   for (;;) {
