@@ -23,6 +23,7 @@
 #include "topology/bound.hpp"
 #include "topology/emit.hpp"
 #include "topology/select.hpp"
+#include "topology/simulate.hpp"
 #include "topology/units.hpp"
 
 namespace gridbcast::cli {
@@ -265,6 +266,12 @@ struct Launch {
           to << cli::progress_json(s) << std::endl;
         }
       };
+    // A lossy WAN link whose streams hold the broadcast below its rate.
+    if (std::any_of(o.grid.wan.begin(), o.grid.wan.end(), [](const auto& w) { return w.loss > 0; }))
+      for (const auto& sf :
+           topology::stream_shortfalls(o.grid, topology::Congestion::kLossBased,
+                                       topology::max_flow_bound(o.grid, o.params.root).rate_bps))
+        lanes::log::notice("gridbcast launch: " + topology::describe(o.grid, sf));
     if (!o.params.program() && o.params.algorithm == "auto" && o.params.iterations > 0)
       lanes::log::info("gridbcast launch: " +
                        topology::describe(topology::select_broadcast(

@@ -1,4 +1,5 @@
 // gridbcast plan: the broadcast plan of a topology, as text, JSON or dot.
+#include <algorithm>
 #include <iostream>
 #include <memory>
 
@@ -6,10 +7,12 @@
 #include "cli/common.hpp"
 #include "cli/json_out.hpp"
 #include "lanes/log.hpp"
+#include "topology/bound.hpp"
 #include "topology/plan/format.hpp"
 #include "topology/plan/plan.hpp"
 #include "topology/plan/verify.hpp"
 #include "topology/select.hpp"
+#include "topology/simulate.hpp"
 #include "topology/units.hpp"
 
 namespace gridbcast::cli {
@@ -55,6 +58,11 @@ struct Plan {
           "gridbcast plan: " +
           topology::describe(topology::select_broadcast(
               l.grid, plan_root, size, topology::SelectionThresholds::from_environment())));
+    if (std::any_of(l.grid.wan.begin(), l.grid.wan.end(), [](const auto& w) { return w.loss > 0; }))
+      for (const auto& sf :
+           topology::stream_shortfalls(l.grid, topology::Congestion::kLossBased,
+                                       topology::max_flow_bound(l.grid, plan_root).rate_bps))
+        lanes::log::notice("gridbcast plan: " + topology::describe(l.grid, sf));
     const auto plan = topology::build_plan(l.grid, algo, plan_root, size);
     if (plan_format == "json")
       write_json(std::cout, plan_json(l.grid, plan));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <queue>
 #include <stdexcept>
@@ -11,6 +12,7 @@
 
 #include "topology/plan/pacing.hpp"
 #include "topology/plan/segments.hpp"
+#include "topology/units.hpp"
 
 namespace gridbcast::topology {
 namespace {
@@ -128,6 +130,49 @@ double tcp_stream_limit(double rtt_s, double loss, const CostModel& m) {
       limit *= 1 - loss;
   }
   return limit;
+}
+
+std::vector<StreamShortfall> stream_shortfalls(const Grid& grid, Congestion hosts,
+                                               double broadcast_bps) {
+  std::vector<StreamShortfall> out;
+  for (const WanLink& l : grid.wan) {
+    if (l.loss <= 0 || l.latency_s <= 0 || l.streams < 1) continue;
+    CostModel tcp;
+    tcp.congestion = hosts;
+    const std::string cc = !l.congestion.empty() ? l.congestion : grid.congestion;
+    if (!cc.empty()) tcp.congestion = parse_congestion(cc).value_or(Congestion::kLossBased);
+    // Payload bytes per second of one stream, as wire bits like the link's rate.
+    const double stream =
+        tcp_stream_limit(2 * l.latency_s, l.loss, tcp) * 8 / tcp.payload_efficiency;
+    const double rate = broadcast_bps > 0 ? std::min(l.rate_bps(), broadcast_bps) : l.rate_bps();
+    if (!(stream > 0) || l.streams * stream >= 0.95 * rate) continue;
+    StreamShortfall s;
+    s.link = &l;
+    s.streams = l.streams;
+    s.stream_bps = stream;
+    s.carried_bps = l.streams * stream;
+    s.wanted_bps = rate;
+    s.needed = static_cast<int>(std::ceil(rate / stream));
+    s.congestion = cc;
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::string describe(const Grid& grid, const StreamShortfall& s) {
+  const WanLink& l = *s.link;
+  char loss[32];
+  std::snprintf(loss, sizeof loss, "%.3g %%", l.loss * 100);
+  const std::string cc =
+      s.congestion.empty() ? "the hosts' loss-based congestion control" : s.congestion;
+  return "WAN link " + grid.sites.at(static_cast<size_t>(l.site_a)).name + "-" +
+         grid.sites.at(static_cast<size_t>(l.site_b)).name + ": its " + std::to_string(s.streams) +
+         (s.streams == 1 ? " stream carries" : " streams carry") + " at most " +
+         format_bandwidth(s.carried_bps) + " at " + loss + " loss and a " +
+         format_duration(2 * l.latency_s) + " round trip (" + format_bandwidth(s.stream_bps) +
+         " a stream under " + cc + "); " + std::to_string(s.needed) + " would carry the " +
+         format_bandwidth(s.wanted_bps) +
+         " a broadcast needs across it (`streams:` in the topology, or --streams; or bbr)";
 }
 
 std::uint64_t simulated_segments(const Grid& grid, const Plan& plan, const CostModel& model) {

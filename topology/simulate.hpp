@@ -100,6 +100,29 @@ double hop_overhead(const Grid& grid, const CostModel& model);
 // for the model's congestion control.
 double tcp_stream_limit(double rtt_s, double loss, const CostModel& model);
 
+// A WAN link whose declared streams cannot carry what a broadcast needs of
+// it under its loss: one transfer's bundle of `streams` TCP streams reaches
+// `carried_bps` (each held to `stream_bps` by tcp_stream_limit over the
+// link's round trip), where `needed` streams would carry `wanted_bps`: the
+// link's rate, or less when `broadcast_bps` (the max-flow bound's rate; 0:
+// none) is less. The simulator prices every transfer that crosses the link
+// so; `plan` and `launch` say so. `congestion` is what decided: the link's
+// or the topology's congestion control, else "" for the hosts' default
+// (`hosts`).
+struct StreamShortfall {
+  const WanLink* link = nullptr;
+  int streams = 0;
+  int needed = 0;
+  double stream_bps = 0, carried_bps = 0, wanted_bps = 0;
+  std::string congestion;
+};
+std::vector<StreamShortfall> stream_shortfalls(const Grid& grid, Congestion hosts,
+                                               double broadcast_bps);
+// "WAN link a-b: its 8 streams carry at most 295 Mbit/s at 0.01 % loss and a
+// 40 ms round trip (36.9 Mbit/s a stream under ...); 28 would carry the
+// 1 Gbit/s a broadcast needs across it (...)".
+std::string describe(const Grid& grid, const StreamShortfall& s);
+
 // The lower bound for one broadcast on a topology: the message over the
 // smallest of the root's outbound, any node's inbound and any WAN link's
 // bandwidth, plus the longest root-to-rank WAN latency.

@@ -60,6 +60,28 @@ double json_number(const std::string& json, const std::string& key) {
 
 // testbed-2x2: 200 Mbit/s NICs and WAN, 10 ms away: 1 MiB takes 8 Mbit / 200
 // Mbit/s + 10 ms = 51.943 ms by both bounds; the ratio is to the max-flow one.
+// `plan` names a lossy WAN link whose streams hold a broadcast below what it
+// needs of the link, with the streams that would carry it; a topology whose
+// links are not lossy gets no such line.
+TEST(PlanCommand, NamesALossyWanLinkWhoseStreamsAreTooFew) {
+  Child c({kBin, "plan", kSrc + "/site-configs/three-sites-hetero.yaml", "--size", "64MiB"});
+  EXPECT_EQ(c.wait(60s), 0) << c.err();
+  EXPECT_NE(c.err().find("gridbcast plan: WAN link beta-gamma: its 8 streams carry at most "),
+            std::string::npos)
+      << c.err();
+  EXPECT_NE(c.err().find(" a broadcast needs across it (`streams:` in the topology, or "
+                         "--streams; or bbr)"),
+            std::string::npos)
+      << c.err();
+  Child enough({kBin, "plan", kSrc + "/site-configs/three-sites-hetero.yaml", "--size", "64MiB",
+                "--streams", "64"});
+  EXPECT_EQ(enough.wait(60s), 0) << enough.err();
+  EXPECT_EQ(enough.err().find("WAN link"), std::string::npos) << enough.err();
+  Child clean({kBin, "plan", kSrc + "/site-configs/testbed-2x4.yaml"});
+  EXPECT_EQ(clean.wait(60s), 0) << clean.err();
+  EXPECT_EQ(clean.err().find("WAN link"), std::string::npos) << clean.err();
+}
+
 TEST(SimulateCommand, ReportsBothBoundsAndTheRatioToTheMaxFlowBound) {
   Child c({kBin, "simulate", kSrc + "/site-configs/testbed-2x2.yaml", "--size", "1MiB",
            "--algorithm", "binomial", "--json"});

@@ -6,6 +6,7 @@
 
 #include "support/grids.hpp"
 #include "topology/bound.hpp"
+#include "topology/loader.hpp"
 #include "topology/plan/segments.hpp"
 
 namespace gridbcast::topology {
@@ -259,6 +260,52 @@ TEST(Simulate, RefusesAPlanPastItsBudgetOfSegments) {
   m.segment_bytes = 0;
   EXPECT_LE(simulated_segments(g, plan, m), kMaxSimulatedSegments);
   EXPECT_GT(simulate(g, plan, m).makespan_s, 0);
+}
+
+// A lossy WAN link whose declared streams, held to the loss limit each,
+// cannot carry what the broadcast needs of it is named with the streams that
+// would (issue 28: three-sites-hetero's beta-gamma link, 0.01 % loss at
+// 20 ms one way with 8 streams, made multilane 1.75 x its bound in the
+// model; 16 streams, 1.06 x). Links without loss, with enough streams or
+// under BBR are not.
+TEST(StreamShortfall, ALossyLinkWithTooFewStreamsIsNamedWithTheStreamsItNeeds) {
+  Grid g = load_grid_file(GRIDBCAST_SOURCE_DIR "/site-configs/three-sites-hetero.yaml");
+  const auto all = stream_shortfalls(g, Congestion::kLossBased, 0);
+  ASSERT_EQ(all.size(), 1u);
+  const StreamShortfall& s = all.front();
+  EXPECT_EQ(g.sites.at(static_cast<size_t>(s.link->site_a)).name, "beta");
+  EXPECT_EQ(g.sites.at(static_cast<size_t>(s.link->site_b)).name, "gamma");
+  EXPECT_EQ(s.streams, 8);
+  // MSS x 1.22 / (RTT x sqrt(loss)) on the wire: 1448 x 1.22 / (0.04 x 0.01)
+  // bytes/s of payload, 1514 bytes a frame.
+  const double stream = 1448 * 1.22 / (0.04 * 0.01) * 8 * 1514 / 1448;
+  EXPECT_NEAR(s.stream_bps, stream, stream * 1e-9);
+  EXPECT_NEAR(s.carried_bps, 8 * stream, stream * 1e-8);
+  EXPECT_EQ(s.wanted_bps, 2e9);
+  EXPECT_EQ(s.needed, static_cast<int>(std::ceil(2e9 / stream)));
+  const std::string text = describe(g, s);
+  EXPECT_NE(text.find("WAN link beta-gamma: its 8 streams carry at most "), std::string::npos)
+      << text;
+  EXPECT_NE(text.find(std::to_string(s.needed) + " would carry the 2 Gbit/s"), std::string::npos)
+      << text;
+
+  // What the broadcast needs: the max-flow bound's rate, under the link's.
+  const double bound = max_flow_bound(g, 0).rate_bps;
+  ASSERT_LT(bound, 2e9);
+  const auto needs = stream_shortfalls(g, Congestion::kLossBased, bound);
+  ASSERT_EQ(needs.size(), 1u);
+  EXPECT_EQ(needs.front().wanted_bps, bound);
+  EXPECT_EQ(needs.front().needed, static_cast<int>(std::ceil(bound / stream)));
+
+  EXPECT_TRUE(stream_shortfalls(g, Congestion::kBbr, 0).empty()) << "the hosts' BBR";
+  for (WanLink& l : g.wan)
+    if (l.loss > 0) l.congestion = "bbr";
+  EXPECT_TRUE(stream_shortfalls(g, Congestion::kLossBased, 0).empty()) << "the link's BBR";
+  for (WanLink& l : g.wan) {
+    l.congestion.clear();
+    if (l.loss > 0) l.streams = s.needed;
+  }
+  EXPECT_TRUE(stream_shortfalls(g, Congestion::kLossBased, 0).empty()) << "enough streams";
 }
 
 }  // namespace
