@@ -37,7 +37,8 @@ class Pricer {
     std::map<std::tuple<int, int, int, int>, int> links;
     std::map<LaneKey, int> links_on_lane;
     for (const Transfer& t : plan.transfers)
-      if (links.emplace(std::make_tuple(t.from, t.to, t.lane_from, t.lane_to), 0).second) {
+      if (links.emplace(std::make_tuple(t.from, t.to, t.lane_from, t.lane_to), links_).second) {
+        ++links_;
         ++links_on_lane[{t.from, t.lane_from, true}];
         ++links_on_lane[{t.to, t.lane_to, false}];
       }
@@ -76,6 +77,9 @@ class Pricer {
       Hop h;
       h.rate = bps / 8 * eff;  // payload bytes per second
       h.latency = latency;
+      // The transfers of one link share its connections (a bundle across a
+      // WAN link), so they are paced by its rate together.
+      h.link = links.at(std::make_tuple(t.from, t.to, t.lane_from, t.lane_to));
       for (int k = 0; k < 2; ++k) {
         const LaneKey key =
             k == 0 ? LaneKey{t.from, t.lane_from, true} : LaneKey{t.to, t.lane_to, false};
@@ -100,6 +104,8 @@ class Pricer {
     // the range it received that holds its first byte.
     std::vector<std::map<std::uint64_t, double>> first(static_cast<size_t>(ranks_));
     double depth = 0;
+    // Each link's bytes and frames over its hop's rate.
+    std::vector<double> on_link(static_cast<size_t>(links_), 0);
     for (size_t i = 0; i < hops_.size(); ++i) {
       const Transfer& t = plan_.transfers[i];
       const Hop& h = hops_[i];
@@ -109,6 +115,10 @@ class Pricer {
         load[static_cast<size_t>(l)].first += length;
         load[static_cast<size_t>(l)].second += frames;
       }
+      // A link moves no faster than its hop: across a WAN link its streams'
+      // TCP limit may be below both lanes' rates (a lossy link's bundle; the
+      // simulator prices it so).
+      on_link[static_cast<size_t>(h.link)] += length / h.rate + frames * c_;
       double from_at = 0;
       if (t.from != plan_.root) {
         const auto& got = first[static_cast<size_t>(t.from)];
@@ -122,7 +132,7 @@ class Pricer {
     }
     // What the busiest lane needs to move its bytes and frames, and the
     // bound's rate: the pipeline runs at the slower of the two once full.
-    double busiest = 0;
+    double busiest = on_link.empty() ? 0 : *std::max_element(on_link.begin(), on_link.end());
     for (size_t l = 0; l < load.size(); ++l)
       busiest = std::max(busiest, load[l].first / lane_rate_[l] + load[l].second * c_);
     const double stream = rate_ > 0 ? static_cast<double>(plan_.size) / rate_ : 0;
@@ -134,6 +144,7 @@ class Pricer {
   struct Hop {
     double rate = 0, latency = 0;
     std::array<int, 2> lanes{};  // indexes into lane_rate_: sender's, receiver's
+    int link = 0;                // (from, to, lane_from, lane_to), numbered from 0
   };
   const Plan& plan_;
   double c_;
@@ -141,6 +152,7 @@ class Pricer {
   std::vector<double> lane_rate_;
   double rate_ = 0;
   int ranks_ = 0;
+  int links_ = 0;
 };
 
 }  // namespace
