@@ -103,6 +103,9 @@ struct Site {
   double latency_s = 0;
 };
 
+// The most parallel TCP streams a WAN link may have (`streams:`, --streams).
+inline constexpr int kMaxWanStreams = 64;
+
 struct WanLink {
   int site_a = 0;
   int site_b = 0;

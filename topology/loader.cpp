@@ -26,7 +26,7 @@ namespace gridbcast::topology {
 namespace {
 
 constexpr int kMinStreams = 1;
-constexpr int kMaxStreams = 64;
+constexpr int kMaxStreams = kMaxWanStreams;
 
 // One "key: value" of a YAML map. Both nodes are kept: a missing value (null) has
 // no useful position of its own, so errors about it point at the key.

@@ -152,7 +152,9 @@ std::vector<StreamShortfall> stream_shortfalls(const Grid& grid, Congestion host
     s.stream_bps = stream;
     s.carried_bps = l.streams * stream;
     s.wanted_bps = rate;
-    s.needed = static_cast<int>(std::ceil(rate / stream));
+    // At most one more than a link may have: "more than 64" (a loss and
+    // latency from the topology can ask for any number).
+    s.needed = static_cast<int>(std::min<double>(std::ceil(rate / stream), kMaxWanStreams + 1));
     s.congestion = cc;
     out.push_back(s);
   }
@@ -170,9 +172,14 @@ std::string describe(const Grid& grid, const StreamShortfall& s) {
          (s.streams == 1 ? " stream carries" : " streams carry") + " at most " +
          format_bandwidth(s.carried_bps) + " at " + loss + " loss and a " +
          format_duration(2 * l.latency_s) + " round trip (" + format_bandwidth(s.stream_bps) +
-         " a stream under " + cc + "); " + std::to_string(s.needed) + " would carry the " +
-         format_bandwidth(s.wanted_bps) +
-         " a broadcast needs across it (`streams:` in the topology, or --streams; or bbr)";
+         " a stream under " + cc + "); " +
+         (s.needed > kMaxWanStreams
+              ? "even " + std::to_string(kMaxWanStreams) +
+                    ", the most a link takes, would not carry the " +
+                    format_bandwidth(s.wanted_bps) + " a broadcast needs across it: bbr would"
+              : std::to_string(s.needed) + " would carry the " + format_bandwidth(s.wanted_bps) +
+                    " a broadcast needs across it (`streams:` in the topology, or --streams; or "
+                    "bbr)");
 }
 
 std::uint64_t simulated_segments(const Grid& grid, const Plan& plan, const CostModel& model) {

@@ -103,7 +103,8 @@ double tcp_stream_limit(double rtt_s, double loss, const CostModel& model);
 // A WAN link whose declared streams cannot carry what a broadcast needs of
 // it under its loss: one transfer's bundle of `streams` TCP streams reaches
 // `carried_bps` (each held to `stream_bps` by tcp_stream_limit over the
-// link's round trip), where `needed` streams would carry `wanted_bps`: the
+// link's round trip), where `needed` streams (kMaxWanStreams + 1: more than
+// a link may have) would carry `wanted_bps`: the
 // link's rate, or less when `broadcast_bps` (the max-flow bound's rate; 0:
 // none) is less. The simulator prices every transfer that crosses the link
 // so; `plan` and `launch` say so. `congestion` is what decided: the link's

@@ -197,6 +197,40 @@ TEST(Launcher, ARootReportingMoreFilesThanTheJobHasFailsTheJob) {
   }
 }
 
+// `count` ranks holding the secret, each on its control connection, taken
+// through Config, Endpoints, Table, Ready and Go as real ranks are: then
+// each sends what a test makes it send.
+struct FakeRanks {
+  FakeRanks(const Rendezvous& rv, int count) {
+    const auto& [at, job] = rv;
+    for (int r = 0; r < count; ++r) {
+      auto socket = runtime::run_until(io, connect_as(at, job, static_cast<std::uint32_t>(r)));
+      channels.push_back(job::control::Channel{
+          std::move(*socket),
+          job::control::Sealer(runtime::from_hex(kSecretHex), job, static_cast<std::uint32_t>(r)),
+          job::control::Direction::kToLauncher, "the launcher"});
+    }
+    for (int r = 0; r < count; ++r) {
+      (void)std::get<job::control::Config>(receive(r));
+      send(r, job::control::Endpoints{
+                  {static_cast<std::uint16_t>(40001 + r), static_cast<std::uint16_t>(40101 + r)}});
+    }
+    for (int r = 0; r < count; ++r) (void)std::get<job::control::Table>(receive(r));
+    for (int r = 0; r < count; ++r) send(r, job::control::Ready{0});
+    for (int r = 0; r < count; ++r) (void)std::get<job::control::Go>(receive(r));
+  }
+  job::control::ToRank receive(int r) {
+    return job::control::decode_to_rank(
+        runtime::run_until(io, job::control::receive_body(channels[static_cast<size_t>(r)])));
+  }
+  void send(int r, const job::control::ToLauncher& m) {
+    runtime::run_until(io, job::control::send_body(channels[static_cast<size_t>(r)],
+                                                   job::control::encode_body(m)));
+  }
+  asio::io_context io;
+  std::vector<job::control::Channel> channels;
+};
+
 // A rank with the secret whose progress names a link that is not in the
 // grid (a peer past the last rank) fails the job naming it, before the
 // launcher keeps anything of it (the other refusals: Stragglers tests;
@@ -208,31 +242,8 @@ TEST(Launcher, ProgressNamingLinksOutsideTheGridFailsTheJobNamingTheRank) {
   const std::string hint = wait_for_hint(launcher);
   const auto rendezvous = rendezvous_of(hint);
   ASSERT_TRUE(rendezvous) << hint << launcher.err();
-  const auto [at, job] = *rendezvous;
-  asio::io_context io;
-  std::vector<job::control::Channel> ranks;
-  for (std::uint32_t r = 0; r < 3; ++r) {
-    auto socket = runtime::run_until(io, connect_as(at, job, r));
-    ranks.push_back(job::control::Channel{
-        std::move(*socket), job::control::Sealer(runtime::from_hex(kSecretHex), job, r),
-        job::control::Direction::kToLauncher, "the launcher"});
-  }
-  const auto receive = [&](int r) {
-    return job::control::decode_to_rank(
-        runtime::run_until(io, job::control::receive_body(ranks[static_cast<size_t>(r)])));
-  };
-  const auto send = [&](int r, const job::control::ToLauncher& m) {
-    runtime::run_until(
-        io, job::control::send_body(ranks[static_cast<size_t>(r)], job::control::encode_body(m)));
-  };
-  for (int r = 0; r < 3; ++r) {
-    (void)std::get<job::control::Config>(receive(r));
-    send(r, job::control::Endpoints{
-                {static_cast<std::uint16_t>(40001 + r), static_cast<std::uint16_t>(40101 + r)}});
-  }
-  for (int r = 0; r < 3; ++r) (void)std::get<job::control::Table>(receive(r));
-  for (int r = 0; r < 3; ++r) send(r, job::control::Ready{0});
-  for (int r = 0; r < 3; ++r) (void)std::get<job::control::Go>(receive(r));
+  FakeRanks ranks(*rendezvous, 3);
+  const auto send = [&](int r, const job::control::ToLauncher& m) { ranks.send(r, m); };
   send(1, job::control::Progress{
               0, 0, 0, 0, {{0, 0, 0, 1, 10, 0, 0}, {2, 0, 0, 1, 10, 0, 0}}});  // sound
   send(2, job::control::Progress{0, 0, 0, 0, {{7, 0, 0, 1, 1, 1, 0}}});
@@ -259,31 +270,8 @@ TEST(Launcher, ARankFailingOnItsOwnReportLetsTheOthersFinishTheirCopies) {
   const std::string hint = wait_for_hint(launcher);
   const auto rendezvous = rendezvous_of(hint);
   ASSERT_TRUE(rendezvous) << hint << launcher.err();
-  const auto [at, job] = *rendezvous;
-  asio::io_context io;
-  std::vector<job::control::Channel> ranks;
-  for (std::uint32_t r = 0; r < 3; ++r) {
-    auto socket = runtime::run_until(io, connect_as(at, job, r));
-    ranks.push_back(job::control::Channel{
-        std::move(*socket), job::control::Sealer(runtime::from_hex(kSecretHex), job, r),
-        job::control::Direction::kToLauncher, "the launcher"});
-  }
-  const auto receive = [&](int r) {
-    return job::control::decode_to_rank(
-        runtime::run_until(io, job::control::receive_body(ranks[static_cast<size_t>(r)])));
-  };
-  const auto send = [&](int r, const job::control::ToLauncher& m) {
-    runtime::run_until(
-        io, job::control::send_body(ranks[static_cast<size_t>(r)], job::control::encode_body(m)));
-  };
-  for (int r = 0; r < 3; ++r) {
-    (void)std::get<job::control::Config>(receive(r));
-    send(r, job::control::Endpoints{
-                {static_cast<std::uint16_t>(40001 + r), static_cast<std::uint16_t>(40101 + r)}});
-  }
-  for (int r = 0; r < 3; ++r) (void)std::get<job::control::Table>(receive(r));
-  for (int r = 0; r < 3; ++r) send(r, job::control::Ready{0});
-  for (int r = 0; r < 3; ++r) (void)std::get<job::control::Go>(receive(r));
+  FakeRanks ranks(*rendezvous, 3);
+  const auto send = [&](int r, const job::control::ToLauncher& m) { ranks.send(r, m); };
   const std::string digest(64, 'd');
   job::control::Done root_done;
   root_done.sha256 = digest;

@@ -306,6 +306,25 @@ TEST(StreamShortfall, ALossyLinkWithTooFewStreamsIsNamedWithTheStreamsItNeeds) {
     if (l.loss > 0) l.streams = s.needed;
   }
   EXPECT_TRUE(stream_shortfalls(g, Congestion::kLossBased, 0).empty()) << "enough streams";
+
+  // A link that no stream count it may have would carry (5 % loss; and a
+  // loss and latency from a topology far past any real one): "more than 64",
+  // never a count past what an int holds.
+  for (const auto& [loss, latency] : {std::pair{0.05, 0.02}, std::pair{0.9, 1e6}}) {
+    for (WanLink& l : g.wan)
+      if (l.loss > 0) {
+        l.loss = loss;
+        l.latency_s = latency;
+        l.streams = 8;
+      }
+    const auto none = stream_shortfalls(g, Congestion::kLossBased, 0);
+    ASSERT_EQ(none.size(), 1u);
+    EXPECT_EQ(none.front().needed, kMaxWanStreams + 1);
+    const std::string says = describe(g, none.front());
+    EXPECT_NE(says.find("even 64, the most a link takes, would not carry the 2 Gbit/s"),
+              std::string::npos)
+        << says;
+  }
 }
 
 }  // namespace
