@@ -118,6 +118,55 @@ std::uint64_t digest_area(std::uint64_t chunks) {
   return (bytes + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
 }
 
+// What the root's header gives a file of `size` bytes under `spec`; it checks
+// that they fit (agree_header).
+std::uint64_t window_bytes_of(const FileSpec& spec) {
+  return spec.window_bytes ? spec.window_bytes : kDefaultWindowBytes;
+}
+std::uint64_t chunk_bytes_for(const FileSpec& spec, std::uint64_t size) {
+  if (spec.chunk_bytes) return spec.chunk_bytes;
+  const std::uint64_t c =
+      std::max<std::uint64_t>(1, std::min(kDefaultChunkBytes, window_bytes_of(spec) / 2));
+  // Chunks are bounded in number (every rank sizes its digests from the
+  // count): a file that would need more gets larger chunks, within half the
+  // window.
+  return chunk_count(size, c) > kMaxChunks ? chunk_count(size, kMaxChunks) : c;
+}
+
+// Chunks per window: what one of the `nbufs` buffers sharing the window
+// holds, but no more than an eighth of the file's chunks (rounded up), so
+// that the root's first read and digest and the ranks' last check and write,
+// which do not overlap the network, are a small part of a medium file too: a
+// 64 MiB file on testbed-2x4 took 1.52 x the bound in two 32 MiB windows,
+// 1.28 x in eight of 8 MiB, 1.21 x once the start-up exchange overlapped its
+// connections (docs/FILES.md, "Figures"); sixteen of 4 MiB were no faster.
+// Every rank computes it from the header alike.
+std::uint64_t chunks_per_window(std::uint64_t window_bytes, std::uint64_t chunk_bytes,
+                                std::uint64_t count, int nbufs) {
+  return std::max<std::uint64_t>(
+      1, std::min((window_bytes / static_cast<std::uint64_t>(nbufs)) / chunk_bytes,
+                  std::max<std::uint64_t>(1, (count + kMinWindows - 1) / kMinWindows)));
+}
+
+// Begins the connections of the windows' broadcast when every chunk moves
+// (Communicator::prepare): its first window's bytes and the stream's, as
+// they go uncompressed.
+void prepare_stream(runtime::Communicator& comm, const ChunkLayout& layout,
+                    std::uint64_t per_window, int root,
+                    std::optional<topology::Algorithm> algorithm) {
+  const std::uint64_t count = layout.count();
+  if (count == 0) return;
+  std::uint64_t first = 0, stream = 0;
+  for (std::uint64_t c = 0; c < count; c += per_window) {
+    const std::uint64_t n = std::min(per_window, count - c);
+    std::uint64_t bytes = digest_area(n);
+    for (std::uint64_t j = c; j < c + n; ++j) bytes += layout.length(j);
+    if (c == 0) first = bytes;
+    stream += bytes;
+  }
+  comm.prepare(first, root, algorithm, stream);
+}
+
 struct WindowLayout {
   std::vector<std::uint64_t> chunks;  // indices into the file's chunks
   std::vector<std::uint64_t> stored;  // their lengths
@@ -231,15 +280,8 @@ void FileRun::agree_header() {
         throw std::runtime_error(spec.source + ": changed size since the launch began (" +
                                  std::to_string(h.meta.size) + " bytes, " +
                                  std::to_string(*spec.expected_size) + " announced)");
-      h.window_bytes = spec.window_bytes ? spec.window_bytes : kDefaultWindowBytes;
-      h.chunk_bytes = spec.chunk_bytes ? spec.chunk_bytes
-                                       : std::max<std::uint64_t>(
-                                             1, std::min(kDefaultChunkBytes, h.window_bytes / 2));
-      // Chunks are bounded in number (every rank sizes its digests from the
-      // count): a file that would need more gets larger chunks, within half
-      // the window.
-      if (!spec.chunk_bytes && chunk_count(h.meta.size, h.chunk_bytes) > kMaxChunks)
-        h.chunk_bytes = chunk_count(h.meta.size, kMaxChunks);
+      h.window_bytes = window_bytes_of(spec);
+      h.chunk_bytes = chunk_bytes_for(spec, h.meta.size);
       if (h.window_bytes < 2 || h.window_bytes > kMaxWindowBytes ||
           h.chunk_bytes > h.window_bytes / 2 ||
           chunk_count(h.meta.size, h.chunk_bytes) > kMaxChunks)
@@ -423,19 +465,9 @@ void FileRun::shape() {
   count = layout.count();
   bitmap_bytes = (count + 7) / 8;
   digests.resize(count);
-  // Chunks per window: what half the window holds, but no more than an
-  // eighth of the file's chunks (rounded up), so that the root's first read
-  // and digest and the ranks' last check and write, which do not overlap the
-  // network, are a small part of a medium file too: a 64 MiB file on
-  // testbed-2x4 took 1.52 x the bound in two 32 MiB windows, 1.28 x in
-  // eight of 8 MiB, 1.21 x once the start-up exchange overlapped its
-  // connections (docs/FILES.md, "Figures"); sixteen of 4 MiB were no faster.
-  // Every rank computes it from the header alike.
   // Compressed, three buffers share the window.
   nbufs = h.compressed ? 3 : 2;
-  per_window = std::max<std::uint64_t>(
-      1, std::min((h.window_bytes / static_cast<std::uint64_t>(nbufs)) / h.chunk_bytes,
-                  std::max<std::uint64_t>(1, (count + kMinWindows - 1) / kMinWindows)));
+  per_window = chunks_per_window(h.window_bytes, h.chunk_bytes, count, nbufs);
   buffer_bytes = (h.compressed ? window_head_bytes(per_window) : digest_area(per_window)) +
                  per_window * h.chunk_bytes;
 }
@@ -446,17 +478,7 @@ void FileRun::shape() {
 // round trips). With compression the windows are shorter on the wire, but
 // their algorithm and segment are priced from these bytes alike.
 void FileRun::prepare_windows() {
-  if (!h.resume && count > 0) {
-    std::uint64_t first = 0, stream = 0;
-    for (std::uint64_t c = 0; c < count; c += per_window) {
-      const std::uint64_t n = std::min(per_window, count - c);
-      std::uint64_t bytes = digest_area(n);
-      for (std::uint64_t j = c; j < c + n; ++j) bytes += layout.length(j);
-      if (c == 0) first = bytes;
-      stream += bytes;
-    }
-    comm.prepare(first, root, spec.algorithm, stream);
-  }
+  if (!h.resume) prepare_stream(comm, layout, per_window, root, spec.algorithm);
 }
 
 // The window buffers, and compressed, the packer or unpacker.
@@ -927,6 +949,17 @@ FileResult FileRun::result() const {
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   r.check_seconds = check_seconds;
   return r;
+}
+
+void prepare_file(runtime::Communicator& comm, const FileSpec& spec, std::uint64_t size, int root) {
+  if (spec.resume || spec.compress == Compression::kZstd) return;
+  const std::uint64_t chunk = chunk_bytes_for(spec, size);
+  const ChunkLayout layout{size, chunk};
+  const std::uint64_t window = window_bytes_of(spec);
+  if (window < 2 || window > kMaxWindowBytes || chunk > window / 2 || layout.count() > kMaxChunks)
+    return;  // the header says why
+  prepare_stream(comm, layout, chunks_per_window(window, chunk, layout.count(), 2), root,
+                 spec.algorithm);
 }
 
 std::vector<runtime::P2pRequest> open_lines(runtime::Communicator& comm, int root) {

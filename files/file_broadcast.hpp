@@ -50,8 +50,11 @@ struct FileSpec {
   // copied to OUTPUT.
   std::vector<std::string> sources;
   std::string output;  // every other rank's: final path of its copy
-  // The root's: the size the launcher announced; a source of another size
-  // fails the job before data moves (it changed since the launch began).
+  // The size the launcher announced of the one regular file the job sends
+  // (`source` or, a directory, the one it holds). The root's: a source file
+  // of another size fails the job before data moves (it changed since the
+  // launch began). broadcast_tree begins its windows' connections with the
+  // job (prepare_file).
   std::optional<std::uint64_t> expected_size;
   std::uint64_t window_bytes = 0;  // memory per rank for data in flight; 0: kDefaultWindowBytes
   std::uint64_t chunk_bytes = 0;   // 0: 4 MiB, or half the window if that is smaller
@@ -125,6 +128,16 @@ struct FileResult {
 
 // "rank R (node N)": how the file pipeline names a rank in its messages.
 std::string rank_name(const runtime::Communicator& comm, int rank);
+
+// Begins the connections on which a broadcast_file of `size` bytes under
+// `spec` from `root` streams its windows when every chunk moves (no resume;
+// not compressed, or auto: their plan is priced on the bytes uncompressed),
+// so that their handshakes (round trips across a WAN link, with their
+// authentication) overlap the start-up exchange; the file's own header
+// prepares them again (a link being made is waited for, not made twice).
+// Nothing for a spec the header would refuse; never throws for a link that
+// cannot be made (the broadcast makes it again and names the failure).
+void prepare_file(runtime::Communicator& comm, const FileSpec& spec, std::uint64_t size, int root);
 
 // Still-working notes between the root and every other rank, sent before
 // they wait for anything of each other's: each opens the connection its

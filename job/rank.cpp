@@ -138,7 +138,7 @@ int run_file_rank(Session& session) {
   files::FileSpec spec;
   if (params.files.size() == 1) {
     spec.source = params.files.front();
-    spec.expected_size = params.size;
+    if (params.file_count == 1) spec.expected_size = params.size;
   } else {
     spec.sources = params.files;
   }

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -17,6 +18,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "files/file_batch.hpp"
 #include "runtime/buffer.hpp"
@@ -161,6 +163,76 @@ TEST(FileTree, ASingleFileLandsAtTheOutputPath) {
     EXPECT_EQ(slurp((dir / ("n" + std::to_string(r)) / "one.bin").string()),
               slurp((dir / "one.bin").string()));
   }
+}
+
+// One file the launcher announced: every rank begins the connections of its
+// windows as the tree starts (prepare_file), before the three headers. Each
+// link a rank made that way then carries the windows (the guess is the
+// broadcast's own plan), none is made twice or refused, and the copies land.
+// (Each rank polls until every rank's links are made, answering the others'
+// handshakes meanwhile.)
+TEST(FileTree, AnAnnouncedFilesWindowsConnectBeforeItsHeaders) {
+  TempDir dir;
+  const std::uint64_t size = (3 << 20) + 12345;
+  write_file(dir / "one.bin", pattern_bytes(size, 21), 0644);
+  const auto grid = make_grid({3, 3});
+  Ranks ranks(grid);
+  std::mutex m;
+  std::map<int, std::vector<runtime::LinkSample>> ahead, after;
+  std::map<int, std::string> digests;
+  std::atomic<int> ready{0};
+  ranks.run([&](runtime::Communicator& c) {
+    FileSpec s;
+    s.source = (dir / "one.bin").string();
+    s.output = (dir / ("n" + std::to_string(c.rank())) / "one.bin").string();
+    s.expected_size = size;
+    s.algorithm = topology::Algorithm::kMultilane;
+    prepare_file(c, s, size, 0);
+    std::vector<runtime::LinkSample> made;
+    bool done = false;
+    for (int i = 0; i < 10000; ++i) {  // at most 10 s
+      c.poll();
+      if (!done) {
+        made = c.link_samples();
+        // A link being made is listed at once; a rank that lists none after
+        // 100 ms sends on none (the last of a site's trees).
+        done = made.empty() ? i >= 100 : std::none_of(made.begin(), made.end(), [](const auto& l) {
+          return l.connecting;
+        });
+        if (done) ++ready;
+      }
+      // Each goes on answering the others' handshakes until all are made,
+      // then all start the tree together.
+      if (done && ready == grid.size()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    const TreeResult r = broadcast_tree(c, s, 0);
+    EXPECT_EQ(c.rejected_connections(), 0u) << "rank " << c.rank();
+    std::lock_guard lock(m);
+    ahead[c.rank()] = made;
+    after[c.rank()] = c.link_samples();
+    digests[c.rank()] = r.root_digest;
+  });
+  size_t links = 0;
+  for (int r = 0; r < grid.size(); ++r) {
+    links += ahead.at(r).size();
+    for (const auto& l : ahead.at(r)) {
+      EXPECT_FALSE(l.connecting) << "rank " << r << " to " << l.peer;
+      const auto same = std::find_if(after.at(r).begin(), after.at(r).end(), [&](const auto& a) {
+        return a.peer == l.peer && a.lane_from == l.lane_from && a.lane_to == l.lane_to;
+      });
+      ASSERT_NE(same, after.at(r).end()) << "rank " << r << " to " << l.peer;
+      EXPECT_EQ(same->streams, l.streams) << "rank " << r << " to " << l.peer;
+      EXPECT_GT(same->bytes_acked, l.bytes_acked)
+          << "rank " << r << " made a link to " << l.peer << " the windows did not use";
+    }
+    EXPECT_EQ(digests.at(r), digests.at(0));
+    if (r != 0) {
+      EXPECT_EQ(slurp((dir / ("n" + std::to_string(r)) / "one.bin").string()),
+                slurp((dir / "one.bin").string()));
+    }
+  }
+  EXPECT_GE(links, static_cast<size_t>(grid.size()));  // the trees' and the WAN's
 }
 
 // Several sources in one job: each lands under its own name in the output
