@@ -132,6 +132,12 @@ std::uint64_t chunk_bytes_for(const FileSpec& spec, std::uint64_t size) {
   // window.
   return chunk_count(size, c) > kMaxChunks ? chunk_count(size, kMaxChunks) : c;
 }
+// Whether the header may carry them (the window 2 bytes to kMaxWindowBytes,
+// chunks within half of it and at most kMaxChunks of them).
+bool sizes_fit(std::uint64_t window_bytes, std::uint64_t chunk_bytes, std::uint64_t size) {
+  return window_bytes >= 2 && window_bytes <= kMaxWindowBytes && chunk_bytes >= 1 &&
+         chunk_bytes <= window_bytes / 2 && chunk_count(size, chunk_bytes) <= kMaxChunks;
+}
 
 // Chunks per window: what one of the `nbufs` buffers sharing the window
 // holds, but no more than an eighth of the file's chunks (rounded up), so
@@ -282,9 +288,7 @@ void FileRun::agree_header() {
                                  std::to_string(*spec.expected_size) + " announced)");
       h.window_bytes = window_bytes_of(spec);
       h.chunk_bytes = chunk_bytes_for(spec, h.meta.size);
-      if (h.window_bytes < 2 || h.window_bytes > kMaxWindowBytes ||
-          h.chunk_bytes > h.window_bytes / 2 ||
-          chunk_count(h.meta.size, h.chunk_bytes) > kMaxChunks)
+      if (!sizes_fit(h.window_bytes, h.chunk_bytes, h.meta.size))
         throw std::runtime_error(spec.source + ": " + std::to_string(h.meta.size) +
                                  " bytes do not fit in at most " + std::to_string(kMaxChunks) +
                                  " chunks of at most half the " + std::to_string(h.window_bytes) +
@@ -331,7 +335,7 @@ void FileRun::agree_header() {
     encode_file_header(h, header_buf.data());
     go = start_go(comm, root);
   } else {
-    hello = open_lines(comm, root).front();
+    hello = open_lines(comm, root, kFileContext).front();
     await_go(comm, root);
   }
   info = comm.bcast(header_buf.data(), kFileHeaderBytes, root, spec.algorithm);
@@ -956,19 +960,36 @@ void prepare_file(runtime::Communicator& comm, const FileSpec& spec, std::uint64
   const std::uint64_t chunk = chunk_bytes_for(spec, size);
   const ChunkLayout layout{size, chunk};
   const std::uint64_t window = window_bytes_of(spec);
-  if (window < 2 || window > kMaxWindowBytes || chunk > window / 2 || layout.count() > kMaxChunks)
-    return;  // the header says why
+  if (!sizes_fit(window, chunk, size)) return;  // the header says why
   prepare_stream(comm, layout, chunks_per_window(window, chunk, layout.count(), 2), root,
                  spec.algorithm);
 }
 
-std::vector<runtime::P2pRequest> open_lines(runtime::Communicator& comm, int root) {
+namespace {
+// The ranks a rank exchanges notes with: the root every other rank, every
+// other rank the root.
+std::vector<int> line_peers(const runtime::Communicator& comm, int root) {
+  std::vector<int> peers;
+  for (int r = 0; r < comm.size(); ++r)
+    if (r != comm.rank() && (r == root || comm.rank() == root)) peers.push_back(r);
+  return peers;
+}
+}  // namespace
+
+std::vector<runtime::P2pRequest> open_lines(runtime::Communicator& comm, int root,
+                                            std::uint64_t context) {
   static const std::byte still_working{0};
   std::vector<runtime::P2pRequest> notes;
-  for (int r = 0; r < comm.size(); ++r)
-    if (r != comm.rank() && (r == root || comm.rank() == root))
-      notes.push_back(comm.isend(r, kFileContext, kStillWorkingTag, &still_working, 1));
+  for (int r : line_peers(comm, root))
+    notes.push_back(comm.isend(r, context, kStillWorkingTag, &still_working, 1));
   return notes;
+}
+
+void close_lines(runtime::Communicator& comm, int root,
+                 const std::vector<runtime::P2pRequest>& lines, std::uint64_t context) {
+  comm.wait(lines, lines.size());
+  std::byte b{};
+  for (int r : line_peers(comm, root)) comm.receive(r, context, kStillWorkingTag, &b, 1);
 }
 
 void take_notes(runtime::Communicator& comm) {

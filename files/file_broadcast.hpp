@@ -139,13 +139,23 @@ std::string rank_name(const runtime::Communicator& comm, int rank);
 // cannot be made (the broadcast makes it again and names the failure).
 void prepare_file(runtime::Communicator& comm, const FileSpec& spec, std::uint64_t size, int root);
 
-// Still-working notes between the root and every other rank, sent before
-// they wait for anything of each other's: each opens the connection its
-// sender will send on (one per ordered pair of ranks; a round trip or more
-// across a WAN link, with its authentication), which is then made while they
-// wait, and the root's go and the ranks' reports find it ready. A non-root
-// rank gets its one note to the root. Wait on them before returning.
-std::vector<runtime::P2pRequest> open_lines(runtime::Communicator& comm, int root);
+// Still-working notes between the root and every other rank in `context`,
+// sent before they wait for anything of each other's: each opens the
+// connection its sender will send on (one per ordered pair of ranks; a round
+// trip or more across a WAN link, with its authentication), which is then
+// made while they wait, and the root's go and the ranks' reports find it
+// ready. A non-root rank gets its one note to the root. Wait on them before
+// returning (close_lines).
+std::vector<runtime::P2pRequest> open_lines(runtime::Communicator& comm, int root,
+                                            std::uint64_t context);
+// Waits for `lines` (open_lines in `context`) to leave, then takes the notes
+// that came the other way: the root one from every other rank, every other
+// rank the root's. The root thus runs its communicator until every rank's
+// connection to it is made: one that returned after its own sends would leave
+// a rank that reached the tree late waiting for the handshake of a root that
+// no longer answers (a small file is sent before that rank starts).
+void close_lines(runtime::Communicator& comm, int root,
+                 const std::vector<runtime::P2pRequest>& lines, std::uint64_t context);
 // Takes the still-working notes that have arrived, which nothing else waits
 // for (a tree of many files would pile them up otherwise).
 void take_notes(runtime::Communicator& comm);

@@ -127,7 +127,7 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
   // The connections between the root and every other rank, which the first
   // file's go and reports take, are made while the manifest comes (on
   // testbed-2x4 the root's go to site b waited 60 ms for them).
-  const std::vector<runtime::P2pRequest> lines = open_lines(comm, root);
+  const std::vector<runtime::P2pRequest> lines = open_lines(comm, root, kTreeContext);
   // One file's windows: their connections begin with the job, not after the
   // three headers (on testbed-2x4 a 64 MiB file's first window reached site
   // b 0.19 s after site a, a lag it kept to the end).
@@ -376,7 +376,7 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
                            ? result.per_file.front().root_digest
                            : to_hex(sha256(reinterpret_cast<const std::byte*>(digest_input.data()),
                                            digest_input.size()));
-  comm.wait(lines, lines.size());
+  close_lines(comm, root, lines, kTreeContext);
   take_notes(comm);
   return result;
 }

@@ -49,6 +49,10 @@ inline constexpr std::int64_t kGoTag = 2;
 // with nothing on the wire for --timeout only); a rank's first such note
 // and the root's first notes open their connections early (open_lines).
 inline constexpr std::int64_t kStillWorkingTag = 3;
+// The context of a tree's own notes between the root and every other rank
+// (files::open_lines), apart from its files' messages: nothing of a file
+// takes them, so each is received once, when the tree ends.
+inline constexpr std::uint64_t kTreeContext = 0x6762'7472'6565ull;  // "gbtree"
 
 inline constexpr std::uint64_t kFileHeaderBytes = 1024;
 // Error text carried in a header, a status or a plan.
