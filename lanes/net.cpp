@@ -234,20 +234,42 @@ asio::awaitable<void> Listener::handshake(tcp::socket socket) {
   if (failure) std::rethrow_exception(failure);
 }
 
+namespace {
+
+// Sends the Challenge and reads the connector's Proof, within `deadline`.
+asio::awaitable<Mac> challenge_for_proof(Stream& stream, const Challenge& challenge,
+                                         Clock::time_point deadline, const std::string& who) {
+  const auto challenge_bytes = encode(challenge);
+  auto [wec, wn] = co_await before(deadline, stream.write(asio::buffer(challenge_bytes)),
+                                   who + ": timed out sending the challenge");
+  if (wec) throw NetworkError(who + " rejected: " + wec.message() + " while sending the challenge");
+  std::array<std::uint8_t, kAcceptBytes> proof_bytes{};
+  auto [rec, rn] = co_await before(deadline, stream.read(asio::buffer(proof_bytes)),
+                                   who + ": no proof of the job secret within " +
+                                       std::to_string(kHandshakeTimeout.count()) + " s");
+  if (rec == asio::error::eof)
+    throw NetworkError(who +
+                       " rejected: it closed the connection before proving the job secret (a "
+                       "rank with another secret refuses the challenge)");
+  if (rec) throw NetworkError(who + " rejected: " + rec.message() + " before a complete proof");
+  std::string why;
+  const auto proof = decode_accept(proof_bytes, why);
+  if (!proof) throw NetworkError(who + " rejected: " + why + " (its proof of the job secret)");
+  co_return proof->mac;
+}
+
+}  // namespace
+
 asio::awaitable<void> Listener::authenticate(Stream& stream, const std::string& who, Pending& me) {
   const auto deadline = Clock::now() + kHandshakeTimeout;
-  Challenge challenge{random_nonce()};
-  const auto challenge_bytes = encode(challenge);
+  const Nonce server_nonce = random_nonce();
   std::array<std::uint8_t, kHelloBytes> hello_bytes{};
   // Errors come back as values: with exceptions the deadline's `||` would wait
   // for the timer (it completes on the first *success*).
-  auto [wec, wn] = co_await before(deadline, stream.write(asio::buffer(challenge_bytes)),
-                                   who + ": timed out sending the challenge");
-  if (wec) throw NetworkError(who + " rejected: " + wec.message());
   // What the client sends first tells: a Hello (plain), or on a TLS link the
   // gate that proves the job secret before any TLS work (lanes/wire.hpp). A
   // TLS record here is a client that skipped the gate: refused before a byte
-  // of TLS is computed, so strangers cost this thread an HMAC at most.
+  // of TLS is computed, so strangers cost this thread an HMAC or two at most.
   const std::string no_hello =
       who + ": no hello within " + std::to_string(kHandshakeTimeout.count()) + " s";
   auto [mec, mn] =
@@ -259,7 +281,38 @@ asio::awaitable<void> Listener::authenticate(Stream& stream, const std::string& 
   if (hello_bytes[0] == kTlsHandshakeRecord)
     throw NetworkError(who + " rejected: it started TLS without first proving the job secret " +
                        "(no TLS gate: not a gridbcast rank of this version)");
-  size_t have = 4;
+  // The listener's own view of its links decides whether the Hello can be
+  // one of them, whether TLS was due, and whose certificate it had to
+  // present. Returns how rejections name what the peer claims.
+  const auto judge = [&](const Hello& h) {
+    const PeerPolicy policy = policy_ ? policy_(h) : PeerPolicy{};
+    const std::string claimed = " (claims rank " + std::to_string(h.rank) +
+                                (policy.node.empty() ? "" : ", node " + policy.node) + " lane " +
+                                std::to_string(h.lane_from) + ")";
+    if (!policy.refuse.empty()) throw NetworkError(who + claimed + " rejected: " + policy.refuse);
+    if (policy.tls && !stream.tls())
+      throw NetworkError(who + claimed +
+                         " rejected: its WAN link is tls: true, but it did not start TLS");
+    if (!policy.tls && stream.tls())
+      throw NetworkError(who + claimed +
+                         " rejected: it started TLS on a link that is not tls: true");
+    if (policy.tls) {
+      if (const std::string bad = stream.check_peer_name(policy.node); !bad.empty())
+        throw NetworkError(who + claimed + " rejected: " + bad);
+    }
+    if (!policy.tls && !policy.plain_from.empty()) {
+      asio::error_code ec;
+      const std::string from = stream.socket().remote_endpoint(ec).address().to_string();
+      if (std::find(policy.plain_from.begin(), policy.plain_from.end(), from) ==
+          policy.plain_from.end())
+        throw NetworkError(who + claimed +
+                           " rejected: a plain connection to a rank with TLS links " +
+                           "must come from an address of node " + policy.node);
+    }
+    return claimed;
+  };
+  std::string why, claimed;
+  std::optional<Hello> hello;
   if (magic == kTlsGateMagic) {
     if (!tls_)
       throw NetworkError(who + " rejected: it started TLS, but no tls: true WAN link ends at " +
@@ -270,12 +323,14 @@ asio::awaitable<void> Listener::authenticate(Stream& stream, const std::string& 
         deadline, stream.read(asio::buffer(gate_bytes.data() + 4, gate_bytes.size() - 4)),
         no_hello);
     if (gec) throw NetworkError(who + " rejected: " + gec.message() + " in its TLS gate");
-    std::string gate_why;
-    const auto gate = decode_tls_gate(gate_bytes, gate_why);
-    if (!gate) throw NetworkError(who + " rejected: " + gate_why);
+    const auto gate = decode_tls_gate(gate_bytes, why);
+    if (!gate) throw NetworkError(who + " rejected: " + why);
     if (gate->job_id != creds_.job_id)
       throw NetworkError(who + " rejected: its TLS gate belongs to another job");
-    if (!mac_equal(gate->mac, tls_gate_mac(creds_.secret, challenge.server_nonce, *gate)))
+    // The certificate proves this end; the gate's proof comes before TLS.
+    const Mac proof =
+        co_await challenge_for_proof(stream, Challenge{server_nonce, Mac{}}, deadline, who);
+    if (!mac_equal(proof, tls_gate_mac(creds_.secret, server_nonce, *gate)))
       throw NetworkError(who + " rejected: wrong job secret in its TLS gate");
     // The secret is proven: no longer a stranger, so neither counted against
     // the cap nor evicted while TLS runs.
@@ -287,53 +342,49 @@ asio::awaitable<void> Listener::authenticate(Stream& stream, const std::string& 
                                     who + ": TLS handshake not done within " +
                                         std::to_string(kHandshakeTimeout.count()) + " s");
     if (ec) throw NetworkError(who + " rejected: TLS handshake failed: " + stream.tls_failure(ec));
-    have = 0;  // the Hello comes whole, inside TLS
+    // The Hello comes whole, inside TLS, with its MAC.
+    auto [rec, rn] = co_await before(deadline, stream.read(asio::buffer(hello_bytes)), no_hello);
+    if (rec)
+      throw NetworkError(who + " rejected: " +
+                         (rec != asio::error::eof ? stream.tls_failure(rec) : rec.message()) +
+                         " before a complete hello");
+    hello = decode_hello(hello_bytes, why);
+    if (!hello) throw NetworkError(who + " rejected: " + why);
+    if (hello->job_id != creds_.job_id)
+      throw NetworkError(who + " rejected: it belongs to another job");
+    if (!mac_equal(hello->mac, hello_mac(creds_.secret, server_nonce, *hello)))
+      throw NetworkError(who + " (claims rank " + std::to_string(hello->rank) +
+                         ") rejected: wrong job secret");
+    claimed = judge(*hello);
+  } else {
+    auto [rec, rn] = co_await before(
+        deadline, stream.read(asio::buffer(hello_bytes.data() + 4, hello_bytes.size() - 4)),
+        no_hello);
+    if (rec) throw NetworkError(who + " rejected: " + rec.message() + " before a complete hello");
+    hello = decode_hello(hello_bytes, why);
+    if (!hello) throw NetworkError(who + " rejected: " + why);
+    if (hello->job_id != creds_.job_id)
+      throw NetworkError(who + " rejected: it belongs to another job");
+    // A link this end does not have is refused before it proves anything
+    // (the claims are not trusted: refusing on them gives nothing away).
+    claimed = judge(*hello);
+    // This end proves the secret first, over the Hello as it came; the
+    // connector's proof covers the same Hello and this end's fresh nonce.
+    const Mac proof = co_await challenge_for_proof(
+        stream,
+        Challenge{server_nonce,
+                  accept_mac(creds_.secret, hello->client_nonce, server_nonce, *hello)},
+        deadline, who + claimed);
+    if (!mac_equal(proof, hello_mac(creds_.secret, server_nonce, *hello)))
+      throw NetworkError(who + claimed + " rejected: wrong job secret");
   }
-  auto [rec, rn] = co_await before(
-      deadline, stream.read(asio::buffer(hello_bytes.data() + have, hello_bytes.size() - have)),
-      no_hello);
-  if (rec)
-    throw NetworkError(
-        who + " rejected: " +
-        (stream.tls() && rec != asio::error::eof ? stream.tls_failure(rec) : rec.message()) +
-        " before a complete hello");
-  std::string why;
-  auto hello = decode_hello(hello_bytes, why);
-  if (!hello) throw NetworkError(who + " rejected: " + why);
-  if (hello->job_id != creds_.job_id)
-    throw NetworkError(who + " rejected: it belongs to another job");
-  const std::string claims = " (claims rank " + std::to_string(hello->rank);
-  if (!mac_equal(hello->mac, hello_mac(creds_.secret, challenge.server_nonce, *hello)))
-    throw NetworkError(who + claims + ") rejected: wrong job secret");
-  // The secret is proven; the listener's own view of its links decides whether
-  // the Hello can be one of them, whether TLS was due, and whose certificate
-  // it had to present.
-  const PeerPolicy policy = policy_ ? policy_(*hello) : PeerPolicy{};
-  const std::string claimed = claims + (policy.node.empty() ? "" : ", node " + policy.node) +
-                              " lane " + std::to_string(hello->lane_from) + ")";
-  if (!policy.refuse.empty()) throw NetworkError(who + claimed + " rejected: " + policy.refuse);
-  if (policy.tls && !stream.tls())
-    throw NetworkError(who + claimed +
-                       " rejected: its WAN link is tls: true, but it did not start TLS");
-  if (!policy.tls && stream.tls())
-    throw NetworkError(who + claimed + " rejected: it started TLS on a link that is not tls: true");
-  if (policy.tls) {
-    if (const std::string bad = stream.check_peer_name(policy.node); !bad.empty())
-      throw NetworkError(who + claimed + " rejected: " + bad);
+  if (stream.tls()) {
+    const auto accept_bytes =
+        encode(Accept{accept_mac(creds_.secret, hello->client_nonce, server_nonce, *hello)});
+    auto [aec, an] = co_await before(deadline, stream.write(asio::buffer(accept_bytes)),
+                                     who + ": timed out sending accept");
+    if (aec) throw NetworkError(who + ": " + aec.message() + " while accepting");
   }
-  if (!policy.tls && !policy.plain_from.empty()) {
-    asio::error_code ec;
-    const std::string from = stream.socket().remote_endpoint(ec).address().to_string();
-    if (std::find(policy.plain_from.begin(), policy.plain_from.end(), from) ==
-        policy.plain_from.end())
-      throw NetworkError(who + claimed + " rejected: a plain connection to a rank with TLS links " +
-                         "must come from an address of node " + policy.node);
-  }
-  const auto accept_bytes = encode(
-      Accept{accept_mac(creds_.secret, hello->client_nonce, challenge.server_nonce, *hello)});
-  auto [aec, an] = co_await before(deadline, stream.write(asio::buffer(accept_bytes)),
-                                   who + ": timed out sending accept");
-  if (aec) throw NetworkError(who + ": " + aec.message() + " while accepting");
   set_stream_options(stream.socket());
   // Authenticated: no longer counted against the cap, and never evicted.
   if (me.evicted)  // dropped by the cap while this coroutine was between operations
@@ -380,54 +431,79 @@ asio::awaitable<Stream> connect_authenticated(const std::string& local_address,
                          "): cannot connect to " + where);
     if (cec) throw NetworkError("cannot connect to " + where + ": " + cec.message());
 
+    // This end speaks first (lanes/wire.hpp): its Hello, or on a TLS link
+    // its gate, each without a MAC, for the acceptor's Challenge to answer.
+    Stream stream(std::move(socket));
+    hello.job_id = creds.job_id;
+    hello.client_nonce = random_nonce();
+    hello.mac = Mac{};
+    TlsGate gate;
+    gate.job_id = creds.job_id;
+    gate.gate_nonce = random_nonce();
+    const auto hello_bytes = encode(hello);
+    const auto gate_bytes = encode(gate);
+    auto [oec, on] = co_await before(
+        deadline, stream.write(tls ? asio::buffer(gate_bytes) : asio::buffer(hello_bytes)),
+        "timed out sending " + std::string(tls ? "the TLS gate" : "hello") + " to " + where);
+    if (oec) throw NetworkError("handshake with " + where + " failed: " + oec.message());
     std::array<std::uint8_t, kChallengeBytes> challenge_bytes{};
-    auto [rec, rn] =
-        co_await before(deadline, asio::async_read(socket, asio::buffer(challenge_bytes), kAsTuple),
-                        "timed out waiting for the handshake of " + where);
+    auto [rec, rn] = co_await before(deadline, stream.read(asio::buffer(challenge_bytes)),
+                                     "timed out waiting for the handshake of " + where);
+    if (rec == asio::error::eof)
+      throw NetworkError(where + " refused the handshake (" + rec.message() +
+                         "): another job's or version's rank, or a link it does not have from "
+                         "this rank? Its log says which");
     if (rec) throw NetworkError("handshake with " + where + " failed: " + rec.message());
     std::string why;
     auto challenge = decode_challenge(challenge_bytes, why);
     if (!challenge) throw NetworkError(where + " is not a gridbcast lane: " + why);
-    Stream stream(std::move(socket));
-    if (tls) {
-      // The job secret first, in plaintext, so the acceptor spends nothing
-      // on TLS for connections that cannot prove it.
-      TlsGate gate;
-      gate.job_id = creds.job_id;
-      gate.gate_nonce = random_nonce();
-      gate.mac = tls_gate_mac(creds.secret, challenge->server_nonce, gate);
-      const auto gate_bytes = encode(gate);
-      auto [gwec, gwn] = co_await before(deadline, stream.write(asio::buffer(gate_bytes)),
-                                         "timed out sending the TLS gate to " + where);
-      if (gwec) throw NetworkError("handshake with " + where + " failed: " + gwec.message());
-      const auto tec = co_await before(deadline, stream.start_tls(*tls->ctx, false),
-                                       "timed out in the TLS handshake with " + where);
-      if (tec) throw NetworkError("TLS with " + where + " failed: " + stream.tls_failure(tec));
-      if (const std::string bad = stream.check_peer_name(tls->node); !bad.empty())
-        throw NetworkError("TLS with " + where + " failed: " + bad);
+    if (!tls) {
+      // Nothing past the Hello goes to a peer that has not proven the secret.
+      if (!mac_equal(challenge->mac,
+                     accept_mac(creds.secret, hello.client_nonce, challenge->server_nonce, hello)))
+        throw NetworkError(where + " failed to prove the job secret (wrong job secret or job id?)");
+      // The Proof, and this end's data may follow at once: the acceptor
+      // takes nothing past the Proof until it has checked it.
+      const auto proof_bytes =
+          encode(Proof{hello_mac(creds.secret, challenge->server_nonce, hello)});
+      auto [pec, pn] = co_await before(deadline, stream.write(asio::buffer(proof_bytes)),
+                                       "timed out sending the proof to " + where);
+      if (pec) throw NetworkError("handshake with " + where + " failed: " + pec.message());
+      set_stream_options(stream.socket());
+      co_return stream;
     }
-    hello.job_id = creds.job_id;
-    hello.client_nonce = random_nonce();
+    // TLS: the gate's proof in plaintext, so the acceptor spends nothing on
+    // TLS for connections that cannot prove the secret; the certificate
+    // proves the acceptor, and its Accept inside TLS the secret.
+    const auto gate_proof =
+        encode(Proof{tls_gate_mac(creds.secret, challenge->server_nonce, gate)});
+    auto [gwec, gwn] = co_await before(deadline, stream.write(asio::buffer(gate_proof)),
+                                       "timed out sending the TLS gate to " + where);
+    if (gwec) throw NetworkError("handshake with " + where + " failed: " + gwec.message());
+    const auto tec = co_await before(deadline, stream.start_tls(*tls->ctx, false),
+                                     "timed out in the TLS handshake with " + where);
+    if (tec) throw NetworkError("TLS with " + where + " failed: " + stream.tls_failure(tec));
+    if (const std::string bad = stream.check_peer_name(tls->node); !bad.empty())
+      throw NetworkError("TLS with " + where + " failed: " + bad);
     hello.mac = hello_mac(creds.secret, challenge->server_nonce, hello);
-    const auto hello_bytes = encode(hello);
+    const auto signed_hello = encode(hello);
     std::array<std::uint8_t, kAcceptBytes> accept_bytes{};
-    auto [wec, wn] = co_await before(deadline, stream.write(asio::buffer(hello_bytes)),
+    auto [wec, wn] = co_await before(deadline, stream.write(asio::buffer(signed_hello)),
                                      "timed out sending hello to " + where);
     if (!wec) {
       auto [aec, an] = co_await before(deadline, stream.read(asio::buffer(accept_bytes)),
                                        "timed out waiting for " + where + " to accept");
       wec = aec;
     }
-    if (wec && tls && wec != asio::error::eof)
+    if (wec && wec != asio::error::eof)
       // TLS 1.3 clients finish their handshake before the server has checked
       // their certificate: a rejection arrives as an alert here.
       throw NetworkError("TLS with " + where + " failed: " + stream.tls_failure(wec));
     if (wec)
       throw NetworkError(where + " refused the handshake (" + wec.message() +
-                         (tls ? "): wrong job secret or job id, or this node's certificate does "
-                                "not name node " +
-                                    tls->ctx->node() + "?"
-                              : "): wrong job secret or job id?"));
+                         "): wrong job secret or job id, or this node's certificate does "
+                         "not name node " +
+                         tls->ctx->node() + "?");
     auto accept = decode_accept(accept_bytes, why);
     if (!accept || !mac_equal(accept->mac, accept_mac(creds.secret, hello.client_nonce,
                                                       challenge->server_nonce, hello)))

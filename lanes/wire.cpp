@@ -107,6 +107,7 @@ std::array<std::uint8_t, kChallengeBytes> encode(const Challenge& c) {
   w.u16(kProtocolVersion);
   w.u16(0);
   w.bytes(c.server_nonce);
+  w.bytes(c.mac);
   return out;
 }
 
@@ -164,6 +165,7 @@ std::optional<Challenge> decode_challenge(std::span<const std::uint8_t> bytes, s
   if (!check_preamble(r, why)) return std::nullopt;
   Challenge c;
   r.bytes(c.server_nonce);
+  r.bytes(c.mac);
   return c;
 }
 

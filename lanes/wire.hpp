@@ -2,32 +2,46 @@
 // handshake and the data frame header, all integers in network byte order.
 // Fuzzed by tests/fuzz; every decoder rejects what it cannot trust.
 //
+// The connector speaks first, so that its data can follow its proof at once:
+// one round trip after TCP's, where the acceptor's challenge first took one
+// and its Accept another (70 ms before the first byte of data across a WAN
+// of 10 ms each way, now 50 ms).
+//
 //   acceptor                                connector
-//      ── Challenge{magic, version, server_nonce} ──►
-//      ◄── Hello{magic, version, job, rank, to_rank, lanes, stream, client_nonce, mac} ──
-//            mac = HMAC-SHA256(secret, "hello" | server_nonce | client_nonce | fields)
-//      ── Accept{mac'} ──►
-//            mac' = HMAC-SHA256(secret, "accept" | client_nonce | server_nonce | fields)
-//   then frames: FrameHeader{kind, seq, offset, length} followed by `length` bytes.
+//      ◄── Hello{magic, version, job, rank, to_rank, lanes, stream, client_nonce, mac = 0} ──
+//      ── Challenge{magic, version, server_nonce, mac} ──►
+//            mac = HMAC-SHA256(secret, "gridbcast-accept" | client_nonce | server_nonce | Hello)
+//      ◄── Proof{mac'} ── then frames at once
+//            mac' = HMAC-SHA256(secret, "gridbcast-hello" | server_nonce | Hello)
+//   (Hello: the Hello as sent, its mac zero)
+//   frames: FrameHeader{kind, seq, offset, length} followed by `length` bytes.
 //
-// Fresh nonces on both sides make a recorded handshake useless on a new
-// connection; the job id keeps two jobs sharing a secret apart. Both MACs
-// cover both ends' identities (job, source rank, destination rank, lanes,
-// stream), so neither message can be taken for another link's.
+// The acceptor proves the secret first, so the connector sends nothing past
+// its Hello to a peer that cannot; the acceptor takes nothing past the Proof
+// until it has checked it. Fresh nonces on both sides make a recorded
+// handshake useless on a new connection; the job id keeps two jobs sharing a
+// secret apart. Both MACs cover both ends' identities (job, source rank,
+// destination rank, lanes, stream), so neither message can be taken for
+// another link's, and their labels differ, so the acceptor's proof, which it
+// gives anyone who sends a Hello, is never a connector's.
 //
-// Version 2 added to_rank to the Hello and the Hello's fields to the Accept MAC.
+// Version 2 added to_rank to the Hello and the Hello's fields to the Accept
+// MAC; version 3 made the connector speak first (the acceptor's proof moved
+// into the Challenge, the connector's out of the Hello into the Proof).
 //
 // On a TLS link the connector proves the job secret before the TLS handshake,
-// in plaintext, so that a stranger costs the acceptor one HMAC and a few
-// bytes, never a TLS first flight (ECDHE and a signature) on the rank's I/O
-// thread:
-//      ── Challenge{server_nonce} ──►
-//      ◄── TlsGate{magic "GBT1", version, job, gate_nonce, mac} ──
+// in plaintext, so that a stranger costs the acceptor an HMAC or two and a
+// few bytes, never a TLS first flight (ECDHE and a signature) on the rank's
+// I/O thread:
+//      ◄── TlsGate{magic "GBT1", version, job, gate_nonce, mac = 0} ──
+//      ── Challenge{server_nonce, mac = 0} ──►   (the certificate proves the acceptor)
+//      ◄── Proof{mac} ──
 //            mac = HMAC-SHA256(secret, "gridbcast-tls-gate" | server_nonce | gate_nonce | job)
-//      ◄── TLS 1.3 handshake ──►   then Hello and Accept inside TLS, as above
+//      ◄── TLS 1.3 handshake ──►   then, inside TLS, the Hello with its MAC
+//            (mac' above) and the acceptor's Accept{mac} (the Challenge's mac above)
 // The server's fresh nonce makes a gate recorded on one connection useless on
 // the next. A connection whose first bytes are a TLS record, not a gate, is
-// refused before any TLS work. Plain links are unchanged.
+// refused before any TLS work.
 #pragma once
 
 #include <array>
@@ -40,7 +54,7 @@
 namespace gridbcast::lanes {
 
 inline constexpr std::uint32_t kMagic = 0x47424331;  // "GBC1"
-inline constexpr std::uint16_t kProtocolVersion = 2;
+inline constexpr std::uint16_t kProtocolVersion = 3;
 inline constexpr size_t kNonceBytes = 32;
 inline constexpr size_t kMacBytes = 32;
 // A single write never exceeds this (Linux caps one write near 2^31 anyway).
@@ -59,6 +73,7 @@ using Mac = std::array<std::uint8_t, kMacBytes>;
 
 struct Challenge {
   Nonce server_nonce{};
+  Mac mac{};  // the acceptor's proof: accept_mac over the Hello (zero after a TlsGate)
 };
 
 struct Hello {
@@ -72,12 +87,15 @@ struct Hello {
   Mac mac{};
 };
 
+// A MAC after the magic: the connector's Proof (after a Challenge), and
+// inside TLS the acceptor's Accept.
 struct Accept {
   Mac mac{};
 };
+using Proof = Accept;
 
 inline constexpr std::uint32_t kTlsGateMagic = 0x47425431;  // "GBT1"
-inline constexpr std::uint16_t kTlsGateVersion = 1;
+inline constexpr std::uint16_t kTlsGateVersion = 2;
 
 struct TlsGate {
   std::uint64_t job_id = 0;
@@ -110,9 +128,9 @@ struct FrameHeader {
   std::uint64_t length = 0;  // payload bytes that follow
 };
 
-inline constexpr size_t kChallengeBytes = 4 + 2 + 2 + kNonceBytes;
+inline constexpr size_t kChallengeBytes = 4 + 2 + 2 + kNonceBytes + kMacBytes;
 inline constexpr size_t kHelloBytes = 4 + 2 + 2 + 8 + 4 + 4 + 1 + 1 + 2 + kNonceBytes + kMacBytes;
-inline constexpr size_t kAcceptBytes = 4 + kMacBytes;
+inline constexpr size_t kAcceptBytes = 4 + kMacBytes;  // also a Proof's
 inline constexpr size_t kTlsGateBytes = 4 + 2 + 2 + 8 + kNonceBytes + kMacBytes;
 inline constexpr size_t kFrameHeaderBytes = 4 + 4 + 8 + 8 + 8;
 

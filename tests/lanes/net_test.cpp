@@ -72,9 +72,18 @@ TEST(Handshake, RightSecretIsAccepted) {
 
 TEST(Handshake, WrongSecretIsRejectedOnBothSides) {
   Server s(creds(7, "secret"));
-  EXPECT_THROW(run(s.io, connect(s, creds(7, "guess"), 3)), NetworkError);
+  // The server proves the secret first: a client with another refuses it and
+  // goes, without proving anything itself.
+  try {
+    run(s.io, connect(s, creds(7, "guess"), 3));
+    FAIL() << "connected with the wrong secret";
+  } catch (const NetworkError& e) {
+    EXPECT_NE(std::string(e.what()).find("failed to prove the job secret"), std::string::npos)
+        << e.what();
+  }
   while (s.rejected.empty()) s.io.run_one();
-  EXPECT_NE(s.rejected[0].find("wrong job secret"), std::string::npos) << s.rejected[0];
+  EXPECT_NE(s.rejected[0].find("before proving the job secret"), std::string::npos)
+      << s.rejected[0];
   EXPECT_TRUE(s.accepted.empty());
   EXPECT_EQ(s.listener->rejected(), 1u);
 }
@@ -99,54 +108,224 @@ TEST(Handshake, GarbageIsRejectedAndTheListenerKeepsServing) {
   EXPECT_EQ(run(s.io, connect(s, creds(7, "secret"), 1)), 1);
 }
 
+// A raw client on its own socket, for the attacks below: sends `hello` (its
+// MAC zero, as a connector's first message), reads the Challenge, and sends
+// what `proof_for` makes of it (nothing when it returns nullopt). Returns the
+// Challenge, or nullopt when the server closed instead.
+struct RawClient {
+  asio::io_context io;
+  tcp::socket raw{io};
+  std::optional<Challenge> open(std::uint16_t port, const Hello& hello) {
+    raw.connect(make_endpoint("127.0.0.1", port));
+    Hello h = hello;
+    h.mac = Mac{};
+    asio::write(raw, asio::buffer(encode(h)));
+    std::array<std::uint8_t, kChallengeBytes> bytes{};
+    asio::error_code ec;
+    asio::read(raw, asio::buffer(bytes), ec);
+    if (ec) return std::nullopt;
+    std::string why;
+    auto c = decode_challenge(bytes, why);
+    if (!c) ADD_FAILURE() << "challenge: " << why;
+    return c;
+  }
+  void prove(const Mac& mac) { asio::write(raw, asio::buffer(encode(Proof{mac}))); }
+  // Whether the server closed the connection (as it does when it refuses).
+  bool closed_by_server() {
+    std::array<std::uint8_t, 1> b{};
+    asio::error_code ec;
+    asio::read(raw, asio::buffer(b), ec);
+    return ec == asio::error::eof || ec == asio::error::connection_reset;
+  }
+};
+
+Hello raw_hello(std::uint32_t rank) {
+  Hello h;
+  h.job_id = 7;
+  h.rank = rank;
+  h.client_nonce.fill(0x5a);
+  return h;
+}
+
 // A recorded handshake replayed on a new connection is refused: the client's
-// MAC covers the server's nonce, which is fresh for every connection. The
+// proof covers the server's nonce, which is fresh for every connection. The
 // recording is made by a raw client that holds the secret, over a real socket,
 // and is accepted there first, so the bytes replayed are known to be valid.
-TEST(Handshake, ARecordedHelloReplayedOnANewConnectionIsRejected) {
+TEST(Handshake, ARecordedProofReplayedOnANewConnectionIsRejected) {
   Server s(creds(7, "secret"));
   const auto secret = creds(7, "secret").secret;
-  std::array<std::uint8_t, kHelloBytes> recorded{};
-  // One raw connection: reads the Challenge, sends `recorded` (made now for
-  // this connection's nonce when `record`), and says whether an Accept came back.
-  auto raw_client = [&](bool record) {
-    asio::io_context io;
-    tcp::socket raw(io);
-    raw.connect(make_endpoint("127.0.0.1", s.listener->port()));
-    std::array<std::uint8_t, kChallengeBytes> challenge_bytes{};
-    asio::read(raw, asio::buffer(challenge_bytes));
-    std::string why;
-    const auto challenge = decode_challenge(challenge_bytes, why);
-    if (!challenge) ADD_FAILURE() << "challenge: " << why;
-    if (record && challenge) {
-      Hello h;
-      h.job_id = 7;
-      h.rank = 2;
-      h.client_nonce.fill(0x5a);
-      h.mac = hello_mac(secret, challenge->server_nonce, h);
-      recorded = encode(h);
-    }
-    asio::write(raw, asio::buffer(recorded));
-    std::array<std::uint8_t, kAcceptBytes> accept{};
-    asio::error_code ec;
-    asio::read(raw, asio::buffer(accept), ec);
-    return !ec && decode_accept(accept, why).has_value();
-  };
   auto guard = asio::make_work_guard(s.io);
   std::thread server([&] { s.io.run(); });
-  const bool original = raw_client(true);
-  const bool replay = raw_client(false);
-  // The server has judged both once the replay's connection is closed; let it
-  // finish its callbacks, then stop.
+  Mac recorded{};
+  bool replay_closed = false;
+  // Held open: the server keeps an accepted connection.
+  RawClient original;
+  {
+    const auto challenge = original.open(s.listener->port(), raw_hello(2));
+    ASSERT_TRUE(challenge);
+    recorded = hello_mac(secret, challenge->server_nonce, raw_hello(2));
+    original.prove(recorded);
+  }
+  {
+    RawClient c;
+    const auto challenge = c.open(s.listener->port(), raw_hello(2));
+    ASSERT_TRUE(challenge);
+    c.prove(recorded);
+    replay_closed = c.closed_by_server();
+  }
+  // The server has judged both once the replay's connection is closed (the
+  // original's proof was there before the replay's connection began).
   guard.reset();
   s.io.stop();
   server.join();
-  EXPECT_TRUE(original) << "the recorded handshake was not valid to begin with";
-  EXPECT_FALSE(replay) << "a replayed Hello was accepted";
+  EXPECT_TRUE(replay_closed) << "a replayed proof was accepted";
   ASSERT_EQ(s.accepted.size(), 1u);
   ASSERT_EQ(s.rejected.size(), 1u);
   EXPECT_NE(s.rejected[0].find("wrong job secret"), std::string::npos) << s.rejected[0];
   EXPECT_EQ(s.listener->rejected(), 1u);
+}
+
+// The server proves the secret to anyone who sends a Hello (it speaks
+// second, but first to prove). That proof is no client's: a stranger who
+// sends it back, or the proof of the same Hello from a second connection, is
+// refused, and nothing it sent after is taken.
+TEST(Handshake, TheServersOwnProofIsNoClientsProof) {
+  Server s(creds(7, "secret"));
+  auto guard = asio::make_work_guard(s.io);
+  std::thread server([&] { s.io.run(); });
+  bool echoed_closed = false, crossed_closed = false;
+  {
+    RawClient c;
+    const auto challenge = c.open(s.listener->port(), raw_hello(3));
+    ASSERT_TRUE(challenge);
+    c.prove(challenge->mac);
+    const std::string data(4096, 'd');  // what it would have the server take
+    asio::error_code ec;
+    asio::write(c.raw, asio::buffer(data), ec);
+    echoed_closed = c.closed_by_server();
+  }
+  {
+    // Two connections with one Hello: the second's proof (for the first's
+    // nonce as the "server nonce") is an accept MAC, not a hello MAC.
+    RawClient first, second;
+    const auto c1 = first.open(s.listener->port(), raw_hello(3));
+    ASSERT_TRUE(c1);
+    Hello h = raw_hello(3);
+    h.client_nonce = c1->server_nonce;
+    const auto c2 = second.open(s.listener->port(), h);
+    ASSERT_TRUE(c2);
+    first.prove(c2->mac);
+    crossed_closed = first.closed_by_server();
+  }
+  guard.reset();
+  s.io.stop();
+  server.join();
+  EXPECT_TRUE(echoed_closed) << "the server's own proof was taken as a client's";
+  EXPECT_TRUE(crossed_closed) << "a proof from another connection was taken";
+  EXPECT_TRUE(s.accepted.empty());
+  ASSERT_GE(s.rejected.size(), 2u);
+  EXPECT_NE(s.rejected[0].find("wrong job secret"), std::string::npos) << s.rejected[0];
+  EXPECT_NE(s.rejected[1].find("wrong job secret"), std::string::npos) << s.rejected[1];
+}
+
+// A fake server on a raw socket: reads the connector's Hello, answers with a
+// Challenge from `make`, then reads whatever else comes until the connector
+// closes. Returns what came after the Hello.
+struct FakeServer {
+  asio::io_context io;
+  tcp::acceptor acceptor{io, make_endpoint("127.0.0.1", 0)};
+  std::thread thread;
+  std::string after_hello;
+  std::optional<Hello> hello;
+  void start(std::function<Challenge(const Hello&)> make, bool read_on = true) {
+    thread = std::thread([this, make, read_on] {
+      tcp::socket s(io);
+      acceptor.accept(s);
+      std::array<std::uint8_t, kHelloBytes> bytes{};
+      asio::read(s, asio::buffer(bytes));
+      std::string why;
+      hello = decode_hello(bytes, why);
+      if (!hello) return;
+      asio::write(s, asio::buffer(encode(make(*hello))));
+      if (!read_on) {
+        // Says nothing more, and reads only the proof.
+        std::array<std::uint8_t, kAcceptBytes> proof{};
+        asio::read(s, asio::buffer(proof));
+        after_hello.assign(proof.begin(), proof.end());
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        return;
+      }
+      std::array<char, 4096> buf{};
+      asio::error_code ec;
+      for (;;) {
+        const size_t n = s.read_some(asio::buffer(buf), ec);
+        if (ec) break;
+        after_hello.append(buf.data(), n);
+      }
+    });
+  }
+  std::uint16_t port() const { return acceptor.local_endpoint().port(); }
+  ~FakeServer() {
+    if (thread.joinable()) thread.join();
+  }
+};
+
+// A server that cannot prove the secret gets the connector's Hello and
+// nothing else: no proof, no data.
+TEST(Handshake, AServerThatCannotProveTheSecretGetsNothingPastTheHello) {
+  FakeServer fake;
+  fake.start([](const Hello& h) {
+    return Challenge{random_nonce(),
+                     accept_mac(creds(7, "guess").secret, h.client_nonce, random_nonce(), h)};
+  });
+  asio::io_context io;
+  try {
+    run(io, [&]() -> asio::awaitable<bool> {
+      auto stream = co_await connect_authenticated(
+          "127.0.0.1", make_endpoint("127.0.0.1", fake.port()), raw_hello(1), creds(7, "secret"),
+          Clock::now() + std::chrono::seconds(5), "rank 4 (n4)");
+      co_return stream.is_open();
+    }());
+    FAIL() << "connected to a server without the secret";
+  } catch (const NetworkError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("rank 4 (n4)"), std::string::npos) << what;
+    EXPECT_NE(what.find("failed to prove the job secret"), std::string::npos) << what;
+  }
+  fake.thread.join();
+  ASSERT_TRUE(fake.hello);
+  EXPECT_EQ(fake.hello->mac, Mac{}) << "the Hello carried a proof before the server's";
+  EXPECT_EQ(fake.after_hello.size(), 0u) << "the connector sent past its Hello";
+}
+
+// The connector's data follows its proof at once: a server that proves the
+// secret and then says nothing more still gets a connection, one round trip
+// after TCP's, and the proof it reads is valid for its nonce.
+TEST(Handshake, TheConnectorIsDoneOneRoundTripAfterTcps) {
+  const auto secret = creds(7, "secret").secret;
+  const Nonce nonce = random_nonce();
+  FakeServer fake;
+  fake.start(
+      [&](const Hello& h) {
+        return Challenge{nonce, accept_mac(secret, h.client_nonce, nonce, h)};
+      },
+      false);
+  asio::io_context io;
+  const bool open = run(io, [&]() -> asio::awaitable<bool> {
+    auto stream = co_await connect_authenticated(
+        "127.0.0.1", make_endpoint("127.0.0.1", fake.port()), raw_hello(1), creds(7, "secret"),
+        Clock::now() + std::chrono::seconds(5), "n4");
+    co_return stream.is_open();
+  }());
+  EXPECT_TRUE(open);
+  fake.thread.join();
+  ASSERT_TRUE(fake.hello);
+  ASSERT_EQ(fake.after_hello.size(), kAcceptBytes);
+  std::string why;
+  const auto proof = decode_accept(
+      std::span(reinterpret_cast<const std::uint8_t*>(fake.after_hello.data()), kAcceptBytes), why);
+  ASSERT_TRUE(proof) << why;
+  EXPECT_TRUE(mac_equal(proof->mac, hello_mac(secret, nonce, *fake.hello)));
 }
 
 TEST(Connect, RefusedUntilTheDeadlineNamesThePeer) {
@@ -222,6 +401,9 @@ TEST(Connect, BothEndsCarryKeepAliveAndAUserTimeout) {
                                int_option(sock, IPPROTO_TCP, TCP_USER_TIMEOUT)};
   };
   EXPECT_EQ(run(s.io, op()), (std::vector<int>{1, 10, 3, 30'000}));
+  // The connector is done once its proof is sent; the server, once it read it.
+  for (int i = 0; i < 100 && s.streams.empty(); ++i)
+    s.io.run_one_for(std::chrono::milliseconds(50));
   ASSERT_FALSE(s.streams.empty());
   auto& server_side = s.streams.front().socket();
   EXPECT_EQ(int_option(server_side, SOL_SOCKET, SO_KEEPALIVE), 1);

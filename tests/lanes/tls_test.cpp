@@ -141,18 +141,38 @@ bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
-// The TLS gate a rank sends before its TLS handshake, for the server's
-// challenge, with `c`'s secret and job.
-std::array<std::uint8_t, kTlsGateBytes> gate_for(
-    const std::array<std::uint8_t, kChallengeBytes>& challenge_bytes, const Credentials& c) {
-  std::string why;
-  const auto challenge = decode_challenge(challenge_bytes, why);
-  EXPECT_TRUE(challenge) << why;
+// What a raw client sent of its TLS gate: the gate, and its proof once the
+// server's Challenge came (answered).
+struct GateSent {
+  std::array<std::uint8_t, kTlsGateBytes> gate{};
+  std::array<std::uint8_t, kAcceptBytes> proof{};
+  bool answered = false;
+};
+
+// A raw client's TLS gate on `raw`, as a rank sends it before its TLS
+// handshake: the gate (job `c.job_id`), the server's Challenge, then the
+// proof with `c`'s secret; or the bytes of `replay` instead of both.
+asio::awaitable<GateSent> send_gate(tcp::socket& raw, const Credentials& c,
+                                    const GateSent* replay = nullptr) {
+  GateSent out;
   TlsGate g;
   g.job_id = c.job_id;
   g.gate_nonce = random_nonce();
-  g.mac = tls_gate_mac(c.secret, challenge ? challenge->server_nonce : Nonce{}, g);
-  return encode(g);
+  out.gate = replay ? replay->gate : encode(g);
+  co_await asio::async_write(raw, asio::buffer(out.gate), asio::use_awaitable);
+  std::array<std::uint8_t, kChallengeBytes> bytes{};
+  auto [ec, n] = co_await asio::async_read(raw, asio::buffer(bytes), kAsTuple);
+  if (ec) co_return out;  // refused at the gate
+  out.answered = true;
+  std::string why;
+  const auto challenge = decode_challenge(bytes, why);
+  EXPECT_TRUE(challenge) << why;
+  out.proof =
+      replay
+          ? replay->proof
+          : encode(Proof{tls_gate_mac(c.secret, challenge ? challenge->server_nonce : Nonce{}, g)});
+  co_await asio::async_write(raw, asio::buffer(out.proof), asio::use_awaitable);
+  co_return out;
 }
 
 using testing::client_hello;
@@ -378,10 +398,7 @@ TEST(Tls, Tls12OnlyClientIsRejected) {
   asio::ssl::stream<tcp::socket> tls(s.io, ctx);
   const auto ec = run(s.io, [&]() -> asio::awaitable<asio::error_code> {
     co_await tls.next_layer().async_connect(s.endpoint(), asio::use_awaitable);
-    std::array<std::uint8_t, kChallengeBytes> challenge{};
-    co_await asio::async_read(tls.next_layer(), asio::buffer(challenge), asio::use_awaitable);
-    co_await asio::async_write(tls.next_layer(), asio::buffer(gate_for(challenge, creds())),
-                               asio::use_awaitable);
+    co_await send_gate(tls.next_layer(), creds());
     auto [hec] = co_await tls.async_handshake(asio::ssl::stream_base::client, kAsTuple);
     co_return hec;
   }());
@@ -398,10 +415,7 @@ TEST(Tls, AClientThatStallsInTheTlsHandshakeIsDroppedAtTheDeadline) {
   const auto start = Clock::now();
   run(s.io, [&]() -> asio::awaitable<int> {
     co_await raw.async_connect(s.endpoint(), asio::use_awaitable);
-    std::array<std::uint8_t, kChallengeBytes> challenge{};
-    co_await asio::async_read(raw, asio::buffer(challenge), asio::use_awaitable);
-    co_await asio::async_write(raw, asio::buffer(gate_for(challenge, creds())),
-                               asio::use_awaitable);
+    co_await send_gate(raw, creds());
     // The start of a TLS record header, then silence.
     const std::array<std::uint8_t, 3> partial{kTlsHandshakeRecord, 0x03, 0x01};
     co_await asio::async_write(raw, asio::buffer(partial), asio::use_awaitable);
@@ -461,25 +475,20 @@ TEST(Tls, AStrangersClientHelloIsRefusedBeforeAnyTlsWork) {
 TEST(Tls, AGateWithoutTheSecretOrReplayedIsRefusedBeforeTls) {
   Server s(pki().good);
   std::list<tcp::socket> open;  // kept open: a closed one is refused for closing
-  const auto send_gate = [&](const std::function<std::array<std::uint8_t, kTlsGateBytes>(
-                                 const std::array<std::uint8_t, kChallengeBytes>&)>& make) {
+  // The gate's, then its proof's: refused at the first for another job.
+  const auto gate = [&](const Credentials& c, const GateSent* replay = nullptr) {
     tcp::socket& raw = open.emplace_back(s.io);
-    std::array<std::uint8_t, kTlsGateBytes> sent{};
-    run(s.io, [&]() -> asio::awaitable<int> {
+    return run(s.io, [&]() -> asio::awaitable<GateSent> {
       co_await raw.async_connect(s.endpoint(), asio::use_awaitable);
-      std::array<std::uint8_t, kChallengeBytes> challenge{};
-      co_await asio::async_read(raw, asio::buffer(challenge), asio::use_awaitable);
-      sent = make(challenge);
-      co_await asio::async_write(raw, asio::buffer(sent), asio::use_awaitable);
-      co_return 0;
+      co_return co_await send_gate(raw, c, replay);
     }());
-    return sent;
   };
-  send_gate([](const auto& c) { return gate_for(c, {7, std::vector<std::uint8_t>(32, 0x11)}); });
-  send_gate([](const auto& c) { return gate_for(c, {8, creds().secret}); });
-  const auto recorded = send_gate([](const auto& c) { return gate_for(c, creds()); });
+  EXPECT_TRUE(gate({7, std::vector<std::uint8_t>(32, 0x11)}).answered);
+  EXPECT_FALSE(gate({8, creds().secret}).answered);
+  const GateSent recorded = gate(creds());
+  EXPECT_TRUE(recorded.answered);
   s.settle(2);
-  send_gate([&](const auto&) { return recorded; });
+  EXPECT_TRUE(gate(creds(), &recorded).answered);
   s.settle(3);
   // The recorded gate was good on its own connection: that one waits in TLS
   // (no ClientHello comes) and is not counted as a stranger.

@@ -48,6 +48,19 @@ TEST(Wire, DecodersRejectWrongMagicVersionAndSize) {
   EXPECT_FALSE(decode_challenge(std::span(bytes).first(10), why).has_value());
 }
 
+// Version 3's Challenge carries the acceptor's proof whole.
+TEST(Wire, TheChallengeCarriesItsNonceAndTheAcceptorsProof) {
+  Challenge c{random_nonce(), {}};
+  c.mac.fill(0xa7);
+  c.mac.back() = 0x01;
+  std::string why;
+  const auto back = decode_challenge(encode(c), why);
+  ASSERT_TRUE(back) << why;
+  EXPECT_EQ(back->server_nonce, c.server_nonce);
+  EXPECT_EQ(back->mac, c.mac);
+  EXPECT_EQ(kChallengeBytes, 4u + 2 + 2 + kNonceBytes + kMacBytes);
+}
+
 TEST(Wire, FrameHeaderCarries64BitOffsetsAndRejectsHugeLengths) {
   FrameHeader f{FrameKind::kData, 3, (1ull << 40) + 5, 4096};
   const auto bytes = encode(f);
