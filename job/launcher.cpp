@@ -1104,6 +1104,19 @@ LaunchResult Launcher::run() {
     result.failure = e.what();
     return std::move(result);
   }
+  // Only ranks of this job on the control lane: anything else is refused
+  // before the listener proves the secret (lanes/wire.hpp), so it answers no
+  // data lane's Hello that an impostor at a rank's address passes on.
+  listener->check_peers([p = p_](const lanes::Hello& h) {
+    lanes::PeerPolicy policy;
+    if (h.lane_from != lanes::kControlLane || h.lane_to != lanes::kControlLane)
+      policy.refuse = "it names lanes " + std::to_string(h.lane_from) + " and " +
+                      std::to_string(h.lane_to) + ", not the control lane";
+    else if (h.rank >= static_cast<std::uint32_t>(p))
+      policy.refuse = "rank " + std::to_string(h.rank) + " is outside the job of " +
+                      std::to_string(p) + " ranks";
+    return policy;
+  });
   const control::Config config{o_.grid.name, o_.yaml_text, o_.params};
   // Refusals cost a counter and a bounded log, whoever sends them.
   lanes::RejectionLog rejections("gridbcast launch", [this](const std::string& line) {

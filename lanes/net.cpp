@@ -145,12 +145,17 @@ void Listener::close() {
 }
 
 void Listener::evict_oldest() {
-  for (auto& p : pending_) {
-    if (p.evicted || p.authenticated) continue;
-    p.evicted = true;
-    --live_pending_;
-    p.stream->close();  // its pending operation completes with operation_aborted
-    return;
+  // First those this end has not answered; a connection it answered may be a
+  // connector whose data follows its proof (lanes/wire.hpp), and it is done
+  // within a round trip.
+  for (const bool answered : {false, true}) {
+    for (auto& p : pending_) {
+      if (p.evicted || p.authenticated || p.answered != answered) continue;
+      p.evicted = true;
+      --live_pending_;
+      p.stream->close();  // its pending operation completes with operation_aborted
+      return;
+    }
   }
 }
 
@@ -270,8 +275,10 @@ asio::awaitable<void> Listener::authenticate(Stream& stream, const std::string& 
   // gate that proves the job secret before any TLS work (lanes/wire.hpp). A
   // TLS record here is a client that skipped the gate: refused before a byte
   // of TLS is computed, so strangers cost this thread an HMAC or two at most.
-  const std::string no_hello =
-      who + ": no hello within " + std::to_string(kHandshakeTimeout.count()) + " s";
+  const std::string no_hello = who + ": no hello within " +
+                               std::to_string(kHandshakeTimeout.count()) +
+                               " s (a rank of protocol 2 or older waits for the acceptor to speak "
+                               "first: every rank must run the same version)";
   auto [mec, mn] =
       co_await before(deadline, stream.read(asio::buffer(hello_bytes.data(), 4)), no_hello);
   if (mec) throw NetworkError(who + " rejected: " + mec.message() + " before a complete hello");
@@ -328,6 +335,7 @@ asio::awaitable<void> Listener::authenticate(Stream& stream, const std::string& 
     if (gate->job_id != creds_.job_id)
       throw NetworkError(who + " rejected: its TLS gate belongs to another job");
     // The certificate proves this end; the gate's proof comes before TLS.
+    me.answered = true;
     const Mac proof =
         co_await challenge_for_proof(stream, Challenge{server_nonce, Mac{}}, deadline, who);
     if (!mac_equal(proof, tls_gate_mac(creds_.secret, server_nonce, *gate)))
@@ -366,10 +374,12 @@ asio::awaitable<void> Listener::authenticate(Stream& stream, const std::string& 
     if (hello->job_id != creds_.job_id)
       throw NetworkError(who + " rejected: it belongs to another job");
     // A link this end does not have is refused before it proves anything
-    // (the claims are not trusted: refusing on them gives nothing away).
+    // (the claims are not trusted, only refused on: whoever holds the job id
+    // learns which links a rank has, not the secret).
     claimed = judge(*hello);
     // This end proves the secret first, over the Hello as it came; the
     // connector's proof covers the same Hello and this end's fresh nonce.
+    me.answered = true;
     const Mac proof = co_await challenge_for_proof(
         stream,
         Challenge{server_nonce,
@@ -461,7 +471,7 @@ asio::awaitable<Stream> connect_authenticated(const std::string& local_address,
       // Nothing past the Hello goes to a peer that has not proven the secret.
       if (!mac_equal(challenge->mac,
                      accept_mac(creds.secret, hello.client_nonce, challenge->server_nonce, hello)))
-        throw NetworkError(where + " failed to prove the job secret (wrong job secret or job id?)");
+        throw NetworkError(where + " failed to prove the job secret (wrong job secret?)");
       // The Proof, and this end's data may follow at once: the acceptor
       // takes nothing past the Proof until it has checked it.
       const auto proof_bytes =
@@ -478,7 +488,7 @@ asio::awaitable<Stream> connect_authenticated(const std::string& local_address,
     const auto gate_proof =
         encode(Proof{tls_gate_mac(creds.secret, challenge->server_nonce, gate)});
     auto [gwec, gwn] = co_await before(deadline, stream.write(asio::buffer(gate_proof)),
-                                       "timed out sending the TLS gate to " + where);
+                                       "timed out sending the TLS gate's proof to " + where);
     if (gwec) throw NetworkError("handshake with " + where + " failed: " + gwec.message());
     const auto tec = co_await before(deadline, stream.start_tls(*tls->ctx, false),
                                      "timed out in the TLS handshake with " + where);

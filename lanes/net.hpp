@@ -61,13 +61,18 @@ tcp::endpoint make_endpoint(const std::string& address, std::uint16_t port);
 inline constexpr std::chrono::seconds kHandshakeTimeout{10};
 
 // Connections that have not finished the handshake, per listener (as OpenSSH's
-// MaxStartups): beyond this the oldest is dropped, so strangers cannot hold a
-// rank's descriptors. A genuine peer's handshake takes a few round trips, so
-// it is dropped only if this many strangers arrive within that time.
+// MaxStartups): beyond this one is dropped, so strangers cannot hold a rank's
+// descriptors: the oldest that has not sent a Hello, else the oldest of those
+// this end has answered. A genuine peer sends its Hello with TCP's last ACK
+// and its proof one round trip later; once answered it may send its data
+// right behind its proof, so it goes only if this many connections that each
+// sent a Hello of this job arrive within that round trip.
 inline constexpr size_t kMaxUnauthenticated = 64;
 
-// What a server expects of a client that proved the job secret, decided from
-// the listener's own view of its links (the Hello's ranks range-checked
+// What a server expects of a client, decided from the listener's own view of
+// its links (on a plain link before either end proves the secret, so a link
+// this end does not have is refused before it proves anything; on a TLS link
+// after the secret and the certificate) (the Hello's ranks range-checked
 // against the grid, its lanes and stream against this listener), never from
 // an unchecked claim: whether the connection can be a link here at all, TLS
 // or plain TCP, and with TLS the node name its certificate must carry. So a
@@ -90,12 +95,16 @@ inline constexpr std::uint8_t kTlsHandshakeRecord = 0x16;
 // are handed to the callback with the peer's Hello; anything else is closed,
 // logged and counted.
 //
-// Every connection starts with the plaintext Challenge (a nonce, no secret).
-// A client on a tls: true link then starts TLS (the listener tells by the first
-// byte it sends) and sends its Hello inside it; the listener checks the secret,
-// then the policy for the claimed rank, then the certificate's name:
+// The connector speaks first (lanes/wire.hpp): a plain Hello, which the
+// listener judges by the policy, answers with its Challenge (its nonce and its
+// proof of the secret) and takes the connector's Proof; or on a tls: true link
+// a TLS gate (the listener tells by the first four bytes), whose proof comes
+// before TLS, then the Hello inside TLS; the listener checks the secret, then
+// the policy for the claimed rank, then the certificate's name:
 //
-//   acceptor ── Challenge ──► connector
+//   acceptor ◄── TlsGate ── connector
+//            ── Challenge ──►
+//            ◄── Proof (of the secret, over the challenge's nonce) ──
 //            ◄═ TLS 1.3 handshake, both certificates verified against the grid CA ═►
 //            ◄═ Hello (MAC over the challenge's nonce) ═    name == policy(rank).node?
 //            ═ Accept ═►
@@ -126,10 +135,13 @@ class Listener : public std::enable_shared_from_this<Listener> {
   size_t unauthenticated() const { return live_pending_; }
 
  private:
-  // A connection in its handshake; `evicted` once the cap dropped it.
+  // A connection in its handshake; `evicted` once the cap dropped it;
+  // `answered` once this end sent its Challenge (a plain connector may send
+  // its data right behind its proof, so these go last).
   struct Pending {
     Stream* stream = nullptr;
     bool evicted = false;
+    bool answered = false;
     bool authenticated = false;
   };
 
@@ -163,8 +175,11 @@ struct TlsPeer {
 // Connects from `local_address` (the lane's NIC; port chosen by the kernel) to
 // the peer, with `congestion` as its TCP congestion control (empty: the host's
 // default), retrying refused connections until `deadline`, then (with `tls`)
-// runs the TLS handshake and checks the server's certificate name, then proves
-// the job secret and checks the peer's proof. Throws NetworkError naming
+// sends its Hello (or with `tls` its TLS gate), checks the acceptor's proof of
+// the job secret in its Challenge (with `tls`: proves the secret, runs the TLS
+// handshake, checks the server's certificate name, then sends the Hello and
+// checks the acceptor's Accept), and returns once its own proof is sent: the
+// caller's data may follow at once. Throws NetworkError naming
 // `peer_name` and the reason. Never falls back to plain TCP.
 asio::awaitable<Stream> connect_authenticated(const std::string& local_address,
                                               const tcp::endpoint& remote, Hello hello,

@@ -72,7 +72,8 @@ LanePorts Transport::listen() {
       l->check_peers(policy);
     l->start(
         [this](lanes::Stream s, const lanes::Hello& h) {
-          // The policy checked rank, lanes and stream before the Accept.
+          // The policy checked rank, lanes and stream before the handshake
+          // went on (lanes/net.hpp, PeerPolicy).
           const LinkKey key{static_cast<int>(h.rank), h.lane_from, h.lane_to, h.stream};
           if (h.stream == kMessageStream && on_message_) {
             on_message_(key.peer, std::make_unique<lanes::Stream>(std::move(s)));

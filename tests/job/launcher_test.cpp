@@ -122,7 +122,8 @@ TEST(Launcher, HostileControlClientsWithTheSecretAreRefusedWithoutACrash) {
   // Ranks outside the job: 2^31 crashed the old launcher (a signed index), and
   // 2^32-1 is -1 as an int.
   // The handshake's decoder refuses the first two (wire protocol 2); the
-  // launcher refuses 8 after it, against the job's size.
+  // launcher's policy refuses 8, against the job's size, before it proves
+  // the secret (wire protocol 3).
   for (const std::uint32_t claim : {0x80000000u, 0xffffffffu, 8u}) {
     try {
       auto s = runtime::run_until(io, connect_as(at, job, claim));
@@ -139,7 +140,7 @@ TEST(Launcher, HostileControlClientsWithTheSecretAreRefusedWithoutACrash) {
   asio::write(*s, asio::buffer(frame));
   EXPECT_EQ(launcher.wait(30s), 1) << launcher.err();
   const std::string err = launcher.err();
-  EXPECT_NE(err.find("refused a control connection claiming rank 8 (outside the job)"),
+  EXPECT_NE(err.find("(claims rank 8 lane 255) rejected: rank 8 is outside the job of"),
             std::string::npos)
       << err;
   EXPECT_NE(err.find("FAILED: rank 0 (a1) sent a bad control message"), std::string::npos) << err;

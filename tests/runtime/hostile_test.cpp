@@ -380,7 +380,8 @@ TEST(Hostile, HalfOpenHandshakesAreCappedOldestFirstAndTheBroadcastsComplete) {
   });
   int closed = 0;
   for (auto& s : held) {
-    // The challenge (if it came), then the end of file if rank 1 dropped us.
+    // Nothing (a silent connection gets no Challenge), then the end of file
+    // if rank 1 dropped us.
     std::array<char, 256> got{};
     ssize_t n = 0;
     while ((n = ::recv(s.native_handle(), got.data(), got.size(), MSG_DONTWAIT)) > 0) {
@@ -396,7 +397,7 @@ TEST(Hostile, HalfOpenHandshakesAreCappedOldestFirstAndTheBroadcastsComplete) {
 // A rank number travels as 32 unsigned bits; a claim of 2^31 or more used to
 // become a negative int, pass the checks and be accepted. The holder of the
 // secret claiming such a rank (or one the grid does not have, or the target
-// itself) is refused before the Accept, and nothing breaks.
+// itself) is refused before the listener proves anything, and nothing breaks.
 TEST(Hostile, ClaimedRanksOutsideTheGridAreRefusedOnADataLane) {
   const auto grid = testing::make_grid({4});
   testing::Ranks ranks(grid);
