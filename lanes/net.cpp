@@ -275,12 +275,13 @@ asio::awaitable<void> Listener::authenticate(Stream& stream, const std::string& 
   // gate that proves the job secret before any TLS work (lanes/wire.hpp). A
   // TLS record here is a client that skipped the gate: refused before a byte
   // of TLS is computed, so strangers cost this thread an HMAC or two at most.
-  const std::string no_hello = who + ": no hello within " +
-                               std::to_string(kHandshakeTimeout.count()) +
-                               " s (a rank of protocol 2 or older waits for the acceptor to speak "
-                               "first: every rank must run the same version)";
-  auto [mec, mn] =
-      co_await before(deadline, stream.read(asio::buffer(hello_bytes.data(), 4)), no_hello);
+  const std::string no_hello =
+      who + ": no hello within " + std::to_string(kHandshakeTimeout.count()) + " s";
+  auto [mec, mn] = co_await before(
+      deadline, stream.read(asio::buffer(hello_bytes.data(), 4)),
+      no_hello +
+          " (a rank of protocol 2 or older says nothing either: it waits for the acceptor "
+          "to speak first, and every rank must run the same version)");
   if (mec) throw NetworkError(who + " rejected: " + mec.message() + " before a complete hello");
   const std::uint32_t magic = static_cast<std::uint32_t>(hello_bytes[0]) << 24 |
                               static_cast<std::uint32_t>(hello_bytes[1]) << 16 |

@@ -70,13 +70,14 @@ inline constexpr std::chrono::seconds kHandshakeTimeout{10};
 inline constexpr size_t kMaxUnauthenticated = 64;
 
 // What a server expects of a client, decided from the listener's own view of
-// its links (on a plain link before either end proves the secret, so a link
-// this end does not have is refused before it proves anything; on a TLS link
-// after the secret and the certificate) (the Hello's ranks range-checked
-// against the grid, its lanes and stream against this listener), never from
-// an unchecked claim: whether the connection can be a link here at all, TLS
-// or plain TCP, and with TLS the node name its certificate must carry. So a
-// certificate is bound to the rank it speaks for.
+// its links (the Hello's ranks range-checked against the grid, its lanes and
+// stream against this listener): whether the connection can be a link here
+// at all, TLS or plain TCP, and with TLS the node name its certificate must
+// carry, so a certificate is bound to the rank it speaks for. On a plain link
+// it judges the Hello before either end proves the secret: it only refuses on
+// the claims, which the connector's proof then covers, so a link this end
+// does not have is refused before this end proves anything. On a TLS link it
+// judges the Hello inside TLS, after the gate's proof and the certificates.
 struct PeerPolicy {
   bool tls = false;
   std::string node{};  // the claimed rank's node, for messages and the certificate check

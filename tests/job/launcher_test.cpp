@@ -86,12 +86,12 @@ TEST(Launcher, AShortJobSecretFromTheEnvironmentIsRefused) {
   EXPECT_NE(launcher.err().find("at least 128 are needed"), std::string::npos) << launcher.err();
 }
 
-asio::awaitable<std::unique_ptr<lanes::tcp::socket>> connect_as(const lanes::tcp::endpoint& at,
-                                                                std::uint64_t job,
-                                                                std::uint32_t rank) {
+asio::awaitable<std::unique_ptr<lanes::tcp::socket>> connect_as(
+    const lanes::tcp::endpoint& at, std::uint64_t job, std::uint32_t rank,
+    std::uint8_t lane = lanes::kControlLane) {
   lanes::Hello hello;
   hello.rank = rank;
-  hello.lane_from = hello.lane_to = lanes::kControlLane;
+  hello.lane_from = hello.lane_to = lane;
   const lanes::Credentials creds{job, runtime::from_hex(kSecretHex)};
   auto stream = co_await lanes::connect_authenticated("", at, hello, creds,
                                                       lanes::Clock::now() + 10s, "the launcher");
@@ -133,6 +133,14 @@ TEST(Launcher, HostileControlClientsWithTheSecretAreRefusedWithoutACrash) {
     }
     EXPECT_TRUE(alive(launcher.pid())) << "claim " << claim << " crashed the launcher";
   }
+  // A data lane's Hello, as an impostor at a rank's address would pass one
+  // on: refused before the launcher proves the secret (no Challenge comes).
+  try {
+    (void)runtime::run_until(io, connect_as(at, job, 1, 0));
+    ADD_FAILURE() << "the launcher answered a data lane's Hello";
+  } catch (const lanes::NetworkError& e) {
+    EXPECT_NE(std::string(e.what()).find("refused the handshake"), std::string::npos) << e.what();
+  }
   // Rank 0 for real, then a frame whose tag is wrong: the job fails naming
   // rank 0, and the launcher exits as it should, not by a signal.
   auto s = runtime::run_until(io, connect_as(at, job, 0));
@@ -140,6 +148,10 @@ TEST(Launcher, HostileControlClientsWithTheSecretAreRefusedWithoutACrash) {
   asio::write(*s, asio::buffer(frame));
   EXPECT_EQ(launcher.wait(30s), 1) << launcher.err();
   const std::string err = launcher.err();
+  EXPECT_NE(err.find("(claims rank 1 lane 0) rejected: it names lanes 0 and 0, not the control "
+                     "lane"),
+            std::string::npos)
+      << err;
   EXPECT_NE(err.find("(claims rank 8 lane 255) rejected: rank 8 is outside the job of"),
             std::string::npos)
       << err;
