@@ -266,17 +266,29 @@ asio::awaitable<void> close_window(PhaseRun& run, Arrivals& a) {
   const auto length = std::chrono::duration_cast<Clock::duration>(
       a.seconds * (topology::kProbeWindowTo - topology::kProbeWindowFrom));
   a.window_end.expires_at(std::max(a.at(topology::kProbeWindowTo), a.counted_from + length));
-  std::tie(ec) = co_await a.window_end.async_wait(lanes::kAsTuple);
-  if (ec || run.error) co_return;
   std::uint64_t bytes = 0;
-  for (auto* s : a.sockets) {
-    const auto n = received(s);
-    if (!n)
-      a.counting = false;
-    else
-      bytes += *n - a.base[s];
+  Clock::time_point now;
+  for (;;) {
+    std::tie(ec) = co_await a.window_end.async_wait(lanes::kAsTuple);
+    if (ec || run.error) co_return;
+    bytes = 0;
+    for (auto* s : a.sockets) {
+      const auto n = received(s);
+      if (!n)
+        a.counting = false;
+      else
+        bytes += *n - a.base[s];
+    }
+    now = Clock::now();
+    // A window in which nothing arrived (this rank was off the CPU all
+    // through it with its buffers full, or the senders stalled) measured
+    // nothing: it starts again from now, a window's length at a time, while
+    // the senders still go (they stop at give_up). Every count is still its
+    // base, so the bases stand.
+    if (!a.counting || bytes > 0 || now + length > run.give_up) break;
+    a.counted_from = now;
+    a.window_end.expires_at(now + length);
   }
-  const auto now = Clock::now();
   if (a.counting) {
     a.counted = true;
     a.by_kernel.bytes = bytes;
