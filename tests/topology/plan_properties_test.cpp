@@ -84,15 +84,18 @@ TEST(Multilane, LaneMatchingHoldsForEveryMemberCountInRootAndOtherSites) {
   }
 }
 
-// A site followed by another feeds it from the top of its trees once they
-// are large (kTopFeedMembers): the rank that sends each half over the WAN is
-// the one that took that half into the site, so the next site waits one hop
-// for it, not the site's depth. A small site, and the last, keep the heaps.
-TEST(Multilane, ANextSiteIsFedFromTheTopOfLargeTrees) {
-  for (const int n : {16, 17, 40, 41, 255}) {
+// A site followed by another feeds it from the top of its trees once Tree B
+// has two members (kBothTopMembers): the rank that sends each half over the
+// WAN is the one that took that half into the site, so the next site waits
+// one hop for it, not the site's depth. With an odd member count Tree A's
+// spare slot relays half B to Tree A's last member (leaf_swap). A smaller
+// site, and the last, keep the heaps.
+TEST(Multilane, ANextSiteIsFedFromTheTopOfBothTrees) {
+  for (const int n : {5, 6, 7, 8, 9, 16, 17, 40, 41, 255}) {
     const Grid g = make_grid({n, n, n});
     const Plan plan = build_multilane(g, 0, 1 << 20);
-    ASSERT_TRUE(verify_plan(g, plan).ok()) << n;
+    const PlanCheck check = verify_plan(g, plan);
+    ASSERT_TRUE(check.ok()) << n << ": " << check.errors.front();
     for (const int site : {0, 1}) {
       // Who took each half into this site, and who sends it on.
       std::map<std::uint64_t, int> entered, sent_on;
@@ -102,32 +105,27 @@ TEST(Multilane, ANextSiteIsFedFromTheTopOfLargeTrees) {
         if (from_here && g.site_of(t.to) == site + 1) sent_on[t.offset] = t.from;
       }
       ASSERT_EQ(sent_on.size(), 2u) << n << " site " << site;
-      // Half A always; half B where both trees keep their top (an even count
-      // of members: the root site has n - 1).
-      const int members = site == 0 ? n - 1 : n;
-      EXPECT_EQ(sent_on.at(0), entered.at(0)) << n << " site " << site;
-      if (members % 2 == 0) {
-        EXPECT_EQ(sent_on.rbegin()->second, entered.at(sent_on.rbegin()->first))
-            << n << " site " << site;
-      }
+      for (const auto& [offset, from] : sent_on)
+        EXPECT_EQ(from, entered.at(offset)) << n << " site " << site << " half at " << offset;
     }
   }
-  // Every count from 16 on feeds half A from the top: the lane search found
-  // an orientation (without one the builder falls back to the heaps).
-  for (int n = 16; n <= 300; ++n) {
+  // Every count from 4 members on feeds both halves from the top: the lane
+  // search found an orientation (without one the builder falls back to a
+  // single top or the heaps).
+  for (int n = 4; n <= 300; ++n) {
     const Grid g = make_grid({n, n, n});
     const Plan plan = build_multilane(g, 0, 1000);
-    int feeder = -1, entry = -1;
+    std::map<std::uint64_t, int> entry, feeder;
     for (const Transfer& t : plan.transfers) {
-      if (t.offset != 0) continue;
-      if (g.site_of(t.from) == 0 && g.site_of(t.to) == 1 && entry < 0) entry = t.to;
-      if (g.site_of(t.from) == 1 && g.site_of(t.to) == 2) feeder = t.from;
+      if (g.site_of(t.from) == 0 && g.site_of(t.to) == 1) entry.emplace(t.offset, t.to);
+      if (g.site_of(t.from) == 1 && g.site_of(t.to) == 2) feeder.emplace(t.offset, t.from);
     }
     ASSERT_EQ(feeder, entry) << "n=" << n;
   }
   // Small trees keep the heap: the last leaf's slot feeds the next site.
-  const Grid small = make_grid({6, 6, 6});
+  const Grid small = make_grid({3, 3, 3});
   const Plan plan = build_multilane(small, 0, 1000);
+  ASSERT_TRUE(verify_plan(small, plan).ok());
   for (const Transfer& t : plan.transfers) {
     if (small.site_of(t.from) == 1 && small.site_of(t.to) == 2) {
       EXPECT_NE(t.from, small.sites[1].ranks.front()) << "the heap's root has two children";

@@ -20,10 +20,9 @@
 //
 // Feeding from the top. The idle slots of a heap are at its bottom, so a site
 // fed from a leaf of the one before waits for that site's whole depth: ten
-// chained sites of a thousand nodes wait nine times nine hops. Where a tree
-// has kTopFeedMembers or more and another site follows, its root keeps one
-// slot for the next site and has one child, below which the rest form the
-// heap:
+// chained sites of a thousand nodes wait nine times nine hops. Where another
+// site follows, each tree's root keeps one slot for the next site and has one
+// child, below which the rest form the heap:
 //
 //        a0 ──► WAN (next site's Tree A)       a0's other lane: a0' below
 //        │
@@ -31,12 +30,14 @@
 //       /   \.        log2(n) hops sooner
 //     a1'   a2' ...
 //
-// A tree can keep its top slot when it has at least as many members as the
-// other (its free slots still cover the other tree's leaf swap); with an odd
-// member count only Tree A does, and half B leaves from a slot left over at
-// the bottom, as before. The lanes below the top are oriented so that the
-// free slots of each tree match the other tree's needs lane by lane (the
-// first orientation that does, in a fixed order: every rank finds the same).
+// Both trees do so once Tree B has kBothTopMembers. With an odd member count
+// Tree B's free slots are one short of Tree A's swap; Tree A has one to spare,
+// and a Tree A member that the swap gave half B already relays it to the last
+// Tree A member (leaf_swap). Failing that, a tree of kTopFeedMembers or more
+// keeps its top alone if it is at least as large as the other. The lanes
+// below the top are oriented so that the swap is served lane by lane (the
+// first orientation pair that is, in a fixed order: every rank finds the
+// same).
 //
 // Lanes: a member's lane for its own tree's half is fixed by its heap position
 // (Tree A: root 0, first child 1, second child 0; Tree B: root 1, first child 0,
@@ -59,7 +60,9 @@
 // the rate beside another lane's one flow, and run at 2/3 of the bound on a
 // 100 + 50 Mbit/s pair: measured, docs/PERFORMANCE.md.) k = 2 is exactly the
 // two-lane plan.
+#include <algorithm>
 #include <array>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -92,6 +95,13 @@ constexpr TreeShape kTreeB{1, 0};
 // Below it the heap's bottom is at most two hops down and the extra hop at
 // the top would cost the site about what it saves the next one.
 constexpr size_t kTopFeedMembers = 8;
+// From this many members in the smaller tree (Tree B), both trees feed the
+// next site from their tops, where the leaf swap allows it: each half then
+// leaves the site one hop below its source instead of at the bottom of its
+// tree. The site's own trees are one hop deeper, which costs it less than
+// the next site saves (testbed-8x8, 1 MiB: the model's 65.0 ms became
+// 61.7 ms, docs/PERFORMANCE.md); no shipped topology is priced slower.
+constexpr size_t kBothTopMembers = 2;
 
 int own_lane(const TreeShape& shape, size_t index) {
   if (index == 0) return shape.root_lane;
@@ -129,36 +139,103 @@ struct Layout {
   }
 };
 
+// One transfer of the leaf swap: member `from` of tree `from_tree` sends half
+// `half` on `lane` to member `to` of the other tree (1 - half).
+struct SwapEdge {
+  int half;
+  int from_tree;
+  size_t from;
+  int lane;
+  size_t to;
+};
+
+// The leaf swap for these layouts, in a causal order: the free slots of tree
+// h deliver half h to every member of the other tree, on the lane that member
+// keeps for the other half, shallow slots first. Where they run short (both
+// trees fed from the top with an odd member count: the smaller tree has one
+// free slot too few), a free slot left over in the other tree relays the
+// half, from a member that the swap gave it already. nullopt when the slots
+// do not cover every member this way.
+std::optional<std::vector<SwapEdge>> leaf_swap(const std::array<Layout, 2>& layout,
+                                               const std::array<size_t, 2>& n) {
+  std::array<std::vector<std::pair<size_t, int>>, 2> slots;
+  std::array<std::vector<bool>, 2> used;
+  for (size_t h = 0; h < 2; ++h) {
+    slots[h] = layout[h].free_slots(n[h]);
+    used[h].assign(slots[h].size(), false);
+  }
+  const auto take = [&](size_t tree, int lane, const std::vector<bool>* holders) {
+    for (size_t s = 0; s < slots[tree].size(); ++s)
+      if (!used[tree][s] && slots[tree][s].second == lane &&
+          (holders == nullptr || (*holders)[slots[tree][s].first])) {
+        used[tree][s] = true;
+        return std::optional<size_t>(slots[tree][s].first);
+      }
+    return std::optional<size_t>();
+  };
+  std::vector<SwapEdge> out;
+  for (size_t h = 0; h < 2; ++h) {
+    if (n[h] == 0) continue;  // an empty tree's half comes straight from the source
+    const size_t other = 1 - h;
+    std::vector<bool> holds(n[other], false);  // members of `other` given half h
+    std::vector<size_t> short_of;
+    for (size_t j = 0; j < n[other]; ++j) {
+      const int lane = 1 - layout[other].lane(j);
+      if (const auto from = take(h, lane, nullptr)) {
+        out.push_back({static_cast<int>(h), static_cast<int>(h), *from, lane, j});
+        holds[j] = true;
+      } else {
+        short_of.push_back(j);
+      }
+    }
+    for (const size_t j : short_of) {
+      const int lane = 1 - layout[other].lane(j);
+      const auto from = take(other, lane, &holds);
+      if (!from) return std::nullopt;
+      out.push_back({static_cast<int>(h), static_cast<int>(other), *from, lane, j});
+      holds[j] = true;
+    }
+  }
+  return out;
+}
+
 // Each tree's layout: a heap, or fed from the top where it pays and a next
-// site follows, with the first orientation below the top whose free slots
-// cover the other tree's leaf swap lane by lane (tests/topology/
-// plan_properties_test checks that one exists for every member count).
-std::array<Layout, 2> layouts(const std::array<std::vector<int>, 2>& tree, bool next_site) {
+// site follows, with the first orientation below the top whose leaf swap
+// works (leaf_swap; tests/topology/plan_properties_test checks that the
+// heaps' does for every member count). Both trees keep their top once the
+// smaller has kBothTopMembers (with an odd count, the larger tree's spare
+// slot relays the smaller's half to its last member); failing that, from
+// kTopFeedMembers a tree keeps it when it is at least as large as the other.
+struct Layouts {
+  std::array<Layout, 2> layout;
+  std::vector<SwapEdge> swap;
+};
+Layouts layouts(const std::array<std::vector<int>, 2>& tree, bool next_site) {
   const std::array<size_t, 2> n{tree[0].size(), tree[1].size()};
-  std::array<Layout, 2> out{Layout{kTreeA}, Layout{kTreeB}};
-  if (!next_site) return out;
-  std::array<bool, 2> top{};
-  for (int h = 0; h < 2; ++h)
-    top[static_cast<size_t>(h)] = n[static_cast<size_t>(h)] >= kTopFeedMembers &&
-                                  n[static_cast<size_t>(h)] >= n[static_cast<size_t>(1 - h)];
-  if (!top[0] && !top[1]) return out;
+  const std::array<Layout, 2> heaps{Layout{kTreeA}, Layout{kTreeB}};
   const std::array<TreeShape, 4> orientations{TreeShape{0, 1}, TreeShape{1, 0}, TreeShape{0, 0},
                                               TreeShape{1, 1}};
-  // Whether tree h's free slots cover the other tree's members lane by lane.
-  const auto covers = [&](const std::array<Layout, 2>& l, int h) {
-    std::array<size_t, 2> have{}, need{};
-    for (const auto& [i, lane] : l[static_cast<size_t>(h)].free_slots(n[static_cast<size_t>(h)]))
-      ++have[static_cast<size_t>(lane)];
-    for (size_t j = 0; j < n[static_cast<size_t>(1 - h)]; ++j)
-      ++need[static_cast<size_t>(1 - l[static_cast<size_t>(1 - h)].lane(j))];
-    return have[0] >= need[0] && have[1] >= need[1];
+  const auto search = [&](std::array<bool, 2> top) -> std::optional<Layouts> {
+    for (const TreeShape a : orientations)
+      for (const TreeShape b : orientations) {
+        std::array<Layout, 2> l{Layout{kTreeA, top[0], a}, Layout{kTreeB, top[1], b}};
+        if (auto swap = leaf_swap(l, n)) return Layouts{l, std::move(*swap)};
+      }
+    return std::nullopt;
   };
-  for (const TreeShape a : orientations)
-    for (const TreeShape b : orientations) {
-      std::array<Layout, 2> l{Layout{kTreeA, top[0], a}, Layout{kTreeB, top[1], b}};
-      if ((n[0] == 0 || covers(l, 0)) && (n[1] == 0 || covers(l, 1))) return l;
-    }
-  return out;  // no orientation fits: the heaps, fed from their bottom
+  if (next_site) {
+    if (n[1] >= kBothTopMembers)
+      if (auto l = search({true, true})) return std::move(*l);
+    std::array<bool, 2> top{};
+    for (size_t h = 0; h < 2; ++h) top[h] = n[h] >= kTopFeedMembers && n[h] >= n[1 - h];
+    if (top[0] || top[1])
+      if (auto l = search(top)) return std::move(*l);
+  }
+  auto swap = leaf_swap(heaps, n);
+  if (!swap)
+    throw std::logic_error("multilane: no leaf swap for trees of " + std::to_string(n[0]) +
+                           " and " + std::to_string(n[1]) + " members");
+  return Layouts{heaps, std::move(*swap)};
 }
 
 // One lane pair's two trees. Slots carry pair-local lanes 0 and 1; `lanes`
@@ -186,7 +263,8 @@ class SiteTrees {
       if (sources_inside_site) idle = {sources[0], sources[1]};
       return idle;
     }
-    const std::array<Layout, 2> layout = layouts(tree, next_site);
+    const Layouts chosen = layouts(tree, next_site);
+    const std::array<Layout, 2>& layout = chosen.layout;
 
     // Sources feed the tree roots. An empty Tree B (one member) means the lone
     // member takes B straight from the source, on its other lane.
@@ -201,40 +279,35 @@ class SiteTrees {
     }
 
     // Tree edges, parent before child (heap order is causal).
-    std::array<std::vector<Slot>, 2> free_slots;
+    std::array<std::vector<std::pair<size_t, int>>, 2> free_slots;
     for (int h = 0; h < 2; ++h) {
       const auto& t = tree[static_cast<size_t>(h)];
       const Layout& l = layout[static_cast<size_t>(h)];
       for (size_t i = 1; i < t.size(); ++i)
         emit(Slot{t[l.parent(i)], l.lane(i)}, t[i], h, l.lane(i));
       if (l.top && !t.empty()) idle.push_back(Slot{t[0], 1 - l.lane(1)});
-      for (const auto& [i, lane] : l.free_slots(t.size()))
-        free_slots[static_cast<size_t>(h)].push_back(Slot{t[i], lane});
+      free_slots[static_cast<size_t>(h)] = l.free_slots(t.size());
     }
 
-    // Leaf swap: the idle slots of tree h deliver half h to every member of the
-    // other tree, on the lane that member keeps for the other half. Shallow
-    // slots go to shallow receivers to keep the depth low.
-    for (int h = 0; h < 2; ++h) {
-      // An empty tree's half came straight from the source (above).
-      if (tree[static_cast<size_t>(h)].empty()) continue;
-      auto& slots = free_slots[static_cast<size_t>(h)];
-      const auto& other = tree[static_cast<size_t>(1 - h)];
-      const Layout& other_layout = layout[static_cast<size_t>(1 - h)];
-      std::vector<bool> used(slots.size(), false);
-      for (size_t j = 0; j < other.size(); ++j) {
-        const int lane = 1 - other_layout.lane(j);
-        size_t s = 0;
-        while (s < slots.size() && (used[s] || slots[s].lane != lane)) ++s;
-        if (s == slots.size())
-          throw std::logic_error("multilane: no idle lane-" + std::to_string(lane) +
-                                 " slot for the leaf swap (" + std::to_string(n) + " members)");
-        used[s] = true;
-        emit(slots[s], other[j], h, lane);
-      }
-      for (size_t s = 0; s < slots.size(); ++s)
-        if (!used[s]) idle.push_back(slots[s]);
+    // Leaf swap (leaf_swap): every member receives the other half on the
+    // lane it keeps for it. Shallow slots go to shallow receivers to keep
+    // the depth low.
+    std::array<std::vector<std::pair<size_t, int>>, 2> taken;
+    for (const SwapEdge& e : chosen.swap) {
+      const auto from_tree = static_cast<size_t>(e.from_tree);
+      emit(Slot{tree[from_tree][e.from], e.lane}, tree[static_cast<size_t>(1 - e.half)][e.to],
+           e.half, e.lane);
+      taken[from_tree].emplace_back(e.from, e.lane);
     }
+    // The slots the swap left: idle, for the next site.
+    for (size_t h = 0; h < 2; ++h)
+      for (const auto& slot : free_slots[h]) {
+        const auto it = std::find(taken[h].begin(), taken[h].end(), slot);
+        if (it != taken[h].end())
+          taken[h].erase(it);
+        else
+          idle.push_back(Slot{tree[h][slot.first], slot.second});
+      }
     return idle;
   }
 
