@@ -103,6 +103,7 @@ struct PhaseRun {
   int next_task = 0;
   std::vector<ProbeSample> samples;
   std::map<int, Arrivals> arrivals;  // by flow; an entry per flow this rank receives
+  int windows_over = 0;              // windows of this rank that have closed
   std::vector<std::byte> scratch = std::vector<std::byte>(lanes::kMaxProbeFrameBytes);
   std::vector<std::byte> zeros = std::vector<std::byte>(kPieceBytes);
 
@@ -268,6 +269,7 @@ asio::awaitable<void> close_window(PhaseRun& run, Arrivals& a) {
   a.window_end.expires_at(std::max(a.at(topology::kProbeWindowTo), a.counted_from + length));
   std::uint64_t bytes = 0;
   Clock::time_point now;
+  bool restarted = false;
   for (;;) {
     std::tie(ec) = co_await a.window_end.async_wait(lanes::kAsTuple);
     if (ec || run.error) co_return;
@@ -280,12 +282,29 @@ asio::awaitable<void> close_window(PhaseRun& run, Arrivals& a) {
         bytes += *n - a.base[s];
     }
     now = Clock::now();
-    // A window in which nothing arrived (this rank was off the CPU all
-    // through it with its buffers full, or the senders stalled) measured
-    // nothing: it starts again from now, a window's length at a time, while
-    // the senders still go (they stop at give_up). Every count is still its
-    // base, so the bases stand.
-    if (!a.counting || bytes > 0 || now + length > run.give_up) break;
+    if (!a.counting || length <= Clock::duration::zero() || now + length > run.give_up) break;
+    if (bytes == 0) {
+      // Nothing arrived (this rank was off the CPU all through the window
+      // with its buffers full, or the senders stalled): the window starts
+      // again from now while the senders still go (they stop at give_up),
+      // unless another window of this rank has closed: flows into one NIC
+      // are measured together, and one alone would take what the others'
+      // closing left it. Every count is still its base, so the bases stand.
+      if (run.windows_over > 0) break;
+      restarted = true;
+      a.counted_from = now;
+      a.window_end.expires_at(now + length);
+      continue;
+    }
+    if (!restarted) break;
+    // The first window with bytes after a restart may have begun inside the
+    // stall: one whole window more, from these counts.
+    restarted = false;
+    for (auto* s : a.sockets)
+      if (const auto n = received(s))
+        a.base[s] = *n;
+      else
+        a.counting = false;
     a.counted_from = now;
     a.window_end.expires_at(now + length);
   }
@@ -295,6 +314,7 @@ asio::awaitable<void> close_window(PhaseRun& run, Arrivals& a) {
     a.by_kernel.seconds = std::chrono::duration<double>(now - a.counted_from).count();
   }
   a.over = true;
+  ++run.windows_over;
   for (auto* s : a.sockets) s->close();
 }
 

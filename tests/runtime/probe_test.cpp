@@ -60,12 +60,10 @@ TEST(Probe, EveryFlowOfEveryPhaseIsMeasuredOnceByItsMeasuringEnd) {
         ++measured[s.flow];
         if (f.kind == ProbeKind::kRate) {
           EXPECT_GT(s.bytes, 0u) << phases[i].name << " flow " << s.flow;
-          // The window, not the whole flow: at least its share of the
-          // phase, and less than the phase took this rank (the window starts
-          // 30 % in). Not less than the phase's seconds: a rank the
-          // scheduler kept off the CPU reads the window's end late.
-          EXPECT_GE(s.seconds, (topology::kProbeWindowTo - topology::kProbeWindowFrom) *
-                                   phases[i].seconds * 0.999);
+          // The window, not the whole flow: less than the phase took this
+          // rank (the window starts 30 % in). Not less than the phase's
+          // seconds: a rank the scheduler kept off the CPU reads the
+          // window's end late.
           EXPECT_LT(s.seconds, took[static_cast<size_t>(r)][i]);
         } else {
           EXPECT_GE(s.pings, 2);
@@ -264,15 +262,19 @@ TEST(Probe, AWindowInWhichNothingArrivedStartsAgain) {
           if (!co_await piece()) co_return 1;
           asio::steady_timer stall(io, 250ms);  // past the window (30..70 ms of 100 ms)
           co_await stall.async_wait(lanes::kAsTuple);
-          // Until the receiver closes the connection (bounded: 64 MiB).
-          for (int i = 0; i < 1024; ++i)
+          // A piece a millisecond until the receiver closes the connection
+          // (bounded: 3 s, past the receiver's give_up).
+          asio::steady_timer tick(io);
+          for (int i = 0; i < 3000; ++i) {
             if (!co_await piece()) co_return 0;
+            tick.expires_after(1ms);
+            co_await tick.async_wait(lanes::kAsTuple);
+          }
           co_return 0;
         }());
       },
       /*rank0_after_the_attack=*/true, &samples);
-  (void)e;
-  ASSERT_FALSE(samples.empty());
+  ASSERT_FALSE(samples.empty()) << e;
   for (const auto& smp : samples) {
     EXPECT_GT(smp.bytes, 0u) << "flow " << smp.flow;
     EXPECT_GT(smp.seconds, 0.0);

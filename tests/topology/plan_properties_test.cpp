@@ -133,6 +133,37 @@ TEST(Multilane, ANextSiteIsFedFromTheTopOfBothTrees) {
   }
 }
 
+// The same on chains of unequal sites, with the root first or last, for 1 to
+// 4 lanes (odd counts pair each lane twice): every plan checks, and every
+// site of 4 or more members that feeds another sends each piece on from
+// the rank that took it into the site.
+TEST(Multilane, BothTopsHoldOnUnequalChainsForEveryLaneCount) {
+  for (int nics = 1; nics <= 4; ++nics)
+    for (const std::vector<int>& shape : std::vector<std::vector<int>>{
+             {5, 4, 7}, {8, 3, 9}, {2, 6, 5}, {12, 1, 5}, {7, 7}, {9, 17, 4}}) {
+      const Grid g = make_grid(shape, 3, nics);
+      for (const int root : {0, g.size() - 1}) {
+        SCOPED_TRACE(::testing::Message() << nics << " NICs, root " << root << ", sites "
+                                          << ::testing::PrintToString(shape));
+        const Plan plan = build_multilane(g, root, 1 << 20);
+        const PlanCheck check = verify_plan(g, plan);
+        ASSERT_TRUE(check.ok()) << check.errors.front();
+        std::map<std::pair<int, std::uint64_t>, int> entered;  // (site, offset) -> rank
+        for (const Transfer& t : plan.transfers)
+          if (g.site_of(t.from) != g.site_of(t.to) || t.from == plan.root)
+            entered.emplace(std::make_pair(g.site_of(t.to), t.offset), t.to);
+        for (const Transfer& t : plan.transfers) {
+          const int site = g.site_of(t.from);
+          if (site == g.site_of(t.to)) continue;
+          const int members = static_cast<int>(g.sites[static_cast<size_t>(site)].ranks.size()) -
+                              (g.site_of(plan.root) == site ? 1 : 0);
+          if (members < 4) continue;
+          EXPECT_EQ(t.from, entered.at({site, t.offset})) << "piece at " << t.offset;
+        }
+      }
+    }
+}
+
 TEST(Multilane, EveryNonRootRankReceivesHalfOnEachLane) {
   const Grid g = make_grid({8, 8});
   const std::uint64_t m = 1001;

@@ -33,8 +33,8 @@
 // Both trees do so once Tree B has kBothTopMembers. With an odd member count
 // Tree B's free slots are one short of Tree A's swap; Tree A has one to spare,
 // and a Tree A member that the swap gave half B already relays it to the last
-// Tree A member (leaf_swap). Failing that, a tree of kTopFeedMembers or more
-// keeps its top alone if it is at least as large as the other. The lanes
+// Tree A member (leaf_swap). Without an orientation that serves the swap,
+// the heaps stay (none is known: every count up to 300 has one). The lanes
 // below the top are oriented so that the swap is served lane by lane (the
 // first orientation pair that is, in a fixed order: every rank finds the
 // same).
@@ -91,10 +91,6 @@ struct TreeShape {
 constexpr TreeShape kTreeA{0, 1};
 constexpr TreeShape kTreeB{1, 0};
 
-// From this many members a tree feeds the next site from its root (above).
-// Below it the heap's bottom is at most two hops down and the extra hop at
-// the top would cost the site about what it saves the next one.
-constexpr size_t kTopFeedMembers = 8;
 // From this many members in the smaller tree (Tree B), both trees feed the
 // next site from their tops, where the leaf swap allows it: each half then
 // leaves the site one hop below its source instead of at the bottom of its
@@ -204,8 +200,10 @@ std::optional<std::vector<SwapEdge>> leaf_swap(const std::array<Layout, 2>& layo
 // works (leaf_swap; tests/topology/plan_properties_test checks that the
 // heaps' does for every member count). Both trees keep their top once the
 // smaller has kBothTopMembers (with an odd count, the larger tree's spare
-// slot relays the smaller's half to its last member); failing that, from
-// kTopFeedMembers a tree keeps it when it is at least as large as the other.
+// slot relays the smaller's half to its last member); an orientation pair
+// exists for every count checked (4 to 300 members,
+// Multilane.ANextSiteIsFedFromTheTopOfBothTrees), and without one the heaps
+// stay.
 struct Layouts {
   std::array<Layout, 2> layout;
   std::vector<SwapEdge> swap;
@@ -226,10 +224,6 @@ Layouts layouts(const std::array<std::vector<int>, 2>& tree, bool next_site) {
   if (next_site) {
     if (n[1] >= kBothTopMembers)
       if (auto l = search({true, true})) return std::move(*l);
-    std::array<bool, 2> top{};
-    for (size_t h = 0; h < 2; ++h) top[h] = n[h] >= kTopFeedMembers && n[h] >= n[1 - h];
-    if (top[0] || top[1])
-      if (auto l = search(top)) return std::move(*l);
   }
   auto swap = leaf_swap(heaps, n);
   if (!swap)
