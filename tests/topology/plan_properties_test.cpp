@@ -75,7 +75,7 @@ INSTANTIATE_TEST_SUITE_P(Plans, EveryAlgorithm,
 
 TEST(Multilane, LaneMatchingHoldsForEveryMemberCountInRootAndOtherSites) {
   // Root sites have n-1 members, other sites n: cover both for n up to 300,
-  // in a middle site too (it feeds the next from the top of large trees).
+  // in a middle site too (it feeds the next from the tops of its trees).
   for (int n = 1; n <= 300; ++n) {
     const Grid g = make_grid({n, n, n});
     const Plan plan = build_multilane(g, 0, 1000);
