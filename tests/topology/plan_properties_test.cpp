@@ -110,8 +110,8 @@ TEST(Multilane, ANextSiteIsFedFromTheTopOfBothTrees) {
     }
   }
   // Every count from 4 members on feeds both halves from the top: the lane
-  // search found an orientation (without one the builder falls back to a
-  // single top or the heaps).
+  // search found an orientation (without one the builder falls back to the
+  // heaps).
   for (int n = 4; n <= 300; ++n) {
     const Grid g = make_grid({n, n, n});
     const Plan plan = build_multilane(g, 0, 1000);

@@ -60,7 +60,6 @@
 // the rate beside another lane's one flow, and run at 2/3 of the bound on a
 // 100 + 50 Mbit/s pair: measured, docs/PERFORMANCE.md.) k = 2 is exactly the
 // two-lane plan.
-#include <algorithm>
 #include <array>
 #include <optional>
 #include <stdexcept>
@@ -150,26 +149,42 @@ struct SwapEdge {
 // keeps for the other half, shallow slots first. Where they run short (both
 // trees fed from the top with an odd member count: the smaller tree has one
 // free slot too few), a free slot left over in the other tree relays the
-// half, from a member that the swap gave it already. nullopt when the slots
-// do not cover every member this way.
-std::optional<std::vector<SwapEdge>> leaf_swap(const std::array<Layout, 2>& layout,
-                                               const std::array<size_t, 2>& n) {
+// half, from a member that the swap gave it already. `left`: each tree's
+// free slots the swap did not take, in their order (the site's idle slots).
+struct Swap {
+  std::vector<SwapEdge> edges;
+  std::array<std::vector<std::pair<size_t, int>>, 2> left;
+};
+// nullopt when the slots do not cover every member this way. Linear in the
+// members: each lane's slots are taken in order from a cursor (a relay, at
+// most one a tree, looks further).
+std::optional<Swap> leaf_swap(const std::array<Layout, 2>& layout, const std::array<size_t, 2>& n) {
   std::array<std::vector<std::pair<size_t, int>>, 2> slots;
   std::array<std::vector<bool>, 2> used;
+  std::array<std::array<std::vector<size_t>, 2>, 2> by_lane;  // [tree][lane]: indexes into slots
+  std::array<std::array<size_t, 2>, 2> cursor{};              // [tree][lane]: next to look at
   for (size_t h = 0; h < 2; ++h) {
     slots[h] = layout[h].free_slots(n[h]);
     used[h].assign(slots[h].size(), false);
+    for (size_t s = 0; s < slots[h].size(); ++s)
+      by_lane[h][static_cast<size_t>(slots[h][s].second)].push_back(s);
   }
-  const auto take = [&](size_t tree, int lane, const std::vector<bool>* holders) {
-    for (size_t s = 0; s < slots[tree].size(); ++s)
-      if (!used[tree][s] && slots[tree][s].second == lane &&
-          (holders == nullptr || (*holders)[slots[tree][s].first])) {
-        used[tree][s] = true;
-        return std::optional<size_t>(slots[tree][s].first);
-      }
-    return std::optional<size_t>();
+  // The first free slot of `tree` on `lane` whose member is in `holders`
+  // (any member without).
+  const auto take = [&](size_t tree, int lane,
+                        const std::vector<bool>* holders) -> std::optional<size_t> {
+    const auto& list = by_lane[tree][static_cast<size_t>(lane)];
+    size_t& c = cursor[tree][static_cast<size_t>(lane)];
+    while (c < list.size() && used[tree][list[c]]) ++c;
+    for (size_t k = c; k < list.size(); ++k) {
+      const size_t s = list[k];
+      if (used[tree][s] || (holders != nullptr && !(*holders)[slots[tree][s].first])) continue;
+      used[tree][s] = true;
+      return slots[tree][s].first;
+    }
+    return std::nullopt;
   };
-  std::vector<SwapEdge> out;
+  Swap out;
   for (size_t h = 0; h < 2; ++h) {
     if (n[h] == 0) continue;  // an empty tree's half comes straight from the source
     const size_t other = 1 - h;
@@ -178,7 +193,7 @@ std::optional<std::vector<SwapEdge>> leaf_swap(const std::array<Layout, 2>& layo
     for (size_t j = 0; j < n[other]; ++j) {
       const int lane = 1 - layout[other].lane(j);
       if (const auto from = take(h, lane, nullptr)) {
-        out.push_back({static_cast<int>(h), static_cast<int>(h), *from, lane, j});
+        out.edges.push_back({static_cast<int>(h), static_cast<int>(h), *from, lane, j});
         holds[j] = true;
       } else {
         short_of.push_back(j);
@@ -188,10 +203,13 @@ std::optional<std::vector<SwapEdge>> leaf_swap(const std::array<Layout, 2>& layo
       const int lane = 1 - layout[other].lane(j);
       const auto from = take(other, lane, &holds);
       if (!from) return std::nullopt;
-      out.push_back({static_cast<int>(h), static_cast<int>(other), *from, lane, j});
+      out.edges.push_back({static_cast<int>(h), static_cast<int>(other), *from, lane, j});
       holds[j] = true;
     }
   }
+  for (size_t h = 0; h < 2; ++h)
+    for (size_t s = 0; s < slots[h].size(); ++s)
+      if (!used[h][s]) out.left[h].push_back(slots[h][s]);
   return out;
 }
 
@@ -206,7 +224,7 @@ std::optional<std::vector<SwapEdge>> leaf_swap(const std::array<Layout, 2>& layo
 // stay.
 struct Layouts {
   std::array<Layout, 2> layout;
-  std::vector<SwapEdge> swap;
+  Swap swap;
 };
 Layouts layouts(const std::array<std::vector<int>, 2>& tree, bool next_site) {
   const std::array<size_t, 2> n{tree[0].size(), tree[1].size()};
@@ -221,10 +239,8 @@ Layouts layouts(const std::array<std::vector<int>, 2>& tree, bool next_site) {
       }
     return std::nullopt;
   };
-  if (next_site) {
-    if (n[1] >= kBothTopMembers)
-      if (auto l = search({true, true})) return std::move(*l);
-  }
+  if (next_site && n[1] >= kBothTopMembers)
+    if (auto l = search({true, true})) return std::move(*l);
   auto swap = leaf_swap(heaps, n);
   if (!swap)
     throw std::logic_error("multilane: no leaf swap for trees of " + std::to_string(n[0]) +
@@ -273,35 +289,23 @@ class SiteTrees {
     }
 
     // Tree edges, parent before child (heap order is causal).
-    std::array<std::vector<std::pair<size_t, int>>, 2> free_slots;
     for (int h = 0; h < 2; ++h) {
       const auto& t = tree[static_cast<size_t>(h)];
       const Layout& l = layout[static_cast<size_t>(h)];
       for (size_t i = 1; i < t.size(); ++i)
         emit(Slot{t[l.parent(i)], l.lane(i)}, t[i], h, l.lane(i));
       if (l.top && !t.empty()) idle.push_back(Slot{t[0], 1 - l.lane(1)});
-      free_slots[static_cast<size_t>(h)] = l.free_slots(t.size());
     }
 
     // Leaf swap (leaf_swap): every member receives the other half on the
     // lane it keeps for it. Shallow slots go to shallow receivers to keep
-    // the depth low.
-    std::array<std::vector<std::pair<size_t, int>>, 2> taken;
-    for (const SwapEdge& e : chosen.swap) {
-      const auto from_tree = static_cast<size_t>(e.from_tree);
-      emit(Slot{tree[from_tree][e.from], e.lane}, tree[static_cast<size_t>(1 - e.half)][e.to],
-           e.half, e.lane);
-      taken[from_tree].emplace_back(e.from, e.lane);
-    }
-    // The slots the swap left: idle, for the next site.
+    // the depth low. The slots it leaves are idle, for the next site.
+    for (const SwapEdge& e : chosen.swap.edges)
+      emit(Slot{tree[static_cast<size_t>(e.from_tree)][e.from], e.lane},
+           tree[static_cast<size_t>(1 - e.half)][e.to], e.half, e.lane);
     for (size_t h = 0; h < 2; ++h)
-      for (const auto& slot : free_slots[h]) {
-        const auto it = std::find(taken[h].begin(), taken[h].end(), slot);
-        if (it != taken[h].end())
-          taken[h].erase(it);
-        else
-          idle.push_back(Slot{tree[h][slot.first], slot.second});
-      }
+      for (const auto& [member, lane] : chosen.swap.left[h])
+        idle.push_back(Slot{tree[h][member], lane});
     return idle;
   }
 
