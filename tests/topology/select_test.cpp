@@ -184,7 +184,7 @@ TEST(SelectBroadcast, AutoRunsTheModelsFastestAndSaysWhy) {
 
 // The measured case that kept the thresholds' rule (docs/PERFORMANCE.md,
 // "Selection from the model"): on testbed-2x4 a 1 KiB broadcast runs
-// faster down binomial's three hops than multilane's four, because each hop
+// faster down binomial's three hops than multilane's five, because each hop
 // costs its wake-up (the topology's hop_overhead, ranks sharing 2 cores).
 // On testbed-8x8 multilane's extra hops (five against binomial's four since
 // both its trees feed the WAN from their tops; seven before) cost more with
