@@ -855,6 +855,39 @@ void FileRun::stream_windows() {
     const runtime::BcastInfo i = comm.bcast(buf, wire[k], root, spec.algorithm, stream);
     if (k == 0) info = i;
   };
+  // Uncompressed, every rank knows every window's length, so window k+1's
+  // broadcast starts while window k's still runs: a rank forwards the first
+  // segments of k+1 on a link it has finished k's sends on while k's last
+  // segments still come down another (Communicator::ibcast_stream). One
+  // window at a time, each rank would wait at every boundary for the last
+  // segment of the window to reach it through the deepest of its trees.
+  std::vector<runtime::P2pRequest> going(n);
+  auto set_off = [&](size_t k) {
+    going[k] = comm.ibcast_stream(bufs[k % static_cast<size_t>(nbufs)].data(), wire[k], root,
+                                  spec.algorithm, stream, k == 0 ? &info : nullptr);
+  };
+  auto finish = [&](size_t k) {
+    comm.wait({going[k]}, 1);
+    going[k].reset();
+  };
+  // Leaving early (a read, a check or a write failed), the broadcasts still
+  // going read or fill the buffers: they end first (each moves or fails
+  // within the timeout).
+  struct EndGoing {
+    runtime::Communicator& comm;
+    std::vector<runtime::P2pRequest>& going;
+    ~EndGoing() {
+      std::vector<runtime::P2pRequest> left;
+      for (auto& r : going)
+        if (r) left.push_back(r);
+      if (left.empty()) return;
+      try {
+        comm.wait(left, left.size());
+      } catch (const std::exception&) {
+        // The failure that brought us here is the one to report.
+      }
+    }
+  } end_going{comm, going};
 
   std::future<std::uint64_t> io;  // declared after the buffers and the sink: joined first
   auto wait_goes = [&] {
@@ -863,9 +896,10 @@ void FileRun::stream_windows() {
   };
   with_rank([&] {
     if (is_root) {
-      // Window `ahead` is packed (or read) while window k goes.
-      const size_t ahead = h.compressed ? 2 : 1;
-      size_t started = h.compressed ? 1 : 0;  // compressed: window 0 was packed for the plan
+      // Compressed, window k+2 is packed while window k goes (window 0 was
+      // packed for the plan); uncompressed, window k+1 is read.
+      const size_t ahead = 2;
+      size_t started = h.compressed ? 1 : 0;
       auto begin_fill = [&](size_t k) {
         std::byte* buf = bufs[k % static_cast<size_t>(nbufs)].data();
         io = std::async(std::launch::async, [this, k, buf] { return fill(k, buf); });
@@ -877,24 +911,43 @@ void FileRun::stream_windows() {
       } else if (started < n) {
         begin_fill(started);
       }
-      for (size_t k = 0; k < n; ++k) {
-        std::byte* buf = bufs[k % static_cast<size_t>(nbufs)].data();
-        if (!h.compressed) {
-          io.get();
-        } else if (k + 1 < n) {
-          wire[k + 1] = io.get();
+      for (size_t k = 0; k < n && !h.compressed; ++k) {
+        io.get();  // window k is read
+        set_off(k);
+        if (k == 0) wait_goes();
+        // Window k+1 is read into the buffer window k-1 went from.
+        if (k > 0) {
+          finish(k - 1);
+          if (spec.after_window) spec.after_window(k - 1);
         }
+        if (k + 1 < n) begin_fill(k + 1);
+      }
+      if (!h.compressed && n > 0) {
+        finish(n - 1);
+        if (spec.after_window) spec.after_window(n - 1);
+      }
+      for (size_t k = 0; k < n && h.compressed; ++k) {
+        std::byte* buf = bufs[k % static_cast<size_t>(nbufs)].data();
+        if (k + 1 < n) wire[k + 1] = io.get();
         if (started < n && started <= k + ahead) begin_fill(started);
-        if (h.compressed) put_u64(buf, wire[k + 1]);
+        put_u64(buf, wire[k + 1]);
         bcast(k, buf);
         if (k == 0) wait_goes();
         if (spec.after_window) spec.after_window(k);
       }
       wait_goes();
     } else {
+      if (!h.compressed && n > 0) set_off(0);
       for (size_t k = 0; k < n; ++k) {
         std::byte* buf = bufs[k % static_cast<size_t>(nbufs)].data();
-        bcast(k, buf);
+        if (h.compressed) {
+          bcast(k, buf);
+        } else {
+          // Window k+1 lands in the buffer window k-1 was written from.
+          if (io.valid()) io.get();
+          if (k + 1 < n) set_off(k + 1);
+          finish(k);
+        }
         if (spec.on_arrival) spec.on_arrival(k, buf, wire[k]);
         WindowHead head;
         if (h.compressed) {

@@ -351,9 +351,13 @@ struct Communicator::Impl {
   }
 
   // A broadcast started on this rank (bcast, ibcast, and their group forms),
-  // waiting for its turn or running. Broadcasts run one at a time, in the
-  // order they were started: their links carry one broadcast's frames at a
-  // time (a frame of another broadcast on a link is an error).
+  // waiting for its turn or running. Broadcasts start in the order they were
+  // started, and each runs alone, after the ones before it are complete,
+  // except one of a stream (ibcast_stream), which starts as soon as the one
+  // before it has its place on its connections: a connection carries one
+  // broadcast's frames at a time, in that order (runtime::LinkTurns; a frame
+  // of another broadcast on a link is an error). Multicasts always run alone
+  // (the receiver's window follows one broadcast at a time).
   struct Started {
     topology::Plan plan;  // names world ranks
     std::uint64_t sequence = 0;
@@ -365,10 +369,14 @@ struct Communicator::Impl {
     // Resolved on the plan's own grid, before a group's plan is translated to
     // world ranks (the model's choice reads the grid the plan was made for).
     std::uint64_t segment_bytes = 0;
+    bool overlap = false;  // may start before the ones before it are complete
   };
   std::uint64_t bcast_tickets = 0;  // broadcasts started
-  std::uint64_t bcast_turn = 0;     // the ticket whose broadcast may run now
+  std::uint64_t bcast_turn = 0;     // the ticket whose broadcast may start now
+  size_t bcasts_running = 0;        // started and not complete
+  bool multicast_running = false;
   Event bcast_done{io.get_executor()};
+  LinkTurns link_turns{io.get_executor()};
   size_t in_flight = 0;  // coroutines started by isend, ibcast and exchange, not finished
   std::map<std::uint64_t, size_t> broadcasts_in_flight;  // by communicator
 
@@ -465,16 +473,32 @@ struct Communicator::Impl {
   }
 
   asio::awaitable<ExecStats> run_async(Started s) {
-    while (bcast_turn != s.ticket) co_await bcast_done.wait();
+    const topology::Plan& plan = s.plan;
+    const bool alone = !s.overlap || !plan.multicasts.empty();
+    while (bcast_turn != s.ticket || (alone && bcasts_running > 0) || multicast_running)
+      co_await bcast_done.wait();
+    // The next broadcast may start once this one has its place on its
+    // connections (or has ended without one).
     struct Next {
       Impl& im;
-      ~Next() {
+      bool multicasts;
+      bool passed = false;
+      void pass() {
+        if (passed) return;
+        passed = true;
         ++im.bcast_turn;
         im.bcast_done.notify_all();
       }
-    } next{*this};
+      ~Next() {
+        --im.bcasts_running;
+        if (multicasts) im.multicast_running = false;
+        pass();
+        im.bcast_done.notify_all();
+      }
+    } next{*this, !plan.multicasts.empty()};
+    ++bcasts_running;
+    multicast_running = next.multicasts;
     const topology::Grid& g = s.group_grid ? *s.group_grid : grid;
-    const topology::Plan& plan = s.plan;
     try {
       if (failed) std::rethrow_exception(failed);
       ExecOptions eo;
@@ -497,6 +521,8 @@ struct Communicator::Impl {
         if (auto it = multicast.find(s.communicator); it != multicast.end() && it->second.receiver)
           it->second.receiver->pass(s.sequence);
       eo.segment_bytes = s.segment_bytes;
+      eo.turns = &link_turns;
+      eo.links_taken = [&next] { next.pass(); };
       if (!transport.failure().empty())
         throw lanes::NetworkError("rank " + std::to_string(rank) +
                                   " cannot serve its links: " + transport.failure());
@@ -737,6 +763,15 @@ topology::Algorithm Communicator::auto_algorithm(std::uint64_t bytes, int root) 
 P2pRequest Communicator::ibcast(void* buffer, std::uint64_t bytes, int root,
                                 std::optional<topology::Algorithm> algorithm) {
   return impl_->ibroadcast(impl_->world_broadcast(buffer, bytes, root, algorithm));
+}
+
+P2pRequest Communicator::ibcast_stream(void* buffer, std::uint64_t bytes, int root,
+                                       std::optional<topology::Algorithm> algorithm,
+                                       std::uint64_t stream_bytes, BcastInfo* info) {
+  Impl::Started s = impl_->world_broadcast(buffer, bytes, root, algorithm, stream_bytes);
+  s.overlap = true;
+  if (info) *info = BcastInfo{s.plan.algorithm, s.plan.size, s.segment_bytes, 0};
+  return impl_->ibroadcast(std::move(s));
 }
 
 void Communicator::define_group(std::uint64_t context, std::vector<int> world_ranks) {

@@ -162,6 +162,18 @@ class Communicator {
                     std::optional<topology::Algorithm> algorithm = std::nullopt);
   P2pRequest ibcast_group(std::uint64_t context, void* buffer, std::uint64_t bytes, int root,
                           std::optional<topology::Algorithm> algorithm = std::nullopt);
+  // Like ibcast(), for one of back-to-back broadcasts of a stream
+  // (`stream_bytes` as in bcast()), which does not wait for the broadcasts
+  // started before it to complete: it starts once the one before it has its
+  // place on its connections, and each connection carries their frames first.
+  // So its segments leave on a link the broadcast before has finished with
+  // while that one still arrives on another, and the pipeline does not drain
+  // between the two. Its buffer must not be another running broadcast's.
+  // Every member starts the same ones in the same order. `info`, when given:
+  // the plan's algorithm, bytes and segment (seconds 0).
+  P2pRequest ibcast_stream(void* buffer, std::uint64_t bytes, int root,
+                           std::optional<topology::Algorithm> algorithm, std::uint64_t stream_bytes,
+                           BcastInfo* info = nullptr);
 
   // A non-blocking schedule of point-to-point rounds (a non-blocking barrier,
   // for instance): round k's sends and receives are all started when round

@@ -40,8 +40,9 @@ struct Run {
       expected;
   asio::steady_timer dog;  // the progress deadline
   bool finished = false;
-  std::vector<lanes::Stream*> active;                // sockets to close on failure
-  std::map<lanes::Stream*, std::string> waiting_on;  // reads not yet done -> peer
+  std::vector<lanes::Stream*> active;  // sockets to close on failure
+  // What each coroutine waits for (its socket, or itself) -> the peer.
+  std::map<const void*, std::string> waiting_on;
 
   Run(Transport& t, const topology::Plan& p, std::uint64_t s, std::byte* b, ExecOptions o)
       : transport(t),
@@ -58,14 +59,60 @@ struct Run {
     for (auto* s : active) transport.close(*s);
     progress.notify_all();
     transport.accepted().notify_all();
+    if (options.turns) options.turns->changed.notify_all();
   }
   void check() const {
     if (error) std::rethrow_exception(error);
   }
   void moved() {
     last_progress = Clock::now();
+    if (options.turns) options.turns->last_progress = last_progress;
     progress.notify_all();
   }
+  // The last progress of this run, or of any run it shares connections with.
+  Clock::time_point seen_progress() const {
+    return options.turns ? std::max(last_progress, options.turns->last_progress) : last_progress;
+  }
+};
+
+// This run's place on one connection (LinkTurns): waits until every run
+// ahead of it there is done with it, and gives it up when the coroutine that
+// holds it ends, however it ends.
+class Turn {
+ public:
+  Turn(Run& run, bool out, const LinkKey& key) : run_(run), key_{out, key} {}
+  Turn(const Turn&) = delete;
+  Turn& operator=(const Turn&) = delete;
+  ~Turn() {
+    if (LinkTurns* turns = run_.options.turns) leave(*turns, turns->queues.find(key_), &run_);
+  }
+  // Takes `run` off the queue at `it` (end: none), waking who waits.
+  static std::map<LinkTurns::Key, std::deque<const void*>>::iterator leave(
+      LinkTurns& turns, std::map<LinkTurns::Key, std::deque<const void*>>::iterator it,
+      const void* run) {
+    turns.changed.notify_all();
+    if (it == turns.queues.end()) return it;
+    auto& q = it->second;
+    q.erase(std::remove(q.begin(), q.end(), run), q.end());
+    return q.empty() ? turns.queues.erase(it) : std::next(it);
+  }
+  asio::awaitable<void> take(const std::string& peer) {
+    LinkTurns* turns = run_.options.turns;
+    if (!turns) co_return;
+    for (;;) {
+      run_.check();
+      const auto it = turns->queues.find(key_);
+      if (it == turns->queues.end() || it->second.empty() || it->second.front() == &run_) break;
+      run_.waiting_on[this] = "waiting for the broadcast before to finish with its link " +
+                              std::string(key_.out ? "to " : "from ") + peer;
+      co_await turns->changed.wait();
+    }
+    run_.waiting_on.erase(this);
+  }
+
+ private:
+  Run& run_;
+  LinkTurns::Key key_;
 };
 
 std::string range(std::uint64_t off, std::uint64_t len) {
@@ -76,6 +123,8 @@ std::string range(std::uint64_t off, std::uint64_t len) {
 // set on every broadcast, since a connection outlives the plan that paced it.
 asio::awaitable<void> send_stream(Run& run, LinkKey key, const std::vector<Segment>& segments,
                                   double pace) {
+  Turn turn(run, true, key);
+  co_await turn.take(run.transport.describe(key.peer, key.lane_to));
   const auto deadline = Clock::now() + run.options.timeout;
   lanes::Stream* socket = co_await run.transport.outgoing(key, deadline);
   run.active.push_back(socket);
@@ -107,6 +156,8 @@ asio::awaitable<void> send_stream(Run& run, LinkKey key, const std::vector<Segme
 
 asio::awaitable<void> receive_stream(Run& run, LinkKey key, std::uint64_t frames) {
   const std::string peer = run.transport.describe(key.peer, key.lane_from);
+  Turn turn(run, false, key);
+  co_await turn.take(peer);
   lanes::Stream* socket = nullptr;
   while ((socket = run.transport.incoming(key)) == nullptr) {
     run.check();
@@ -207,10 +258,10 @@ asio::awaitable<void> multicast_send(Run& run, const topology::Multicast& m) {
 // deadline of the last progress it saw and re-arms if there was progress since.
 asio::awaitable<void> watchdog(Run& run) {
   while (!run.finished && !run.error) {
-    run.dog.expires_at(run.last_progress + run.options.timeout);
+    run.dog.expires_at(run.seen_progress() + run.options.timeout);
     co_await run.dog.async_wait(lanes::kAsTuple);
     if (run.finished || run.error) break;
-    if (Clock::now() >= run.last_progress + run.options.timeout) {
+    if (Clock::now() >= run.seen_progress() + run.options.timeout) {
       std::string who;
       for (const auto& [s, what] : run.waiting_on) who += (who.empty() ? "" : "; ") + what;
       if (who.empty()) who = "waiting for peers to connect";
@@ -303,6 +354,35 @@ asio::awaitable<ExecStats> execute(Transport& transport, const topology::Plan& p
     auto& exp = run.expected[{link.from, link.lane_from, link.lane_to}];
     for (const Segment& s : link.segments) ++exp[{s.offset, s.length}];
   }
+
+  // This run's place on each connection it uses, behind the runs started
+  // before it, taken before its first suspension.
+  if (LinkTurns* turns = options.turns) {
+    for (size_t l = 0; l < mine.send.size(); ++l) {
+      const auto& link = mine.send[l];
+      for (int s = 0; s < link.streams; ++s)
+        if (!out_streams[l][static_cast<size_t>(s)].empty())
+          turns->queues[{true, LinkKey{link.to, link.lane_from, link.lane_to, s}}].push_back(&run);
+    }
+    for (size_t l = 0; l < mine.receive.size(); ++l) {
+      const auto& link = mine.receive[l];
+      for (int s = 0; s < link.streams; ++s)
+        if (!in_streams[l][static_cast<size_t>(s)].empty())
+          turns->queues[{false, LinkKey{link.from, link.lane_from, link.lane_to, s}}].push_back(
+              &run);
+    }
+  }
+  // Whatever ends this run, no connection waits for it after.
+  struct LeaveTurns {
+    Run& run;
+    ~LeaveTurns() {
+      LinkTurns* turns = run.options.turns;
+      if (!turns) return;
+      for (auto it = turns->queues.begin(); it != turns->queues.end();)
+        it = Turn::leave(*turns, it, &run);
+    }
+  } leave_turns{run};
+  if (options.links_taken) options.links_taken();
 
   const std::vector<topology::LinkPace> paces =
       topology::link_paces(transport.grid(), plan, mine.segment_bytes);

@@ -7,10 +7,13 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <map>
 #include <string>
 
 #include "lanes/multicast.hpp"
+#include "runtime/event.hpp"
 #include "runtime/transport.hpp"
 #include "topology/plan/plan.hpp"
 
@@ -39,11 +42,39 @@ struct MulticastPort {
   std::function<bool(std::uint32_t index)> include;
 };
 
+// The order in which broadcasts that run at once take each connection (one
+// per communicator). A connection carries one broadcast's frames at a time,
+// so a broadcast's coroutine for it waits until every broadcast started
+// before it that uses the connection is done with it; the rank at its other
+// end, which started the same broadcasts in the same order, reads them in
+// that order. A later broadcast's segments may thus leave on a connection an
+// earlier one has finished with while the earlier one still receives on
+// another (a file's windows: the pipeline does not drain between them).
+struct LinkTurns {
+  explicit LinkTurns(asio::any_io_executor ex) : changed(ex) {}
+  struct Key {
+    bool out = false;  // this rank sends on it
+    LinkKey link;
+    auto operator<=>(const Key&) const = default;
+  };
+  // Per connection, the broadcasts (their runs) that will use it, in order.
+  std::map<Key, std::deque<const void*>> queues;
+  Event changed;  // a broadcast left a connection, or failed
+  // The last time any broadcast moved a byte: one that waits for its turn
+  // behind a broadcast that moves is not stalled.
+  lanes::Clock::time_point last_progress = lanes::Clock::now();
+};
+
 struct ExecOptions {
   std::uint64_t segment_bytes = 0;            // 0: topology::resolve_segment_bytes
   std::chrono::milliseconds timeout{30'000};  // longest time without progress
   LiveCounters* live = nullptr;               // added to as bytes move; optional
   MulticastPort* multicast = nullptr;  // needed when the plan multicasts to or from this rank
+  // When set, the run takes its connections in turn with the other runs
+  // sharing it, and calls `links_taken` once it has its place on every one
+  // (before its first suspension), so the next broadcast may start.
+  LinkTurns* turns = nullptr;
+  std::function<void()> links_taken;
 };
 
 struct ExecStats {

@@ -93,6 +93,87 @@ TEST(NonBlockingBroadcasts, ProgressWhileTheRootSendsToARankThatHasNotStartedIt)
   });
 }
 
+// A stream's broadcasts (ibcast_stream) do not wait for the ones before them
+// to complete: rank 1 completes B, which it roots and which needs no byte of
+// rank 0's, while A from rank 0 cannot have moved (rank 0 starts both only
+// once rank 1 says B is done). Broadcasts that each waited for the one before
+// would never get there (both ranks time out).
+TEST(StreamBroadcasts, OneCompletesWhileTheOneBeforeItStillWaitsForItsRoot) {
+  const auto grid = make_grid({2});
+  CommOptions options;
+  options.timeout = std::chrono::seconds(10);
+  Ranks ranks(grid, options);
+  ranks.run([&](Communicator& c) {
+    const std::uint64_t na = 300'001, nb = 10'007;
+    std::vector<std::byte> a(na), b(nb);
+    // Both links made first, so that rank 1's part of B needs nothing of rank 0.
+    c.bcast(a.data(), na, 0, topology::Algorithm::kChain);
+    c.bcast(b.data(), nb, 1, topology::Algorithm::kChain);
+    if (c.rank() == 0) fill_pattern(a.data(), na, 21);
+    if (c.rank() == 1) fill_pattern(b.data(), nb, 22);
+    int go = 0;
+    if (c.rank() == 0) c.receive(1, 4, 0, &go, sizeof go);
+    BcastInfo info;
+    auto ra = c.ibcast_stream(a.data(), na, 0, topology::Algorithm::kChain, na + nb, &info);
+    auto rb = c.ibcast_stream(b.data(), nb, 1, topology::Algorithm::kChain, na + nb);
+    EXPECT_EQ(info.algorithm, topology::Algorithm::kChain);
+    EXPECT_EQ(info.bytes, na);
+    if (c.rank() == 1) {
+      c.wait({rb}, 1);
+      EXPECT_FALSE(c.state(ra).complete) << "A completed before its root started it";
+      c.send(0, 4, 0, &go, sizeof go);
+    }
+    c.wait({ra, rb}, 2);
+    EXPECT_TRUE(a == pattern(na, 21)) << "rank " << c.rank();
+    EXPECT_TRUE(b == pattern(nb, 22)) << "rank " << c.rank();
+  });
+}
+
+// Every algorithm, on two sites of 2 lanes: a stream of broadcasts of odd
+// sizes (none, one byte, less and more than a segment) from two roots, all in
+// flight at once, then a blocking broadcast and a plain ibcast behind them;
+// each connection carries one broadcast's frames at a time, in order, so
+// every copy verifies on every rank (multicast's plans run alone).
+TEST(StreamBroadcasts, ManyInFlightAtOnceForEveryAlgorithmEachCopyVerifies) {
+  const auto grid = make_grid({3, 4}, 2);
+  CommOptions options;
+  options.timeout = std::chrono::seconds(20);
+  Ranks ranks(grid, options);
+  ranks.run([&](Communicator& c) {
+    const int me = c.rank();
+    std::uint64_t seed = 100;
+    for (const auto& algo : topology::algorithms()) {
+      const std::vector<std::uint64_t> sizes{0, 1, 70'001, 1'000'003, 9, 400'000};
+      std::uint64_t stream = 0;
+      for (auto n : sizes) stream += n;
+      std::vector<std::vector<std::byte>> bufs;
+      std::vector<std::uint64_t> seeds;
+      std::vector<int> roots;
+      std::vector<P2pRequest> going;
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        bufs.emplace_back(sizes[k]);
+        seeds.push_back(seed++);
+        roots.push_back(k % 3 == 2 ? 5 : 0);
+        if (me == roots[k]) fill_pattern(bufs[k].data(), sizes[k], seeds[k]);
+        going.push_back(c.ibcast_stream(bufs[k].data(), sizes[k], roots[k], algo.id, stream));
+      }
+      const std::uint64_t nd = 123'457, ne = 50'000;
+      std::vector<std::byte> d(nd), e(ne);
+      const std::uint64_t sd = seed++, se = seed++;
+      if (me == 6) fill_pattern(d.data(), nd, sd);
+      if (me == 3) fill_pattern(e.data(), ne, se);
+      c.bcast(d.data(), nd, 6, algo.id);  // after the stream's
+      going.push_back(c.ibcast(e.data(), ne, 3, algo.id));
+      c.wait(going, going.size());
+      for (size_t k = 0; k < sizes.size(); ++k)
+        EXPECT_TRUE(bufs[k] == pattern(sizes[k], seeds[k]))
+            << algo.name << " broadcast " << k << " rank " << me;
+      EXPECT_TRUE(d == pattern(nd, sd)) << algo.name << " rank " << me;
+      EXPECT_TRUE(e == pattern(ne, se)) << algo.name << " rank " << me;
+    }
+  });
+}
+
 TEST(NonBlockingBroadcasts, AGroupWithOneInFlightCannotBeForgotten) {
   const auto grid = make_grid({2});
   Ranks ranks(grid);
