@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <future>
 #include <memory>
@@ -244,6 +245,9 @@ struct FileRun {
   // Streaming at once, every other rank's copy, opened on a thread of its own
   // while the first window comes; what failed, or empty.
   std::future<std::string> opening;
+  // The header, and on the root its broadcast while it goes on.
+  std::vector<std::byte> header_buf = std::vector<std::byte>(kFileHeaderBytes);
+  InFlight header_going{comm};
   // The root's read of the first window, started while the ranks report (at
   // once: while the header goes) (declared last: joined before everything it
   // uses goes).
@@ -277,7 +281,6 @@ struct FileRun {
 void FileRun::agree_header() {
   // 1. The header: the source's size, mode, mtime and identity, the chunk and
   // window sizes everyone uses, or why the root cannot send.
-  std::vector<std::byte> header_buf(kFileHeaderBytes);
   if (is_root) {
     try {
       source = spec.open_source ? spec.open_source() : FileSource::open(spec.source);
@@ -338,7 +341,8 @@ void FileRun::agree_header() {
     hello = open_lines(comm, root, kFileContext).front();
     await_go(comm, root);
   }
-  info = comm.bcast(header_buf.data(), kFileHeaderBytes, root, spec.algorithm);
+  info = broadcast_header(comm, header_buf.data(), kFileHeaderBytes, root, spec.algorithm,
+                          header_going);
   // The root's goes are waited for after the header, not before it: each
   // first message to a rank opens a connection, a round trip or two across a
   // WAN link, and the header's broadcast makes its own meanwhile (on
@@ -861,33 +865,15 @@ void FileRun::stream_windows() {
   // segments still come down another (Communicator::ibcast_stream). One
   // window at a time, each rank would wait at every boundary for the last
   // segment of the window to reach it through the deepest of its trees.
-  std::vector<runtime::P2pRequest> going(n);
+  // Leaving early (a read, a check or a write failed), the windows still
+  // going end first.
+  std::deque<InFlight> going;
+  for (size_t k = 0; k < n; ++k) going.emplace_back(comm);
   auto set_off = [&](size_t k) {
-    going[k] = comm.ibcast_stream(bufs[k % static_cast<size_t>(nbufs)].data(), wire[k], root,
-                                  spec.algorithm, stream, k == 0 ? &info : nullptr);
+    going[k].add(comm.ibcast_stream(bufs[k % static_cast<size_t>(nbufs)].data(), wire[k], root,
+                                    spec.algorithm, stream, k == 0 ? &info : nullptr));
   };
-  auto finish = [&](size_t k) {
-    comm.wait({going[k]}, 1);
-    going[k].reset();
-  };
-  // Leaving early (a read, a check or a write failed), the broadcasts still
-  // going read or fill the buffers: they end first (each moves or fails
-  // within the timeout).
-  struct EndGoing {
-    runtime::Communicator& comm;
-    std::vector<runtime::P2pRequest>& going;
-    ~EndGoing() {
-      std::vector<runtime::P2pRequest> left;
-      for (auto& r : going)
-        if (r) left.push_back(r);
-      if (left.empty()) return;
-      try {
-        comm.wait(left, left.size());
-      } catch (const std::exception&) {
-        // The failure that brought us here is the one to report.
-      }
-    }
-  } end_going{comm, going};
+  auto finish = [&](size_t k) { going[k].wait(); };
 
   std::future<std::uint64_t> io;  // declared after the buffers and the sink: joined first
   auto wait_goes = [&] {
@@ -1045,6 +1031,29 @@ void close_lines(runtime::Communicator& comm, int root,
   for (int r : line_peers(comm, root)) comm.receive(r, context, kStillWorkingTag, &b, 1);
 }
 
+InFlight::~InFlight() {
+  try {
+    wait();
+  } catch (const std::exception&) {
+    // Leaving on another failure, which is the one to report.
+  }
+}
+
+void InFlight::wait() {
+  if (going_.empty()) return;
+  comm_.wait(going_, going_.size());
+  going_.clear();
+}
+
+runtime::BcastInfo broadcast_header(runtime::Communicator& comm, void* data, std::uint64_t bytes,
+                                    int root, std::optional<topology::Algorithm> algorithm,
+                                    InFlight& sent) {
+  if (comm.rank() != root) return comm.bcast(data, bytes, root, algorithm);
+  runtime::BcastInfo info;
+  sent.add(comm.ibcast_stream(data, bytes, root, algorithm, bytes, &info));
+  return info;
+}
+
 void take_notes(runtime::Communicator& comm) {
   std::byte b{};
   while (const auto m = comm.probe(std::nullopt, kFileContext, kStillWorkingTag, false))
@@ -1066,6 +1075,7 @@ FileResult broadcast_file(runtime::Communicator& comm, const FileSpec& spec, int
     run.agree_plan();
   }
   run.stream_windows();
+  run.header_going.wait();
   return run.result();
 }
 

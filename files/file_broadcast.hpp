@@ -160,6 +160,33 @@ void close_lines(runtime::Communicator& comm, int root,
 // for (a tree of many files would pile them up otherwise).
 void take_notes(runtime::Communicator& comm);
 
+// Broadcasts this rank started and still reads or fills buffers of the
+// scope that holds them: whatever ends the scope, they end first (each moves
+// or fails within the communicator's timeout; a failure while leaving on
+// another error is not reported over it). Declare it after those buffers.
+class InFlight {
+ public:
+  explicit InFlight(runtime::Communicator& comm) : comm_(comm) {}
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+  ~InFlight();
+  void add(runtime::P2pRequest r) { going_.push_back(std::move(r)); }
+  // Waits for all of them; throws like Communicator::wait.
+  void wait();
+
+ private:
+  runtime::Communicator& comm_;
+  std::vector<runtime::P2pRequest> going_;
+};
+
+// A header the tree's or a file's ranks decide by: the root starts its
+// broadcast and goes on (its sends over a link not yet made, a round trip or
+// two across a WAN link, no longer hold up what it sends next on the links
+// that are), every other rank waits for it. On the root `sent` keeps it.
+runtime::BcastInfo broadcast_header(runtime::Communicator& comm, void* data, std::uint64_t bytes,
+                                    int root, std::optional<topology::Algorithm> algorithm,
+                                    InFlight& sent);
+
 // Every rank calls it with the same root. Throws std::runtime_error starting
 // "rank R (node N): " with the path and the errno text, or naming the rank
 // that failed first when another rank's failure stops this one.

@@ -213,7 +213,10 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
   if (is_root)
     header = encode_tree_header(
         {!error.empty(), manifest.size(), root_batch_bytes, root_batch_files, root_packed, error});
-  comm.bcast(header.data(), header.size(), root, spec.algorithm);
+  // The root does not wait for the headers to arrive (the first file's
+  // windows follow them on every link in order); they end before it returns.
+  InFlight headers_going(comm);
+  broadcast_header(comm, header.data(), header.size(), root, spec.algorithm, headers_going);
   std::uint64_t batch_bytes = 0, batch_files = 0;
   bool packed = false;
   {
@@ -233,7 +236,7 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
     batch_files = h.batch_files;
     packed = h.batch_packed;
   }
-  comm.bcast(manifest.data(), manifest.size(), root, spec.algorithm);
+  broadcast_header(comm, manifest.data(), manifest.size(), root, spec.algorithm, headers_going);
   std::vector<TreeEntry> entries;
   try {
     entries = decode_manifest(manifest);
@@ -376,6 +379,7 @@ TreeResult broadcast_tree(runtime::Communicator& comm, const FileSpec& spec, int
                            ? result.per_file.front().root_digest
                            : to_hex(sha256(reinterpret_cast<const std::byte*>(digest_input.data()),
                                            digest_input.size()));
+  headers_going.wait();
   close_lines(comm, root, lines, kTreeContext);
   take_notes(comm);
   return result;
