@@ -874,6 +874,13 @@ void FileRun::stream_windows() {
                                     spec.algorithm, stream, k == 0 ? &info : nullptr));
   };
   auto finish = [&](size_t k) { going[k].wait(); };
+  // Another thread's read or write of a window, while windows are in flight:
+  // they move meanwhile (a rank waiting on its disk still relays).
+  auto join = [&](std::future<std::uint64_t>& f) {
+    comm.progress_until(
+        [&f] { return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready; });
+    return f.get();
+  };
 
   std::future<std::uint64_t> io;  // declared after the buffers and the sink: joined first
   auto wait_goes = [&] {
@@ -898,7 +905,7 @@ void FileRun::stream_windows() {
         begin_fill(started);
       }
       for (size_t k = 0; k < n && !h.compressed; ++k) {
-        io.get();  // window k is read
+        join(io);  // window k is read
         set_off(k);
         if (k == 0) wait_goes();
         // Window k+1 is read into the buffer window k-1 went from.
@@ -930,7 +937,7 @@ void FileRun::stream_windows() {
           bcast(k, buf);
         } else {
           // Window k+1 lands in the buffer window k-1 was written from.
-          if (io.valid()) io.get();
+          if (io.valid()) join(io);
           if (k + 1 < n) set_off(k + 1);
           finish(k);
         }
@@ -1032,11 +1039,7 @@ void close_lines(runtime::Communicator& comm, int root,
 }
 
 InFlight::~InFlight() {
-  try {
-    wait();
-  } catch (const std::exception&) {
-    // Leaving on another failure, which is the one to report.
-  }
+  comm_.settle(going_);
 }
 
 void InFlight::wait() {

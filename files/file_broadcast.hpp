@@ -161,9 +161,9 @@ void close_lines(runtime::Communicator& comm, int root,
 void take_notes(runtime::Communicator& comm);
 
 // Broadcasts this rank started and still reads or fills buffers of the
-// scope that holds them: whatever ends the scope, they end first (each moves
-// or fails within the communicator's timeout; a failure while leaving on
-// another error is not reported over it). Declare it after those buffers.
+// scope that holds them: whatever ends the scope, they end first
+// (Communicator::settle; a failure while leaving on another error is not
+// reported over it). Declare it after those buffers.
 class InFlight {
  public:
   explicit InFlight(runtime::Communicator& comm) : comm_(comm) {}

@@ -907,6 +907,49 @@ P2pRequest Communicator::irecv(std::optional<int> source, std::uint64_t context,
   return op;
 }
 
+void Communicator::settle(const std::vector<P2pRequest>& requests) noexcept {
+  auto& im = *impl_;
+  auto ended = [&requests] {
+    return std::all_of(requests.begin(), requests.end(),
+                       [](const P2pRequest& r) { return !r || r->state().complete; });
+  };
+  if (ended()) return;
+  try {
+    if (!im.failed) wait(requests, requests.size());
+  } catch (const std::exception&) {
+    // Failed or stalled: what is left is ended below.
+  }
+  if (ended()) return;
+  im.fail_all(std::make_exception_ptr(lanes::NetworkError(
+      "rank " + std::to_string(im.rank) + "'s communicator failed with broadcasts in flight")));
+  im.bcast_done.notify_all();
+  im.link_turns.changed.notify_all();
+  im.transport.accepted().notify_all();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!ended() && std::chrono::steady_clock::now() < until) {
+    if (im.io.stopped()) im.io.restart();
+    im.io.run_one_for(std::chrono::milliseconds(10));
+  }
+  if (ended()) return;
+  lanes::log::error("gridbcast rank " + std::to_string(im.rank) +
+                    ": broadcasts still ran 5 s after their links were closed; stopping rather "
+                    "than free the memory they use");
+  std::abort();
+}
+
+void Communicator::progress_until(const std::function<bool()>& done) {
+  auto& im = *impl_;
+  if (done() || im.failed) return;
+  auto until = [](Impl& i, const std::function<bool()>& d) -> asio::awaitable<void> {
+    asio::steady_timer t(i.io);
+    while (!d() && !i.failed) {
+      t.expires_after(std::chrono::milliseconds(1));
+      co_await t.async_wait(lanes::kAsTuple);
+    }
+  };
+  im.drive(until(im, done));
+}
+
 void Communicator::poll() {
   auto& im = *impl_;
   if (im.io.stopped()) im.io.restart();

@@ -200,6 +200,20 @@ class Communicator {
   // awaited, when nothing moves for the timeout (then the communicator fails
   // as receive() does and the requests fail). Throws std::runtime_error then.
   void wait(const std::vector<P2pRequest>& requests, size_t needed);
+  // Runs this communicator until every one of `requests` has ended, complete
+  // or failed, whatever failed before: a caller leaving on an error frees
+  // the buffers they use only after it (wait() returns at the first failure,
+  // and at once on a failed communicator). What does not end within the
+  // timeout, or once the communicator has failed, is ended by failing the
+  // communicator and closing its links. Never throws; aborts the process,
+  // saying so, if they still have not ended 5 s after that (they would use
+  // freed memory).
+  void settle(const std::vector<P2pRequest>& requests) noexcept;
+  // Runs this communicator, so that what is in flight moves, until `done`
+  // (asked about every millisecond) is true: for a wait on another thread's
+  // work while broadcasts are in flight. Returns early if the communicator
+  // has failed (the next call on it says why).
+  void progress_until(const std::function<bool()>& done);
   // Withdraws a receive that has not completed yet (its buffer is released).
   void cancel_receive(const P2pRequest& request);
   // The message a receive posted now would take first: nullopt when none has

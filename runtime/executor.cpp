@@ -108,6 +108,10 @@ class Turn {
       co_await turns->changed.wait();
     }
     run_.waiting_on.erase(this);
+    if (run_.transport.closed())
+      throw BroadcastError(
+          "this rank's links were closed while it waited for its turn on the link " +
+          std::string(key_.out ? "to " : "from ") + peer);
   }
 
  private:

@@ -165,8 +165,8 @@ asio::awaitable<void> Messenger::read_loop(int peer, lanes::Stream& socket) {
     const auto header = lanes::decode_frame_header(header_bytes, why);
     if (header && header->kind == lanes::FrameKind::kData)
       why = "a data frame on the message connection";
-    if (header && (header->kind == lanes::FrameKind::kProbe ||
-                   header->kind == lanes::FrameKind::kPing))
+    if (header &&
+        (header->kind == lanes::FrameKind::kProbe || header->kind == lanes::FrameKind::kPing))
       why = "a probe frame on the message connection";
     if (!header || !why.empty()) {
       socket.close();

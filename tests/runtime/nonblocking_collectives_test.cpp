@@ -174,6 +174,34 @@ TEST(StreamBroadcasts, ManyInFlightAtOnceForEveryAlgorithmEachCopyVerifies) {
   });
 }
 
+// settle()'s contract, which a caller freeing buffers after a failure relies
+// on (wait() returns at the first failure): two broadcasts of a stream to a
+// rank that never answers, the second waiting for its turn behind the first;
+// once settle returns, both have ended, failed, in bounded time. (Here the
+// second also ends in the io pass in which the first fails, so wait alone
+// passes too; the case settle guards, a broadcast whose end is still queued
+// when wait returns, is not one a test can bring about at will.)
+TEST(StreamBroadcasts, SettleEndsEveryBroadcastAfterTheFirstFails) {
+  const auto grid = make_grid({2});
+  CommOptions options;
+  options.timeout = std::chrono::milliseconds(500);
+  Ranks ranks(grid, options);
+  Communicator& c = ranks.at(0);
+  const auto start = std::chrono::steady_clock::now();
+  {
+    std::vector<std::byte> a(1 << 20), b(1 << 20);
+    auto ra = c.ibcast_stream(a.data(), a.size(), 0, topology::Algorithm::kChain, 2 << 20);
+    auto rb = c.ibcast_stream(b.data(), b.size(), 0, topology::Algorithm::kChain, 2 << 20);
+    EXPECT_THROW(c.wait({ra, rb}, 2), std::runtime_error);
+    c.settle({ra, rb});
+    EXPECT_TRUE(c.state(ra).complete);
+    EXPECT_TRUE(c.state(rb).complete) << "settle returned with a broadcast still running";
+    EXPECT_FALSE(c.state(rb).error.empty());
+  }  // the buffers go
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(8));
+  c.poll();  // nothing left to touch them
+}
+
 TEST(NonBlockingBroadcasts, AGroupWithOneInFlightCannotBeForgotten) {
   const auto grid = make_grid({2});
   Ranks ranks(grid);
