@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <future>
 #include <memory>
@@ -865,15 +864,14 @@ void FileRun::stream_windows() {
   // segments still come down another (Communicator::ibcast_stream). One
   // window at a time, each rank would wait at every boundary for the last
   // segment of the window to reach it through the deepest of its trees.
-  // Leaving early (a read, a check or a write failed), the windows still
-  // going end first.
-  std::deque<InFlight> going;
-  for (size_t k = 0; k < n; ++k) going.emplace_back(comm);
+  // At most two windows go at once, k and k+1, each in its own buffer;
+  // leaving early (a read, a check or a write failed), they end first.
+  InFlight going[2]{InFlight(comm), InFlight(comm)};
   auto set_off = [&](size_t k) {
-    going[k].add(comm.ibcast_stream(bufs[k % static_cast<size_t>(nbufs)].data(), wire[k], root,
-                                    spec.algorithm, stream, k == 0 ? &info : nullptr));
+    going[k % 2].add(comm.ibcast_stream(bufs[k % static_cast<size_t>(nbufs)].data(), wire[k], root,
+                                        spec.algorithm, stream, k == 0 ? &info : nullptr));
   };
-  auto finish = [&](size_t k) { going[k].wait(); };
+  auto finish = [&](size_t k) { going[k % 2].wait(); };
   // Another thread's read or write of a window, while windows are in flight:
   // they move meanwhile (a rank waiting on its disk still relays).
   auto join = [&](std::future<std::uint64_t>& f) {
