@@ -295,26 +295,33 @@ std::string Stream::check_peer_name(const std::string& node) const {
 
 asio::awaitable<Stream::IoResult> Stream::read(asio::mutable_buffer buffer) {
   if (!tls_) co_return co_await asio::async_read(*plain_, buffer, kAsTuple);
-  TlsSession& t = *tls_;
-  // Large reads (segments, after the Hello was checked) get the batch buffer.
-  if (buffer.size() > t.in.size() && t.in.size() < kTlsBatch) t.in.resize(kTlsBatch);
   auto* p = static_cast<std::uint8_t*>(buffer.data());
   std::size_t got = 0;
   while (got < buffer.size()) {
-    ERR_clear_error();
-    std::size_t n = 0;
-    const int r = SSL_read_ex(t.ssl, p + got, buffer.size() - got, &n);
-    if (r == 1) {
-      got += n;
-      continue;
-    }
-    const int status = SSL_get_error(t.ssl, r);
-    if (status != SSL_ERROR_WANT_READ) co_return IoResult{ssl_error(status), got};
-    // A peer that closes without close_notify (every rank on failure) reads
-    // as the end of file, as on plain TCP.
-    if (const auto ec = co_await fill(t)) co_return IoResult{ec, got};
+    const auto [ec, n] = co_await read_some(asio::buffer(p + got, buffer.size() - got));
+    got += n;
+    if (ec) co_return IoResult{ec, got};
   }
   co_return IoResult{asio::error_code{}, got};
+}
+
+asio::awaitable<Stream::IoResult> Stream::read_some(asio::mutable_buffer buffer) {
+  if (buffer.size() == 0) co_return IoResult{asio::error_code{}, 0};
+  if (!tls_) co_return co_await plain_->async_read_some(buffer, kAsTuple);
+  TlsSession& t = *tls_;
+  // Large reads (segments, after the Hello was checked) get the batch buffer.
+  if (buffer.size() > t.in.size() && t.in.size() < kTlsBatch) t.in.resize(kTlsBatch);
+  for (;;) {
+    ERR_clear_error();
+    std::size_t n = 0;
+    const int r = SSL_read_ex(t.ssl, buffer.data(), buffer.size(), &n);
+    if (r == 1) co_return IoResult{asio::error_code{}, n};
+    const int status = SSL_get_error(t.ssl, r);
+    if (status != SSL_ERROR_WANT_READ) co_return IoResult{ssl_error(status), 0};
+    // A peer that closes without close_notify (every rank on failure) reads
+    // as the end of file, as on plain TCP.
+    if (const auto ec = co_await fill(t)) co_return IoResult{ec, 0};
+  }
 }
 
 asio::awaitable<Stream::IoResult> Stream::write(std::span<const asio::const_buffer> buffers) {

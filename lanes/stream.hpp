@@ -40,6 +40,9 @@ class Stream {
   // The end of a TLS connection without close_notify reads as asio::error::eof,
   // like plain TCP, so callers tell "the peer went away" the same way.
   asio::awaitable<IoResult> read(asio::mutable_buffer buffer);
+  // What has arrived, at least one byte (or an error, with none): a segment
+  // read in pieces, each forwarded as it lands (runtime/executor.cpp).
+  asio::awaitable<IoResult> read_some(asio::mutable_buffer buffer);
   asio::awaitable<IoResult> write(std::span<const asio::const_buffer> buffers);
   asio::awaitable<IoResult> write(asio::const_buffer buffer);
 

@@ -133,28 +133,39 @@ asio::awaitable<void> send_stream(Run& run, LinkKey key, const std::vector<Segme
   lanes::Stream* socket = co_await run.transport.outgoing(key, deadline);
   run.active.push_back(socket);
   socket->set_pace(pace);
+  const std::string peer = run.transport.describe(key.peer, key.lane_to);
   for (const Segment& seg : segments) {
-    while (!run.have.contains(seg.offset, seg.offset + seg.length)) {
+    // Cut-through: the frame leaves with the first kForwardBytes of its bytes
+    // held (all of them, if it is shorter), and the rest follows as it lands,
+    // so a hop delays a segment by a piece, not by the whole segment.
+    std::uint64_t sent = 0;
+    do {
+      const std::uint64_t left = seg.length - sent;
+      const std::uint64_t want = std::min(left, topology::kForwardBytes);
+      std::uint64_t ready = 0;
+      while ((ready = std::min(left, run.have.run_from(seg.offset + sent))) < want) {
+        run.check();
+        co_await run.progress.wait();
+      }
       run.check();
-      co_await run.progress.wait();
-    }
-    run.check();
-    const auto header =
-        lanes::encode(lanes::FrameHeader{lanes::FrameKind::kData, run.seq, seg.offset, seg.length});
-    const std::array<asio::const_buffer, 2> bufs{asio::buffer(header),
-                                                 asio::buffer(run.buffer + seg.offset, seg.length)};
-    run.waiting_on[socket] = "sending to " + run.transport.describe(key.peer, key.lane_to);
-    auto [ec, n] = co_await socket->write(bufs);
-    run.waiting_on.erase(socket);
-    run.check();
-    if (ec)
-      throw BroadcastError("sending to " + run.transport.describe(key.peer, key.lane_to) +
-                           " failed: " + ec.message());
-    run.stats.bytes_out += seg.length;
-    if (run.options.live)
-      run.options.live->bytes_out.fetch_add(seg.length, std::memory_order_relaxed);
+      const auto header = lanes::encode(
+          lanes::FrameHeader{lanes::FrameKind::kData, run.seq, seg.offset, seg.length});
+      std::array<asio::const_buffer, 2> bufs{asio::buffer(header),
+                                             asio::buffer(run.buffer + seg.offset + sent, ready)};
+      const std::span<const asio::const_buffer> out =
+          sent == 0 ? std::span<const asio::const_buffer>(bufs)
+                    : std::span<const asio::const_buffer>(bufs).subspan(1);
+      run.waiting_on[socket] = "sending to " + peer;
+      auto [ec, n] = co_await socket->write(out);
+      run.waiting_on.erase(socket);
+      run.check();
+      if (ec) throw BroadcastError("sending to " + peer + " failed: " + ec.message());
+      sent += ready;
+      run.stats.bytes_out += ready;
+      if (run.options.live) run.options.live->bytes_out.fetch_add(ready, std::memory_order_relaxed);
+      run.moved();
+    } while (sent < seg.length);
     ++run.stats.frames_out;
-    run.moved();
   }
 }
 
@@ -195,18 +206,23 @@ asio::awaitable<void> receive_stream(Run& run, LinkKey key, std::uint64_t frames
                            range(header->offset, header->length) +
                            " are not routed over this link, or arrived twice");
     if (--it->second == 0) expected.erase(it);
-    auto [rec, rn] =
-        co_await socket->read(asio::buffer(run.buffer + header->offset, header->length));
-    run.check();
-    if (rec == asio::error::eof)
-      throw BroadcastError(peer + " closed the connection mid-segment (did it fail?)");
-    if (rec) throw BroadcastError("receiving from " + peer + " failed: " + rec.message());
-    run.have.add(header->offset, header->offset + header->length);
-    run.stats.bytes_in += header->length;
-    if (run.options.live)
-      run.options.live->bytes_in.fetch_add(header->length, std::memory_order_relaxed);
+    // Each piece counts as held as it lands, and the links that forward it
+    // take it from there (send_stream).
+    for (std::uint64_t got = 0; got < header->length;) {
+      const std::uint64_t at = header->offset + got;
+      auto [rec, rn] =
+          co_await socket->read_some(asio::buffer(run.buffer + at, header->length - got));
+      run.check();
+      if (rec == asio::error::eof)
+        throw BroadcastError(peer + " closed the connection mid-segment (did it fail?)");
+      if (rec) throw BroadcastError("receiving from " + peer + " failed: " + rec.message());
+      got += rn;
+      run.have.add(at, at + rn);
+      run.stats.bytes_in += rn;
+      if (run.options.live) run.options.live->bytes_in.fetch_add(rn, std::memory_order_relaxed);
+      run.moved();
+    }
     ++run.stats.frames_in;
-    run.moved();
   }
   run.waiting_on.erase(socket);
 }

@@ -28,7 +28,7 @@ using LaneKey = std::tuple<int, int, bool>;  // (rank, lane, egress)
 class Pricer {
  public:
   Pricer(const Grid& grid, const Plan& plan, const CostModel& model)
-      : plan_(plan), c_(segment_overhead(grid, model)) {
+      : plan_(plan), c_(segment_overhead(grid, model)), forward_(model.forward_bytes) {
     if (plan.transfers.empty() || plan.size == 0 || grid.size() < 2) return;
     const double eff = model.payload_efficiency;
     // Each lane's part of its NIC, shared among the links the plan gives it
@@ -58,6 +58,7 @@ class Pricer {
           shares.at({t.from, t.lane_from, true}) / links_on_lane.at({t.from, t.lane_from, true}),
           shares.at({t.to, t.lane_to, false}) / links_on_lane.at({t.to, t.lane_to, false}));
       double latency = hop_latency(dst.site) + hop_overhead(grid, model);
+      double stream_bps = 1e300;  // one TCP stream's limit (a WAN path's)
       if (src.site != dst.site) {
         double one_way = 0, pass = 1;
         for (const WanLink* l : grid.wan_path(src.site, dst.site)) {
@@ -70,12 +71,14 @@ class Pricer {
         if (const std::string cc = grid.congestion_between(t.from, t.to); !cc.empty())
           tcp.congestion = parse_congestion(cc).value_or(Congestion::kLossBased);
         const double rtt = 2 * one_way + hop_latency(src.site) + hop_latency(dst.site);
-        bps = std::min(bps, t.streams * tcp_stream_limit(rtt, 1 - pass, tcp) * 8 / eff);
+        stream_bps = tcp_stream_limit(rtt, 1 - pass, tcp) * 8 / eff;
       }
       if (const double pace = pace_of(paces, t.from, t.to, t.lane_from, t.lane_to); pace > 0)
         bps = std::min(bps, pace * std::max(1, t.streams) * 8 / kPacedPayloadShare);
       Hop h;
       h.rate = bps / 8 * eff;  // payload bytes per second
+      h.stream_rate = stream_bps / 8 * eff;
+      h.streams = std::max(1, t.streams);
       h.latency = latency;
       // The transfers of one link share its connections (a bundle across a
       // WAN link), so they are paced by its rate together.
@@ -89,6 +92,10 @@ class Pricer {
       }
       hops_.push_back(h);
     }
+    link_bytes_.assign(static_cast<size_t>(links_), 0);
+    for (size_t i = 0; i < hops_.size(); ++i)
+      link_bytes_[static_cast<size_t>(hops_[i].link)] +=
+          static_cast<double>(plan.transfers[i].length);
     const MaxFlowBound bound = max_flow_bound(grid, plan.root);
     rate_ = bound.rate_bps / 8 * eff;
     ranks_ = grid.size();
@@ -97,6 +104,8 @@ class Pricer {
   double seconds(std::uint64_t segment) const {
     if (hops_.empty()) return 0;
     const double s = static_cast<double>(std::max<std::uint64_t>(segment, 1));
+    // What a hop holds back of a segment: its first piece (cut-through).
+    const double piece = forward_ == 0 ? s : std::min(s, static_cast<double>(forward_));
     // Bytes each lane carries, and the segments they travel in.
     std::vector<std::pair<double, double>> load(lane_rate_.size(), {0, 0});
     // When the first segment of each received range reaches its rank: (rank,
@@ -109,6 +118,7 @@ class Pricer {
     for (size_t i = 0; i < hops_.size(); ++i) {
       const Transfer& t = plan_.transfers[i];
       const Hop& h = hops_[i];
+      const double hop_rate = rate(i, s);
       const double length = static_cast<double>(t.length);
       const double frames = std::ceil(length / s);
       for (const int l : h.lanes) {
@@ -118,14 +128,14 @@ class Pricer {
       // A link moves no faster than its hop: across a WAN link its streams'
       // TCP limit may be below both lanes' rates (a lossy link's bundle; the
       // simulator prices it so).
-      on_link[static_cast<size_t>(h.link)] += length / h.rate + frames * c_;
+      on_link[static_cast<size_t>(h.link)] += length / hop_rate + frames * c_;
       double from_at = 0;
       if (t.from != plan_.root) {
         const auto& got = first[static_cast<size_t>(t.from)];
         auto it = got.upper_bound(t.offset);
         if (it != got.begin()) from_at = std::prev(it)->second;
       }
-      const double arrival = from_at + std::min(s, length) / h.rate + c_ + h.latency;
+      const double arrival = from_at + std::min(piece, length) / hop_rate + c_ + h.latency;
       auto& at = first[static_cast<size_t>(t.to)][t.offset];
       at = std::max(at, arrival);
       depth = std::max(depth, arrival);
@@ -136,23 +146,55 @@ class Pricer {
     for (size_t l = 0; l < load.size(); ++l)
       busiest = std::max(busiest, load[l].first / lane_rate_[l] + load[l].second * c_);
     const double stream = rate_ > 0 ? static_cast<double>(plan_.size) / rate_ : 0;
-    const double last = rate_ > 0 ? std::min(s, static_cast<double>(plan_.size)) / rate_ : 0;
+    const double last = rate_ > 0 ? std::min(piece, static_cast<double>(plan_.size)) / rate_ : 0;
     return std::max(stream, busiest) + depth - last;
+  }
+
+  // Whether segments of `segment` bytes leave a stream of a link with
+  // several idle long enough that the kernel restarts it from its initial
+  // window. A link's frames go in offset order as their bytes arrive (cut-
+  // through), dealt round-robin over its streams, so each stream waits for
+  // the others' frames between two of its own: (S - 1) x segment / the
+  // link's rate. Measured on testbed-8x8 at 64 MiB (four WAN streams at a
+  // lane's 100 Mbit/s): 4 MiB segments (a 1 s gap) 1.19 x the bound,
+  // 128 KiB and 1 MiB 1.08-1.13 x (docs/PERFORMANCE.md).
+  bool idles_streams(std::uint64_t segment) const {
+    const auto s = static_cast<double>(std::max<std::uint64_t>(segment, 1));
+    for (size_t i = 0; i < hops_.size(); ++i) {
+      const double used = std::min<double>(
+          hops_[i].streams, std::ceil(link_bytes_[static_cast<size_t>(hops_[i].link)] / s));
+      if (used > 1 && (used - 1) * s / rate(i, s) > kStreamIdleRestartSeconds) return true;
+    }
+    return false;
   }
 
  private:
   struct Hop {
     double rate = 0, latency = 0;
+    // Its streams, each at most stream_rate: a link of few segments uses
+    // fewer (segments are dealt round-robin).
+    double stream_rate = 1e300;
+    int streams = 1;
     std::array<int, 2> lanes{};  // indexes into lane_rate_: sender's, receiver's
     int link = 0;                // (from, to, lane_from, lane_to), numbered from 0
   };
   const Plan& plan_;
   double c_;
+  std::uint64_t forward_;
   std::vector<Hop> hops_;
   std::vector<double> lane_rate_;
   double rate_ = 0;
   int ranks_ = 0;
   int links_ = 0;
+  std::vector<double> link_bytes_;  // per link: the bytes of its transfers
+
+  // Hop i's rate with segments of s bytes: its streams that carry one.
+  double rate(size_t i, double s) const {
+    const Hop& h = hops_[i];
+    const double used =
+        std::min<double>(h.streams, std::ceil(link_bytes_[static_cast<size_t>(h.link)] / s));
+    return std::min(h.rate, std::max(1.0, used) * h.stream_rate);
+  }
 };
 
 }  // namespace
@@ -174,6 +216,9 @@ std::uint64_t model_segment(const Grid& grid, const Plan& plan, const CostModel&
   long long best_time = us(best);
   for (std::uint64_t seg = 2 * kSmallestModelSegment; seg <= kLargestModelSegment; seg *= 2) {
     if (seg / 2 >= plan.size) break;  // larger ones cut the message the same way
+    // Cut-through makes a hop's delay a piece, whatever the segment, so the
+    // model alone would take the largest; the streams decide where to stop.
+    if (model.forward_bytes != 0 && pricer.idles_streams(seg)) break;
     const long long t = us(seg);
     if (t <= best_time) {
       best_time = t;
@@ -218,7 +263,7 @@ std::string model_key(const CostModel& m) {
   return exact(m.segment_overhead_s) + "," + exact(m.hop_overhead_s) + "," +
          exact(m.lan_latency_s) + "," + exact(m.tcp_window_bytes) + "," + exact(m.mss_bytes) + "," +
          exact(m.payload_efficiency) + "," + std::to_string(m.segment_bytes) + "," +
-         std::to_string(m.frame_header_bytes) + "," +
+         std::to_string(m.frame_header_bytes) + "," + std::to_string(m.forward_bytes) + "," +
          std::to_string(static_cast<int>(m.congestion));
 }
 

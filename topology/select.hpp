@@ -4,17 +4,25 @@
 //
 // Segments. A pipelined plan's time is about
 //
-//     T(s) = max(M / R, busiest lane: B / r + ceil(B / s) c) + depth(s) - s / R
+//     T(s) = max(M / R, busiest lane: B / r + ceil(B / s) c) + depth(s) - p / R
 //
 // where M is the message, R the max-flow rate, B the bytes a lane carries at
 // rate r, c the work one segment costs each end (CostModel::
 // segment_overhead_s) and depth(s) the longest chain of hops from the root,
-// each costing s / (the hop's rate) + c + its latency and hop overhead
-// (CostModel::hop_overhead_s): the pipeline's fill.
-// Small segments fill it sooner and cost more frames; model_segment takes
-// the s among powers of two from 16 KiB to 4 MiB that minimises T. Measured
-// on testbed-8x8 (multilane, 1 MiB): 64 KiB segments 1.73 x the bound,
-// 16 KiB 1.04 x (docs/PERFORMANCE.md, "Segments from the model").
+// each costing p / (the hop's rate) + c + its latency and hop overhead
+// (CostModel::hop_overhead_s): the pipeline's fill. p is what a hop holds
+// back: min(s, CostModel::forward_bytes), since a rank forwards a segment
+// as it arrives (cut-through, runtime/executor.cpp); s for store and
+// forward (forward_bytes 0: the MPI provider's PMPI path).
+// Store and forward: small segments fill the pipeline sooner and cost more
+// frames. Cut-through: the fill no longer grows with s, and the largest
+// segment wins until a link's parallel streams would idle between their
+// frames long enough to restart (kStreamIdleRestartSeconds). model_segment
+// takes the s among powers of two from 16 KiB to 4 MiB that minimises T,
+// within that limit. Measured on testbed-8x8 (multilane, 1 MiB, store and
+// forward): 64 KiB segments 1.73 x the bound, 16 KiB 1.04 x (docs/
+// PERFORMANCE.md, "Segments from the model"); with cut-through, 512 KiB
+// 1.10-1.13 x, 16 KiB 1.16-1.23 x ("Cut-through").
 #pragma once
 
 #include <cstdint>
@@ -79,6 +87,11 @@ std::uint64_t model_circulant_block(const Grid& grid, int root, std::uint64_t si
 // 16 KiB 1.04 x, where the model at 20 us a segment preferred 4 KiB.
 inline constexpr std::uint64_t kSmallestModelSegment = 16 * 1024;
 inline constexpr std::uint64_t kLargestModelSegment = 4 * 1024 * 1024;
+// Linux's least retransmission timeout: a TCP stream idle for longer starts
+// again from its initial window (net.ipv4.tcp_slow_start_after_idle). The
+// model's segment is never so large that a stream of a link with several
+// waits this long between two of its frames.
+inline constexpr double kStreamIdleRestartSeconds = 0.2;
 
 // Algorithms. `auto` runs the plan the cost model predicts fastest for the
 // grid, root and size (select_broadcast), among model_candidates(): the

@@ -1,6 +1,7 @@
 #include "topology/simulate.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -24,9 +25,11 @@ struct SimSegment {
   // receiver lane ingress, the stream bundle, and the WAN link (or -1).
   int res[4];
   double latency;
-  int ordinal = 0;  // position within its transfer
-  int pending = 0;  // dependencies not yet arrived
-  double ready = 0;
+  int ordinal = 0;          // position within its transfer
+  bool frame_start = true;  // the first chunk of its frame (sim_chunk)
+  int pending = 0;          // dependencies not yet arrived
+  double ready = 0;         // its first piece is at the sender (cut-through)
+  double complete = 0;      // all of its bytes are at the sender
   double arrival = 0;
   std::vector<int> dependents;  // segments that need these bytes
   int next_on_stream = -1;      // sent after this one on the same TCP stream
@@ -104,6 +107,18 @@ class Pieces {
   std::multimap<std::uint64_t, Piece> by_begin_;
   std::uint64_t longest_ = 0;
 };
+
+// What the simulator moves as one piece of a frame. Cut-through: a frame
+// goes out as its bytes land and shares its lane with the frames beside it
+// (each link its own TCP connection), which the simulator, placing whole
+// pieces on its resources, sees only in pieces this small: a frame of 1 MiB
+// placed whole would hold its lane for the whole frame while the executor
+// sends another link's beside it. Store and forward: the frame.
+constexpr std::uint64_t kSimChunkBytes = 64 * 1024;
+std::uint64_t sim_chunk(const CostModel& model, std::uint64_t segment) {
+  const std::uint64_t seg = std::max<std::uint64_t>(segment, 1);
+  return model.forward_bytes == 0 ? seg : std::min(seg, kSimChunkBytes);
+}
 
 }  // namespace
 
@@ -185,8 +200,13 @@ std::string describe(const Grid& grid, const StreamShortfall& s) {
 std::uint64_t simulated_segments(const Grid& grid, const Plan& plan, const CostModel& model) {
   const std::uint64_t seg =
       std::max<std::uint64_t>(resolve_segment_bytes(grid, plan, model.segment_bytes), 1);
+  const std::uint64_t chunk = sim_chunk(model, seg);
+  const auto chunks = [chunk](std::uint64_t len) {
+    return len / chunk + (len % chunk != 0 ? 1 : 0);
+  };
   std::uint64_t n = 0;
-  for (const Transfer& t : plan.transfers) n += t.length / seg + (t.length % seg != 0 ? 1 : 0);
+  for (const Transfer& t : plan.transfers)
+    n += t.length / seg * chunks(seg) + (t.length % seg != 0 ? chunks(t.length % seg) : 0);
   return n;
 }
 
@@ -200,6 +220,7 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
   SegmentOptions so;
   so.segment_bytes = resolve_segment_bytes(grid, plan, model.segment_bytes);
   const SegmentSchedule schedule = segment_schedule(plan, so);
+  const std::uint64_t chunk = sim_chunk(model, schedule.segment_bytes);
   std::vector<std::vector<const topology::Segment*>> of_transfer(plan.transfers.size());
   for (const LinkSegments& l : schedule.links)
     for (const topology::Segment& piece : l.segments)
@@ -281,37 +302,46 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
     link.last_on_stream.resize(static_cast<size_t>(std::max(1, t.streams)), -1);
     const int bundle = link.bundle;
     const auto& pieces = of_transfer[ti];  // in offset order
+    int ordinal = 0;
     for (size_t k = 0; k < pieces.size(); ++k) {
       const topology::Segment& cut = *pieces[k];
-      SimSegment s{};
-      s.from = t.from;
-      s.to = t.to;
-      s.offset = cut.offset;
-      s.length = cut.length;
-      s.res[0] = out_res;
-      s.res[1] = in_res;
-      s.res[2] = bundle;
-      s.res[3] = wan;
-      s.latency = latency;
-      s.ordinal = static_cast<int>(k);
-      const int index = static_cast<int>(segs.size());
-      // Dependencies: what the sender received of these bytes, listed earlier.
-      if (t.from != plan.root)
-        received[static_cast<size_t>(t.from)].overlapping(
-            s.offset, s.offset + s.length, [&](const Piece& piece) {
-              ++s.pending;
-              segs[static_cast<size_t>(piece.segment)].dependents.push_back(index);
-            });
-      if (link.last_on_stream.size() <= static_cast<size_t>(cut.stream))
-        link.last_on_stream.resize(static_cast<size_t>(cut.stream) + 1, -1);
-      int& previous = link.last_on_stream[static_cast<size_t>(cut.stream)];
-      if (previous >= 0) {
-        ++s.pending;
-        segs[static_cast<size_t>(previous)].next_on_stream = index;
+      const std::uint64_t cut_end = cut.offset + cut.length;
+      // Cut-through: a frame goes as chunks (sim_chunk), each forwarded as
+      // it lands; the first carries the frame's header and work.
+      for (std::uint64_t off = cut.offset;;) {
+        SimSegment s{};
+        s.from = t.from;
+        s.to = t.to;
+        s.offset = off;
+        s.length = std::min(chunk, cut_end - off);
+        s.frame_start = off == cut.offset;
+        s.res[0] = out_res;
+        s.res[1] = in_res;
+        s.res[2] = bundle;
+        s.res[3] = wan;
+        s.latency = latency;
+        s.ordinal = ordinal++;
+        const int index = static_cast<int>(segs.size());
+        // Dependencies: what the sender received of these bytes, listed earlier.
+        if (t.from != plan.root)
+          received[static_cast<size_t>(t.from)].overlapping(
+              s.offset, s.offset + s.length, [&](const Piece& piece) {
+                ++s.pending;
+                segs[static_cast<size_t>(piece.segment)].dependents.push_back(index);
+              });
+        if (link.last_on_stream.size() <= static_cast<size_t>(cut.stream))
+          link.last_on_stream.resize(static_cast<size_t>(cut.stream) + 1, -1);
+        int& previous = link.last_on_stream[static_cast<size_t>(cut.stream)];
+        if (previous >= 0) {
+          ++s.pending;
+          segs[static_cast<size_t>(previous)].next_on_stream = index;
+        }
+        previous = index;
+        off += s.length;
+        received[static_cast<size_t>(t.to)].add({s.offset, off, index});
+        segs.push_back(std::move(s));
+        if (off >= cut_end) break;
       }
-      previous = index;
-      segs.push_back(std::move(s));
-      received[static_cast<size_t>(t.to)].add({cut.offset, cut.offset + cut.length, index});
     }
   }
 
@@ -331,11 +361,11 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
     SimSegment& s = segs[static_cast<size_t>(i)];
     // Its frame header travels too; each end's lane pays the per-segment
     // work once (a write at the sender, two reads at the receiver).
-    const auto bytes =
-        static_cast<double>(s.length) + static_cast<double>(model.frame_header_bytes);
+    const auto bytes = static_cast<double>(s.length) +
+                       (s.frame_start ? static_cast<double>(model.frame_header_bytes) : 0.0);
     const auto hold = [&](int k) {
       const int r = s.res[k];
-      return bytes / capacity[static_cast<size_t>(r)] + (k < 2 ? overhead : 0.0);
+      return bytes / capacity[static_cast<size_t>(r)] + (k < 2 && s.frame_start ? overhead : 0.0);
     };
     double longest = 0;
     for (int k = 0; k < 4; ++k) {
@@ -344,36 +374,57 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
       longest = std::max(longest, hold(k));
       busy[static_cast<size_t>(r)].forget_before(ready);
     }
-    // The earliest time from `ready` at which every resource is free for its
-    // share of the segment: a later-ready segment may fill a gap an earlier
-    // one left, as TCP fills a link whenever it has data.
-    double start = ready;
+    // Cut-through: the frame leaves with its first piece; its last cannot
+    // leave before the sender holds it.
+    const double piece = model.forward_bytes == 0
+                             ? 1.0
+                             : std::min(1.0, static_cast<double>(model.forward_bytes) / bytes);
+    const double input_end = s.complete + piece * longest;
+    // The frame flows from `start` until `end`: at the pace of its slowest
+    // resource, or of its input when that is behind (cut-through). Each
+    // resource's share of it goes in that window wherever it is free, so a
+    // frame that a 100 Mbit/s lane paces holds a 1 Gbit/s WAN link for a
+    // tenth of its time, not all of it at once (two such frames across one
+    // link share it, as TCP shares it). The earliest `start` from `ready`
+    // at which every share fits: a later-ready segment may fill a gap an
+    // earlier one left, as TCP fills a link whenever it has data.
+    std::array<double, 4> at{};
+    double start = ready, end = 0;
     for (bool moved = true; moved;) {
       moved = false;
+      end = std::max(start + longest, input_end);
       for (int k = 0; k < 4; ++k)
         if (s.res[k] >= 0) {
           const double t = busy[static_cast<size_t>(s.res[k])].free_from(start, hold(k));
-          if (t > start) {
-            start = t;
+          at[static_cast<size_t>(k)] = t;
+          if (t + hold(k) > end) {
+            // The earliest start whose window holds this share (t > start
+            // here, so either moves it on).
+            const double need = t + hold(k) - longest;
+            start = need > start ? need : t;
             moved = true;
+            break;
           }
         }
     }
     for (int k = 0; k < 4; ++k)
-      if (s.res[k] >= 0) busy[static_cast<size_t>(s.res[k])].take(start, start + hold(k));
-    const double end = start + longest;
+      if (s.res[k] >= 0)
+        busy[static_cast<size_t>(s.res[k])].take(at[static_cast<size_t>(k)],
+                                                 at[static_cast<size_t>(k)] + hold(k));
     s.arrival = end + s.latency;
     auto& fin = result.finish_s[static_cast<size_t>(s.to)];
     fin = std::max(fin, s.arrival);
     ++done;
-    auto release = [&](int d, double when) {
+    auto release = [&](int d, double when, double complete) {
       SimSegment& dep = segs[static_cast<size_t>(d)];
       dep.ready = std::max(dep.ready, when);
+      dep.complete = std::max(dep.complete, complete);
       if (--dep.pending == 0) queue.emplace(dep.ready, dep.ordinal, d);
     };
-    for (int d : s.dependents) release(d, s.arrival);
+    // Who forwards these bytes starts once their first piece has landed.
+    for (int d : s.dependents) release(d, start + piece * longest + s.latency, s.arrival);
     // The stream's next segment goes out once this one is written.
-    if (s.next_on_stream >= 0) release(s.next_on_stream, end);
+    if (s.next_on_stream >= 0) release(s.next_on_stream, end, end);
   }
   if (done != segs.size()) throw std::logic_error("simulate: the plan has a dependency cycle");
   result.segments = segs.size();

@@ -35,6 +35,11 @@ enum class Congestion {
 // "reno", "cubic" -> kLossBased, "bbr" -> kBbr; nullopt for anything else.
 std::optional<Congestion> parse_congestion(std::string_view name);
 
+// Cut-through: a rank forwards a segment once this much of it has arrived
+// (all of it, if shorter), and the rest as it lands (runtime/executor.cpp),
+// so each hop delays a segment by a piece, not by the whole segment.
+inline constexpr std::uint64_t kForwardBytes = 16 * 1024;
+
 struct CostModel {
   // The hosts' default; a path whose topology names a congestion control
   // (Grid::congestion_between) uses that.
@@ -64,6 +69,9 @@ struct CostModel {
   double hop_overhead_s = 0;
   // The frame header each segment carries (kFrameOverheadBytes).
   std::uint64_t frame_header_bytes = 32;
+  // How much of a segment a rank holds before it forwards it (kForwardBytes;
+  // 0: the whole segment, store and forward).
+  std::uint64_t forward_bytes = kForwardBytes;
 };
 // lanes/wire.hpp's kFrameHeaderBytes (topology does not see lanes/).
 inline constexpr std::uint64_t kFrameOverheadBytes = 32;

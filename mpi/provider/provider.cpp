@@ -62,6 +62,7 @@
 #include "topology/plan/plan.hpp"
 #include "topology/plan/segments.hpp"
 #include "topology/select.hpp"
+#include "topology/simulate.hpp"
 #include "topology/units.hpp"
 
 namespace gridbcast::mpi::provider {
@@ -80,6 +81,13 @@ enum class Hierarchy { kAuto, kNode, kFlat };
 
 // PMPI_Bcast and PMPI_Send count in int: the node phase moves pieces of at most this.
 constexpr std::uint64_t kMaxPiece = std::uint64_t{1} << 30;
+// Over PMPI a rank forwards a segment once all of it has arrived (store and
+// forward, pmpi_executor.cpp): the model prices its segments so.
+const topology::CostModel kStoreAndForward = [] {
+  topology::CostModel m;
+  m.forward_bytes = 0;
+  return m;
+}();
 
 // How long a failing MPI_Bcast waits after printing why, before its error handler runs.
 constexpr std::chrono::milliseconds kErrorDrain{200};
@@ -537,7 +545,8 @@ void run_over_pmpi(CommState& s, const Config& config, std::byte* data, std::uin
   PmpiOptions o;
   o.comm = s.priv;
   o.tag_ub = s.tag_ub;
-  o.segment_bytes = topology::resolve_segment_bytes(s.placement.grid, plan, config.segment_bytes);
+  o.segment_bytes = topology::resolve_segment_bytes(s.placement.grid, plan, config.segment_bytes,
+                                                    kStoreAndForward);
   PmpiBroadcast b(plan, s.placement.grid_of_comm[static_cast<size_t>(s.rank)], comm_of_grid, data,
                   o);
   // With MPI_Ibcasts in flight, theirs move while this one waits (a rank of
@@ -785,8 +794,8 @@ bool step_ibcast(Ibcast& b) {
           PmpiOptions o;
           o.comm = s.priv;
           o.tag_ub = s.tag_ub;
-          o.segment_bytes =
-              topology::resolve_segment_bytes(s.placement.grid, plan, b.config->segment_bytes);
+          o.segment_bytes = topology::resolve_segment_bytes(
+              s.placement.grid, plan, b.config->segment_bytes, kStoreAndForward);
           b.pmpi =
               std::make_unique<PmpiBroadcast>(plan, me_grid, std::move(comm_of_grid), b.data, o);
         }

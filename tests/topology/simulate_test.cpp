@@ -150,17 +150,27 @@ TEST_F(OneSegmentPlans, ALaterTransferFillsTheGapAnEarlierOneLeft) {
 }
 
 // One TCP stream sends in plan order: rank 1 gets its second half first, but
-// must forward the first half first, so the second waits behind it.
+// must forward the first half first, so the second waits behind it. Store
+// and forward (forward_bytes 0): the first half leaves rank 1 once all of
+// it is in (2D), the second after it. Cut-through: the first half leaves
+// with its first piece (from D, as it arrives), so rank 2 is done a D
+// sooner, a piece's time behind the root.
 TEST_F(OneSegmentPlans, AStreamSendsItsSegmentsInPlanOrder) {
   const double lat = model.lan_latency_s;
-  const auto r = simulate(grid,
-                          plan({{0, 1, kHalf, kHalf, 0, 0, 1},    // arrives at D
-                                {0, 1, 0, kHalf, 0, 0, 1},        // arrives at 2D
-                                {1, 2, 0, kHalf, 0, 0, 1},        // from 2D
-                                {1, 2, kHalf, kHalf, 0, 0, 1}}),  // after it, not at D
-                          model);
+  const Plan p = plan({{0, 1, kHalf, kHalf, 0, 0, 1},    // arrives at D
+                       {0, 1, 0, kHalf, 0, 0, 1},        // arrives from D to 2D
+                       {1, 2, 0, kHalf, 0, 0, 1},        // from 2D (cut-through: from D)
+                       {1, 2, kHalf, kHalf, 0, 0, 1}});  // after it, not at D
+  CostModel whole = model;
+  whole.forward_bytes = 0;
+  const auto r = simulate(grid, p, whole);
   EXPECT_NEAR(r.finish_s[1], 2 * d + lat, 1e-9);
   EXPECT_NEAR(r.finish_s[2], 4 * d + 2 * lat, 1e-9);
+  ASSERT_EQ(model.forward_bytes, kForwardBytes);
+  const double piece = d * static_cast<double>(kForwardBytes) / static_cast<double>(kHalf);
+  const auto cut = simulate(grid, p, model);
+  EXPECT_NEAR(cut.finish_s[1], 2 * d + lat, 1e-9);
+  EXPECT_NEAR(cut.finish_s[2], 3 * d + piece + 2 * lat, 1e-9);
 }
 
 // Two lanes on one NIC (k > NICs): TCP shares the NIC between their
@@ -178,12 +188,20 @@ TEST_F(OneSegmentPlans, LanesSharingANicEachGetAnEqualPartOfIt) {
                                model);
   EXPECT_NEAR(shared.finish_s[1], 2 * d + lat, 1e-9);
   EXPECT_NEAR(shared.finish_s[2], 2 * d + lat, 1e-9);
-  const auto one_lane = simulate(grid,
-                                 plan({{0, 1, 0, kHalf, 0, 0, 1},        // lane 0
-                                       {0, 2, kHalf, kHalf, 0, 0, 1}}),  // lane 0 too
-                                 model);
+  // One lane, store and forward: whole frames, one after the other. Cut-
+  // through: the executor writes both links' frames at once (a connection
+  // each), which the simulator sees in 64 KiB chunks taking turns, so both
+  // end at about 2D, the first a chunk sooner.
+  const Plan one = plan({{0, 1, 0, kHalf, 0, 0, 1},        // lane 0
+                         {0, 2, kHalf, kHalf, 0, 0, 1}});  // lane 0 too
+  CostModel whole = model;
+  whole.forward_bytes = 0;
+  const auto one_lane = simulate(grid, one, whole);
   EXPECT_NEAR(one_lane.finish_s[1], d + lat, 1e-9);
   EXPECT_NEAR(one_lane.finish_s[2], 2 * d + lat, 1e-9);
+  const auto turns = simulate(grid, one, model);
+  EXPECT_NEAR(turns.finish_s[1], 2 * d + lat, d / 100);
+  EXPECT_NEAR(turns.finish_s[2], 2 * d + lat, 1e-9);
   grid = make_grid({3}, 1, 2);
   const auto own_nics = simulate(grid,
                                  plan({{0, 1, 0, kHalf, 0, 0, 1},        // NIC 0

@@ -81,12 +81,17 @@ std::vector<LinkSegments> cut(const Plan& plan, std::uint64_t seg, bool lanes, W
 }  // namespace
 
 std::uint64_t resolve_segment_bytes(const Grid& grid, const Plan& plan, std::uint64_t requested) {
+  return resolve_segment_bytes(grid, plan, requested, CostModel{});
+}
+
+std::uint64_t resolve_segment_bytes(const Grid& grid, const Plan& plan, std::uint64_t requested,
+                                    const CostModel& model) {
   if (requested != 0) return requested;
   // Circulant's blocks are its segments, chosen with the plan (the
   // topology's `segment` if it gives one): one block, one frame.
   if (plan.algorithm == Algorithm::kCirculant && plan.block_bytes != 0) return plan.block_bytes;
   if (grid.segment_bytes != 0) return grid.segment_bytes;
-  return model_segment(grid, plan);
+  return model_segment(grid, plan, model);
 }
 
 SegmentSchedule segment_schedule(const Plan& plan, const SegmentOptions& options) {

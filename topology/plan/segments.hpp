@@ -29,7 +29,13 @@ namespace gridbcast::topology {
 // build derives the same from the same plan (the choices compare the model's
 // times in whole microseconds, so the last bits of floating point do not
 // decide them).
+// `model`: the model's choice for an executor that forwards as the runtime's
+// does (cut-through); CostModel::forward_bytes 0 for one that stores and
+// forwards whole segments (the MPI provider over PMPI).
+struct CostModel;
 std::uint64_t resolve_segment_bytes(const Grid& grid, const Plan& plan, std::uint64_t requested);
+std::uint64_t resolve_segment_bytes(const Grid& grid, const Plan& plan, std::uint64_t requested,
+                                    const CostModel& model);
 
 // No segment is longer: a data frame carries at most 2^30 bytes
 // (lanes::kMaxFrameBytes) and an MPI count is an int.
