@@ -412,10 +412,17 @@ struct Communicator::Impl {
     if (priced != bytes && plan.algorithm != topology::Algorithm::kCirculant) {
       if (stream_segment.algorithm != algo || stream_segment.root != root ||
           stream_segment.bytes != priced)
-        stream_segment = {
-            algo, root, priced,
-            topology::resolve_segment_bytes(grid, topology::build_plan(grid, algo, root, priced),
-                                            options.segment_bytes)};
+        // Priced as store and forward: each window takes its connections
+        // in turn after the one before it, and larger segments cost more at
+        // every boundary than forwarding pieces saves. A 64 MiB file on
+        // testbed-2x4 (windows of 8 MiB): 32 and 64 KiB segments 3.02-3.10
+        // s, 128 KiB 3.09-3.12, 256 KiB 3.15-3.22, 512 KiB (the cut-through
+        // model's) 3.27-3.50 s, where in memory 512 KiB and 32 KiB measured
+        // alike (docs/PERFORMANCE.md, "Cut-through").
+        stream_segment = {algo, root, priced,
+                          topology::resolve_segment_bytes(
+                              grid, topology::build_plan(grid, algo, root, priced),
+                              options.segment_bytes, topology::store_and_forward_model())};
       segment = stream_segment.segment;
     }
     return {std::move(plan), segment};

@@ -73,6 +73,14 @@ struct CostModel {
   // 0: the whole segment, store and forward).
   std::uint64_t forward_bytes = kForwardBytes;
 };
+// The model of an executor that forwards whole segments (the MPI provider's
+// PMPI path), and the segment a stream's windows take (runtime/communicator.cpp).
+inline CostModel store_and_forward_model() {
+  CostModel m;
+  m.forward_bytes = 0;
+  return m;
+}
+
 // lanes/wire.hpp's kFrameHeaderBytes (topology does not see lanes/).
 inline constexpr std::uint64_t kFrameOverheadBytes = 32;
 

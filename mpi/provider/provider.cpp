@@ -83,11 +83,7 @@ enum class Hierarchy { kAuto, kNode, kFlat };
 constexpr std::uint64_t kMaxPiece = std::uint64_t{1} << 30;
 // Over PMPI a rank forwards a segment once all of it has arrived (store and
 // forward, pmpi_executor.cpp): the model prices its segments so.
-const topology::CostModel kStoreAndForward = [] {
-  topology::CostModel m;
-  m.forward_bytes = 0;
-  return m;
-}();
+const topology::CostModel kStoreAndForward = topology::store_and_forward_model();
 
 // How long a failing MPI_Bcast waits after printing why, before its error handler runs.
 constexpr std::chrono::milliseconds kErrorDrain{200};
