@@ -5,7 +5,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -180,6 +182,75 @@ TEST(Hostile, ALengthOfTwoToTheSixtyThirdIsRefusedBeforeAnyRead) {
   EXPECT_NE(r.rank1.find("9223372036854775808 bytes exceeds the limit"), std::string::npos)
       << r.rank1;
   EXPECT_FALSE(r.rank0.empty());
+}
+
+// Cut-through: an authenticated peer (a member of the job gone wrong) sends
+// the frame the plan routes to rank 1, a quarter of its payload, and goes
+// away. Rank 1 has forwarded part of that quarter to rank 2 before the rest
+// was due; both must fail within the deadline, rank 1 naming the peer that
+// left mid-frame, and neither may report the broadcast done.
+TEST(Hostile, APeerThatLeavesMidFrameFailsEveryRankDownstreamAndNoneFinishes) {
+  const auto grid = testing::make_grid({3});
+  constexpr std::uint64_t kBytes = 1 << 20;
+  const auto plan = topology::build_plan(grid, topology::Algorithm::kChain, 0, kBytes);
+  const auto& t = plan.transfers.at(0);
+  ASSERT_EQ(t.to, 1);
+  CommOptions options;
+  options.timeout = 3s;
+  options.segment_bytes = kBytes;  // one frame on each link
+  testing::Ranks ranks(grid, options);
+  const auto target =
+      lanes::make_endpoint(grid.nodes[1].lane_nic(t.lane_to).address, ranks.port(1, t.lane_to));
+  std::thread impostor([&] {
+    asio::io_context io;
+    lanes::Hello hello;
+    hello.rank = 0;
+    hello.to_rank = 1;
+    hello.lane_from = static_cast<std::uint8_t>(t.lane_from);
+    hello.lane_to = static_cast<std::uint8_t>(t.lane_to);
+    hello.stream = 0;
+    const lanes::Credentials creds{ranks.credentials().job_id, ranks.credentials().secret};
+    run_until(io, [&]() -> asio::awaitable<int> {
+      auto s =
+          co_await lanes::connect_authenticated(grid.nodes[0].lane_nic(t.lane_from).address, target,
+                                                hello, creds, lanes::Clock::now() + 10s, "rank 1");
+      lanes::FrameHeader frame;
+      frame.seq = 0;  // the communicator's first broadcast
+      frame.offset = 0;
+      frame.length = kBytes;
+      const auto header = lanes::encode(frame);
+      const std::string quarter(kBytes / 4, 'x');
+      const std::array<asio::const_buffer, 2> bufs{asio::buffer(header), asio::buffer(quarter)};
+      auto [ec, n] = co_await s.write(bufs);
+      // Give rank 1 the time to forward what came, then leave mid-frame.
+      asio::steady_timer hold(io, 500ms);
+      co_await hold.async_wait(lanes::kAsTuple);
+      co_return ec ? 1 : 0;
+    }());
+  });
+  std::array<std::string, 3> error;
+  std::array<bool, 3> finished{};
+  const auto start = std::chrono::steady_clock::now();
+  ranks.run([&](Communicator& c) {
+    std::vector<std::byte> buf(kBytes);
+    // Rank 0 comes late, so the impostor holds the link first.
+    if (c.rank() == 0) std::this_thread::sleep_for(1s);
+    try {
+      c.bcast(buf.data(), buf.size(), 0, topology::Algorithm::kChain);
+      finished[static_cast<size_t>(c.rank())] = true;
+    } catch (const std::exception& e) {
+      error[static_cast<size_t>(c.rank())] = e.what();
+    }
+  });
+  impostor.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
+  EXPECT_GT(ranks.at(2).progress().bytes_in, 0u) << "rank 1 forwarded nothing of the frame";
+  EXPECT_LT(ranks.at(2).progress().bytes_in, kBytes);
+  EXPECT_FALSE(finished[1]);
+  EXPECT_FALSE(finished[2]);
+  EXPECT_NE(error[1].find("rank 0"), std::string::npos) << error[1];
+  EXPECT_NE(error[1].find("mid-segment"), std::string::npos) << error[1];
+  EXPECT_FALSE(error[2].empty()) << "rank 2 holds part of a frame and must fail, not hang";
 }
 
 // The attack client's pieces: it speaks the wire format on loopback only.
