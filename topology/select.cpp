@@ -204,8 +204,22 @@ double analytic_seconds(const Grid& grid, const Plan& plan, std::uint64_t segmen
   return Pricer(grid, plan, model).seconds(segment);
 }
 
-std::uint64_t model_segment(const Grid& grid, const Plan& plan, const CostModel& model) {
+std::uint64_t model_segment(const Grid& grid, const Plan& plan, const CostModel& given) {
   if (plan.size <= kSmallestModelSegment) return std::max<std::uint64_t>(plan.size, 1);
+  // Where the plan paces a link of several streams (pacing.hpp), each stream
+  // is held to the link's part over the streams that carry segments; cut-
+  // through feeds a link's frames one after another as their bytes arrive,
+  // so with large segments one stream at a time carries the link, at that
+  // fraction of its part (testbed-hetero-nics, paced, four WAN streams,
+  // 16 MiB: 128 KiB segments 1.26-1.51 x the bound, 16 KiB 1.14-1.17 x).
+  // There the segment is chosen as for store and forward.
+  CostModel model = given;
+  if (model.forward_bytes != 0 && plan_is_paced(grid, plan))
+    for (const Transfer& t : plan.transfers)
+      if (t.streams > 1) {
+        model.forward_bytes = 0;
+        break;
+      }
   const Pricer pricer(grid, plan, model);
   // Compared in whole microseconds, so that the last bits of a floating-point
   // sum (which another compiler or CPU may round differently) never decide
@@ -415,6 +429,14 @@ Selection select_broadcast(const Grid& grid, int root, std::uint64_t size,
       throw std::logic_error("select_broadcast: no candidate algorithm runs on " + grid.name);
     sel.chosen = sel.predictions.front().algorithm;
     sel.why = "the model's fastest";
+    // A near tie goes to multilane (kMultilaneTiePercent).
+    for (const Prediction& p : sel.predictions)
+      if (p.algorithm == Algorithm::kMultilane && sel.chosen != Algorithm::kMultilane &&
+          std::llround(p.seconds * 1e6) * 100 <=
+              std::llround(sel.predictions.front().seconds * 1e6) * (100 + kMultilaneTiePercent)) {
+        sel.chosen = Algorithm::kMultilane;
+        sel.why = "within " + std::to_string(kMultilaneTiePercent) + " % of the model's fastest";
+      }
     std::lock_guard lock(mu);
     if (cache.size() >= 1024) cache.clear();  // bounded; a miss only costs the pricing again
     cache.emplace(key, sel);

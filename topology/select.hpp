@@ -92,6 +92,12 @@ inline constexpr std::uint64_t kLargestModelSegment = 4 * 1024 * 1024;
 // model's segment is never so large that a stream of a link with several
 // waits this long between two of its frames.
 inline constexpr double kStreamIdleRestartSeconds = 0.2;
+// `auto` runs multilane where the model prices it within this many percent
+// of the fastest candidate: the model is not that exact, and on such a near
+// tie multilane measured faster (testbed-hetero-3x, 64 MiB: chain priced
+// 0.3 % faster, measured 1.113-1.125 x the bound against multilane's
+// 1.097-1.099 x, docs/PERFORMANCE.md, "Cut-through").
+inline constexpr long long kMultilaneTiePercent = 1;
 
 // Algorithms. `auto` runs the plan the cost model predicts fastest for the
 // grid, root and size (select_broadcast), among model_candidates(): the

@@ -212,6 +212,22 @@ TEST(SelectBroadcast, AutoRunsTheModelsFastestAndSaysWhy) {
 // On testbed-8x8 multilane's extra hops (five against binomial's four since
 // both its trees feed the WAN from their tops; seven before) cost more with
 // that figure than without it: without it the model cannot tell them apart.
+TEST(SelectBroadcast, ANearTieGoesToMultilane) {
+  const Grid g = testbed("testbed-hetero-3x");
+  const Selection s = select_broadcast(g, 0, 64 << 20);
+  ASSERT_GE(s.predictions.size(), 2u);
+  const auto& fastest = s.predictions.front();
+  double multilane = 0;
+  for (const auto& p : s.predictions)
+    if (p.algorithm == Algorithm::kMultilane) multilane = p.seconds;
+  ASSERT_GT(multilane, 0);
+  EXPECT_LE(multilane, fastest.seconds * (1 + kMultilaneTiePercent / 100.0));
+  EXPECT_EQ(s.chosen, Algorithm::kMultilane) << s.why;
+  if (fastest.algorithm != Algorithm::kMultilane) {
+    EXPECT_NE(s.why.find("within"), std::string::npos) << s.why;
+  }
+}
+
 TEST(SelectBroadcast, TheHopsCostDecidesSmallMessages) {
   const Grid small = testbed("testbed-2x4");
   ASSERT_GT(small.hop_overhead_s, 0) << "testbed-2x4.yaml gives defaults.hop_overhead";
@@ -231,7 +247,8 @@ TEST(SelectBroadcast, TheHopsCostDecidesSmallMessages) {
 
 // What `auto` runs is the candidate predict() prices fastest, recomputed
 // here without the selection's cache, for several roots: the choice is a
-// function of the grid, the root and the size class alone.
+// function of the grid, the root and the size class alone. A near tie
+// (kMultilaneTiePercent) goes to multilane.
 TEST(SelectBroadcast, TheChoiceIsTheCandidatesArgminForEveryRoot) {
   for (const char* name : {"testbed-2x4", "testbed-hetero-nics", "three-sites-hetero"}) {
     const Grid g = testbed(name);
@@ -240,15 +257,18 @@ TEST(SelectBroadcast, TheChoiceIsTheCandidatesArgminForEveryRoot) {
                                         std::uint64_t{3} << 20, std::uint64_t{3} << 26}) {
         const std::uint64_t size = priced_size(asked);
         Algorithm best = Algorithm::kMultilane;
-        long long best_us = -1;
+        long long best_us = -1, multilane_us = -1;
         for (const Algorithm a : model_candidates()) {
           if (!algorithm_unavailable(g, a).empty()) continue;
           const long long us = std::llround(predict(g, a, root, size).seconds * 1e6);
+          if (a == Algorithm::kMultilane) multilane_us = us;
           if (best_us < 0 || us < best_us) {
             best_us = us;
             best = a;
           }
         }
+        if (multilane_us >= 0 && multilane_us * 100 <= best_us * (100 + kMultilaneTiePercent))
+          best = Algorithm::kMultilane;
         EXPECT_EQ(select_algorithm(g, root, asked), best)
             << name << " root " << root << " size " << asked;
       }
