@@ -206,20 +206,18 @@ double analytic_seconds(const Grid& grid, const Plan& plan, std::uint64_t segmen
 
 std::uint64_t model_segment(const Grid& grid, const Plan& plan, const CostModel& given) {
   if (plan.size <= kSmallestModelSegment) return std::max<std::uint64_t>(plan.size, 1);
-  // Where the plan paces a link of several streams (pacing.hpp), each stream
-  // is held to the link's part over the streams that carry segments; cut-
-  // through feeds a link's frames one after another as their bytes arrive,
-  // so with large segments one stream at a time carries the link, at that
-  // fraction of its part (testbed-hetero-nics, paced, four WAN streams,
-  // 16 MiB: 128 KiB segments 1.26-1.51 x the bound, 16 KiB 1.14-1.17 x).
-  // There the segment is chosen as for store and forward.
+  // Where the plan paces its links (pacing.hpp), the segment is chosen as
+  // for store and forward. A paced link of several streams holds each to
+  // the link's part over the streams that carry segments, while cut-through
+  // feeds a link's frames one after another as their bytes arrive, so with
+  // large segments one stream at a time carries the link, at that fraction
+  // of its part (testbed-hetero-nics, paced, four WAN streams, 16 MiB:
+  // 128 KiB segments 1.26-1.51 x the bound, 16 KiB 1.14-1.17 x). And under
+  // a rate limit a whole segment written at once went out faster than the
+  // limit (3 MiB at 40 Mbit/s on loopback in one frame a link: 0.83 of the
+  // time at the limit; Launch.MaxRateHoldsEveryNodeAtOrBelowItsLimit).
   CostModel model = given;
-  if (model.forward_bytes != 0 && plan_is_paced(grid, plan))
-    for (const Transfer& t : plan.transfers)
-      if (t.streams > 1) {
-        model.forward_bytes = 0;
-        break;
-      }
+  if (plan_is_paced(grid, plan)) model.forward_bytes = 0;
   const Pricer pricer(grid, plan, model);
   // Compared in whole microseconds, so that the last bits of a floating-point
   // sum (which another compiler or CPU may round differently) never decide
