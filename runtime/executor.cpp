@@ -138,6 +138,8 @@ asio::awaitable<void> send_stream(Run& run, LinkKey key, const std::vector<Segme
     // Cut-through: the frame leaves with the first kForwardBytes of its bytes
     // held (all of them, if it is shorter), and the rest follows as it lands,
     // so a hop delays a segment by a piece, not by the whole segment.
+    const auto header =
+        lanes::encode(lanes::FrameHeader{lanes::FrameKind::kData, run.seq, seg.offset, seg.length});
     std::uint64_t sent = 0;
     do {
       const std::uint64_t left = seg.length - sent;
@@ -148,10 +150,8 @@ asio::awaitable<void> send_stream(Run& run, LinkKey key, const std::vector<Segme
         co_await run.progress.wait();
       }
       run.check();
-      const auto header = lanes::encode(
-          lanes::FrameHeader{lanes::FrameKind::kData, run.seq, seg.offset, seg.length});
-      std::array<asio::const_buffer, 2> bufs{asio::buffer(header),
-                                             asio::buffer(run.buffer + seg.offset + sent, ready)};
+      const std::array<asio::const_buffer, 2> bufs{
+          asio::buffer(header), asio::buffer(run.buffer + seg.offset + sent, ready)};
       const std::span<const asio::const_buffer> out =
           sent == 0 ? std::span<const asio::const_buffer>(bufs)
                     : std::span<const asio::const_buffer>(bufs).subspan(1);

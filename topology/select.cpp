@@ -161,8 +161,7 @@ class Pricer {
   bool idles_streams(std::uint64_t segment) const {
     const auto s = static_cast<double>(std::max<std::uint64_t>(segment, 1));
     for (size_t i = 0; i < hops_.size(); ++i) {
-      const double used = std::min<double>(
-          hops_[i].streams, std::ceil(link_bytes_[static_cast<size_t>(hops_[i].link)] / s));
+      const double used = streams_used(i, s);
       if (used > 1 && (used - 1) * s / rate(i, s) > kStreamIdleRestartSeconds) return true;
     }
     return false;
@@ -188,12 +187,14 @@ class Pricer {
   int links_ = 0;
   std::vector<double> link_bytes_;  // per link: the bytes of its transfers
 
+  // Hop i's streams that carry a segment of s bytes (dealt round-robin).
+  double streams_used(size_t i, double s) const {
+    const Hop& h = hops_[i];
+    return std::min<double>(h.streams, std::ceil(link_bytes_[static_cast<size_t>(h.link)] / s));
+  }
   // Hop i's rate with segments of s bytes: its streams that carry one.
   double rate(size_t i, double s) const {
-    const Hop& h = hops_[i];
-    const double used =
-        std::min<double>(h.streams, std::ceil(link_bytes_[static_cast<size_t>(h.link)] / s));
-    return std::min(h.rate, std::max(1.0, used) * h.stream_rate);
+    return std::min(hops_[i].rate, std::max(1.0, streams_used(i, s)) * hops_[i].stream_rate);
   }
 };
 

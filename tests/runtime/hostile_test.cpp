@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <sstream>
 #include <thread>
@@ -100,6 +101,32 @@ TEST(Hostile, BadConnectionsAreRejectedAndTheBroadcastsComplete) {
   EXPECT_GE(ranks.at(1).rejected_connections(), 4u);
 }
 
+// An impostor that holds the job secret: connects as rank 0 on transfer t's
+// link to rank 1 and runs `act` on that connection, on a thread of its own
+// (join it).
+std::thread impostor_on_link(
+    const topology::Grid& grid, testing::Ranks& ranks, const topology::Transfer& t,
+    std::function<asio::awaitable<int>(lanes::Stream&, asio::io_context&)> act) {
+  return std::thread([&grid, &ranks, t, act = std::move(act)] {
+    const auto target =
+        lanes::make_endpoint(grid.nodes[1].lane_nic(t.lane_to).address, ranks.port(1, t.lane_to));
+    asio::io_context io;
+    lanes::Hello hello;
+    hello.rank = 0;
+    hello.to_rank = 1;
+    hello.lane_from = static_cast<std::uint8_t>(t.lane_from);
+    hello.lane_to = static_cast<std::uint8_t>(t.lane_to);
+    hello.stream = 0;
+    const lanes::Credentials creds{ranks.credentials().job_id, ranks.credentials().secret};
+    run_until(io, [&]() -> asio::awaitable<int> {
+      auto s =
+          co_await lanes::connect_authenticated(grid.nodes[0].lane_nic(t.lane_from).address, target,
+                                                hello, creds, lanes::Clock::now() + 10s, "rank 1");
+      co_return co_await act(s, io);
+    }());
+  });
+}
+
 // A peer that holds the job secret (a broken or compromised member of the job)
 // takes the link rank 0 -> rank 1 before rank 0 does and sends a frame header
 // the plan does not allow. Rank 1 must refuse it before reading any payload
@@ -117,32 +144,18 @@ BadFrameOutcome send_bad_frame(const lanes::FrameHeader& frame) {
   CommOptions options;
   options.timeout = 3s;
   testing::Ranks ranks(grid, options);
-  const auto target =
-      lanes::make_endpoint(grid.nodes[1].lane_nic(t.lane_to).address, ranks.port(1, t.lane_to));
-  std::thread impostor([&] {
-    asio::io_context io;
-    lanes::Hello hello;
-    hello.rank = 0;
-    hello.to_rank = 1;
-    hello.lane_from = static_cast<std::uint8_t>(t.lane_from);
-    hello.lane_to = static_cast<std::uint8_t>(t.lane_to);
-    hello.stream = 0;
-    const lanes::Credentials creds{ranks.credentials().job_id, ranks.credentials().secret};
-    run_until(io, [&]() -> asio::awaitable<int> {
-      auto s =
-          co_await lanes::connect_authenticated(grid.nodes[0].lane_nic(t.lane_from).address, target,
-                                                hello, creds, lanes::Clock::now() + 10s, "rank 1");
-      const auto header = lanes::encode(frame);
-      auto [ec, n] = co_await s.write(asio::buffer(header));
-      if (ec) co_return 1;
-      const std::string payload(64, 'x');
-      co_await s.write(asio::buffer(payload));
-      // Hold the connection until rank 1 has judged the header.
-      asio::steady_timer hold(io, 2s);
-      co_await hold.async_wait(lanes::kAsTuple);
-      co_return 0;
-    }());
-  });
+  std::thread impostor = impostor_on_link(
+      grid, ranks, t, [&](lanes::Stream& s, asio::io_context& io) -> asio::awaitable<int> {
+        const auto header = lanes::encode(frame);
+        auto [ec, n] = co_await s.write(asio::buffer(header));
+        if (ec) co_return 1;
+        const std::string payload(64, 'x');
+        co_await s.write(asio::buffer(payload));
+        // Hold the connection until rank 1 has judged the header.
+        asio::steady_timer hold(io, 2s);
+        co_await hold.async_wait(lanes::kAsTuple);
+        co_return 0;
+      });
   BadFrameOutcome out;
   ranks.run([&](Communicator& c) {
     std::vector<std::byte> buf(kBytes);
@@ -199,35 +212,21 @@ TEST(Hostile, APeerThatLeavesMidFrameFailsEveryRankDownstreamAndNoneFinishes) {
   options.timeout = 3s;
   options.segment_bytes = kBytes;  // one frame on each link
   testing::Ranks ranks(grid, options);
-  const auto target =
-      lanes::make_endpoint(grid.nodes[1].lane_nic(t.lane_to).address, ranks.port(1, t.lane_to));
-  std::thread impostor([&] {
-    asio::io_context io;
-    lanes::Hello hello;
-    hello.rank = 0;
-    hello.to_rank = 1;
-    hello.lane_from = static_cast<std::uint8_t>(t.lane_from);
-    hello.lane_to = static_cast<std::uint8_t>(t.lane_to);
-    hello.stream = 0;
-    const lanes::Credentials creds{ranks.credentials().job_id, ranks.credentials().secret};
-    run_until(io, [&]() -> asio::awaitable<int> {
-      auto s =
-          co_await lanes::connect_authenticated(grid.nodes[0].lane_nic(t.lane_from).address, target,
-                                                hello, creds, lanes::Clock::now() + 10s, "rank 1");
-      lanes::FrameHeader frame;
-      frame.seq = 0;  // the communicator's first broadcast
-      frame.offset = 0;
-      frame.length = kBytes;
-      const auto header = lanes::encode(frame);
-      const std::string quarter(kBytes / 4, 'x');
-      const std::array<asio::const_buffer, 2> bufs{asio::buffer(header), asio::buffer(quarter)};
-      auto [ec, n] = co_await s.write(bufs);
-      // Give rank 1 the time to forward what came, then leave mid-frame.
-      asio::steady_timer hold(io, 500ms);
-      co_await hold.async_wait(lanes::kAsTuple);
-      co_return ec ? 1 : 0;
-    }());
-  });
+  std::thread impostor = impostor_on_link(
+      grid, ranks, t, [&](lanes::Stream& s, asio::io_context& io) -> asio::awaitable<int> {
+        lanes::FrameHeader frame;
+        frame.seq = 0;  // the communicator's first broadcast
+        frame.offset = 0;
+        frame.length = kBytes;
+        const auto header = lanes::encode(frame);
+        const std::string quarter(kBytes / 4, 'x');
+        const std::array<asio::const_buffer, 2> bufs{asio::buffer(header), asio::buffer(quarter)};
+        auto [ec, n] = co_await s.write(bufs);
+        // Give rank 1 the time to forward what came, then leave mid-frame.
+        asio::steady_timer hold(io, 500ms);
+        co_await hold.async_wait(lanes::kAsTuple);
+        co_return ec ? 1 : 0;
+      });
   std::array<std::string, 3> error;
   std::array<bool, 3> finished{};
   const auto start = std::chrono::steady_clock::now();
