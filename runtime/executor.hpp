@@ -1,5 +1,6 @@
 // Runs one Plan on this rank: receives straight into the user buffer, sends
-// straight from it, and forwards every segment as soon as it has arrived.
+// straight from it, and forwards each segment as its bytes arrive (cut-through:
+// once its first topology::kForwardBytes are in).
 // Internal to runtime (Asio in the interface).
 #pragma once
 

@@ -363,7 +363,7 @@ SimResult simulate(const Grid& grid, const Plan& plan, const CostModel& model) {
     queue.pop();
     SimSegment& s = segs[static_cast<size_t>(i)];
     // Its frame header travels too; each end's lane pays the per-segment
-    // work once (a write at the sender, two reads at the receiver).
+    // work once, on its first chunk (the header's write and read, wake-ups).
     const auto bytes = static_cast<double>(s.length) +
                        (s.frame_start ? static_cast<double>(model.frame_header_bytes) : 0.0);
     const auto hold = [&](int k) {
